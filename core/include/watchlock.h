@@ -1,0 +1,310 @@
+/*
+ * watchlock.h - Redis distributed lock with a watchdog. The only public header.
+ *
+ * Conventions that hold for every function below unless its comment says
+ * otherwise:
+ *
+ *  - Functions that can fail return an int status: WATCHLOCK_OK (0) or one of
+ *    the WATCHLOCK_E* codes. watchlock_strerror() names a code;
+ *    watchlock_last_error() gives the calling thread's detail message for its
+ *    last failed call.
+ *  - Outputs come first (`watchlock_client **out`), inputs after. Inputs are
+ *    copied; the library never keeps a caller's pointer.
+ *  - Durations are int64_t milliseconds.
+ *  - Lock names are binary-safe byte strings (pointer + length); they may
+ *    contain NUL bytes, braces or anything else. Empty names are refused.
+ *  - Free/close functions accept NULL.
+ *  - Nothing prints, aborts or exits. No signal handlers are installed.
+ *  - Thread-safety: clients and locks may be used from any number of threads
+ *    at once; exceptions are stated per function.
+ *  - Fork: after fork() the child must not use handles inherited from the
+ *    parent: every call on them returns WATCHLOCK_EFORKED and touches neither
+ *    the network nor the parent's locks (free/close leak the child's copy
+ *    instead of releasing). The child may open clients of its own.
+ */
+#ifndef WATCHLOCK_H
+#define WATCHLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- version ------------------------------------------------------------ */
+
+#define WATCHLOCK_VERSION_MAJOR 0
+#define WATCHLOCK_VERSION_MINOR 1
+#define WATCHLOCK_VERSION_PATCH 0
+#define WATCHLOCK_VERSION_STRING "0.1.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH */
+#define WATCHLOCK_VERSION_NUMBER                                               \
+    (WATCHLOCK_VERSION_MAJOR * 10000 + WATCHLOCK_VERSION_MINOR * 100 +         \
+     WATCHLOCK_VERSION_PATCH)
+
+#if defined(_WIN32)
+#define WATCHLOCK_API
+#elif defined(WATCHLOCK_BUILDING) && defined(__GNUC__)
+#define WATCHLOCK_API __attribute__((visibility("default")))
+#else
+#define WATCHLOCK_API
+#endif
+
+/* Runtime version of the loaded library, as WATCHLOCK_VERSION_NUMBER. */
+WATCHLOCK_API int watchlock_version(void);
+/* Runtime version string ("0.1.0"). Static storage. */
+WATCHLOCK_API const char *watchlock_version_string(void);
+
+/* ---- status codes (never renumbered; retired codes are not reused) ------ */
+
+enum {
+    WATCHLOCK_OK = 0,
+    WATCHLOCK_EINVAL = 1,     /* bad argument: NULL, empty name, bad duration, malformed URL */
+    WATCHLOCK_ENOMEM = 2,     /* out of memory */
+    WATCHLOCK_ETIMEDOUT = 3,  /* lock not acquired within the wait (held by another owner) */
+    WATCHLOCK_ENOTOWNER = 4,  /* this handle does not own the lock (never acquired, released, or lost) */
+    WATCHLOCK_ECONN = 5,      /* server unreachable, connection refused/dropped, command timed out */
+    WATCHLOCK_EAUTH = 6,      /* authentication failed or required (wrong password, unknown user) */
+    WATCHLOCK_ESERVER = 7,    /* the server answered with an error (e.g. the key holds a non-string value) */
+    WATCHLOCK_ECLOSED = 8,    /* the client was closed */
+    WATCHLOCK_EFORKED = 9,    /* handle inherited across fork(); only the parent may use it */
+    WATCHLOCK_EINTERNAL = 10  /* a bug or an unexpected system failure */
+};
+
+/* Static, never NULL ("unknown status" for codes this version does not know). */
+WATCHLOCK_API const char *watchlock_strerror(int status);
+
+/* Detail message for the calling thread's last failed call, e.g.
+ * "connection refused (127.0.0.1:6390)". Never NULL ("" when none). Borrowed:
+ * valid until the next watchlock call on this thread. Not cleared by
+ * successful calls. */
+WATCHLOCK_API const char *watchlock_last_error(void);
+
+/* ---- lock states and loss reasons ---------------------------------------- */
+
+enum {
+    WATCHLOCK_UNLOCKED = 0, /* not held by this handle */
+    WATCHLOCK_HELD = 1,     /* held; the watchdog renews it if auto-renew is on */
+    WATCHLOCK_LOST = 2      /* was held, then lost; stays LOST until released or re-acquired */
+};
+
+enum {
+    WATCHLOCK_LOST_NONE = 0,
+    WATCHLOCK_LOST_TAKEN = 1,        /* renewal found another owner or no key (deleted, expired, taken) */
+    WATCHLOCK_LOST_EXPIRED = 2,      /* the lease ran out locally without renewal (auto-renew off,
+                                        or the process was stopped past its lease) */
+    WATCHLOCK_LOST_MAX_RENEWALS = 3, /* renewal stopped at max_renewals and the lease ran out */
+    WATCHLOCK_LOST_MAX_HOLD = 4,     /* renewal stopped at max_hold and the lease ran out */
+    WATCHLOCK_LOST_CONNECTION = 5    /* renewals failed on the network until the local deadline */
+};
+
+/* Static text for a loss reason ("taken", "expired", "max renewals reached",
+ * "max hold reached", "connection lost"). Never NULL. */
+WATCHLOCK_API const char *watchlock_lost_reason_str(int reason);
+
+/* ---- opaque handles ------------------------------------------------------ */
+
+typedef struct watchlock_client watchlock_client;
+typedef struct watchlock_lock watchlock_lock;
+
+/* ---- client -------------------------------------------------------------- */
+
+/*
+ * Opens a client and connects once to check the server and credentials.
+ *
+ * url: NULL or "" means "redis://127.0.0.1:6379". Forms:
+ *   redis://[[user]:password@]host[:port][/db][?option=value&...]
+ *   unix:///path/to/redis.sock[?db=N&user=U&password=P&...]
+ * Options (durations are numbers with an optional unit ms, s, m, h; a bare
+ * number is seconds): connect_timeout (default 2s), command_timeout (2s),
+ * keepalive (TCP keepalive on/off: 1/0, default 1).
+ * Percent-escapes (%40 ...) are decoded in user, password and path.
+ *
+ * On success *out owns one reference to the client; give it back with
+ * watchlock_client_close(). On failure *out is NULL.
+ * Errors: EINVAL (malformed URL), ECONN, EAUTH, ESERVER, ENOMEM.
+ * Thread-safety: the returned client may be used by many threads at once.
+ */
+WATCHLOCK_API int watchlock_client_open(watchlock_client **out, const char *url);
+
+/*
+ * Closes the client and drops the caller's reference. Held locks are
+ * released best effort (one pipelined round trip); their handles become
+ * UNLOCKED and every later call on them returns ECLOSED. Threads blocked in
+ * acquire on this client return ECLOSED. No on-lost callback runs after
+ * close has begun. The watchdog and subscriber threads are joined before
+ * this returns. The memory is freed when the last lock handle of the
+ * client is freed too, so locks and client may be freed in any order.
+ * Must not be called from an on-lost callback. NULL is accepted.
+ */
+WATCHLOCK_API void watchlock_client_close(watchlock_client *client);
+
+/*
+ * Admin: reads the state of lock `name` as the server sees it, without
+ * taking it. *held is 1 when some owner holds it; *remaining_ms its lease
+ * left (-1 when held with no expiry, 0 when free); *fence the last fencing
+ * token issued for the name (0 when none is remembered). Outputs may be NULL.
+ */
+WATCHLOCK_API int watchlock_client_inspect(watchlock_client *client, const void *name,
+                                           size_t name_len, int *held, int64_t *remaining_ms,
+                                           int64_t *fence);
+
+/*
+ * Admin: deletes lock `name` whatever its owner, and wakes its waiters.
+ * *released (may be NULL) is 1 when a key was deleted, 0 when it was free.
+ * The former owner learns of the loss at its next renewal (LOST_TAKEN).
+ */
+WATCHLOCK_API int watchlock_client_force_release(watchlock_client *client, const void *name,
+                                                 size_t name_len, int *released);
+
+/*
+ * Loss events for bindings that cannot run code on the watchdog thread
+ * (Python, Lua). After watchlock_client_enable_lost_events(client, 1), every
+ * loss the watchdog detects on this client's locks is also queued (in
+ * addition to the lock's callback). watchlock_client_next_lost_event() waits
+ * up to timeout_ms (< 0 forever, 0 poll) for the next one and gives the
+ * lock's id (watchlock_lock_id()) and the reason. Returns OK, ETIMEDOUT when
+ * none came in time, ECLOSED once the client is closed (waiters are woken).
+ * Thread-safe; blocking (bindings must release their interpreter lock).
+ */
+WATCHLOCK_API int watchlock_client_enable_lost_events(watchlock_client *client, int on);
+WATCHLOCK_API int watchlock_client_next_lost_event(watchlock_client *client, int64_t timeout_ms,
+                                                   uint64_t *lock_id, int *reason);
+
+/*
+ * Counters for monitoring and benchmarks. Never blocks. -1 for an unknown
+ * `which`.
+ *   WATCHLOCK_STAT_HELD_LOCKS       locks of this client now held
+ *   WATCHLOCK_STAT_RENEW_ROUNDS     watchdog rounds that sent renewals
+ *   WATCHLOCK_STAT_RENEW_ROUNDTRIPS network round trips those rounds took
+ *                                   (one per round unless scripts had to be reloaded)
+ *   WATCHLOCK_STAT_RENEWALS         successful renewals
+ *   WATCHLOCK_STAT_WATCHDOG_CPU_US  CPU time used by the watchdog thread (us)
+ */
+enum {
+    WATCHLOCK_STAT_HELD_LOCKS = 0,
+    WATCHLOCK_STAT_RENEW_ROUNDS = 1,
+    WATCHLOCK_STAT_RENEW_ROUNDTRIPS = 2,
+    WATCHLOCK_STAT_RENEWALS = 3,
+    WATCHLOCK_STAT_WATCHDOG_CPU_US = 4
+};
+WATCHLOCK_API int64_t watchlock_client_stat(watchlock_client *client, int which);
+
+/* ---- lock ---------------------------------------------------------------- */
+
+/*
+ * Creates a lock handle for `name` (name_len bytes, 1..WATCHLOCK_MAX_NAME).
+ * The handle is the owner: it gets a random 128-bit token (getrandom). It is
+ * reentrant: acquiring a handle that is already held only increments its hold
+ * count (no round trip), from whatever thread. Two handles with the same name
+ * exclude each other, even in one thread: use one handle per thread (or task)
+ * that needs mutual exclusion.
+ * Defaults: lease 30 s, auto-renew on, renew interval lease/3, no caps.
+ * The handle holds a reference to the client. No network I/O.
+ * Errors: EINVAL, ENOMEM, ECLOSED, EFORKED.
+ */
+#define WATCHLOCK_MAX_NAME (64 * 1024)
+WATCHLOCK_API int watchlock_lock_new(watchlock_lock **out, watchlock_client *client,
+                                     const void *name, size_t name_len);
+
+/*
+ * Frees the handle. If it is held, it is released first (best effort) and
+ * its on-lost callback will not run. Not to be called concurrently with
+ * other calls on the same handle, nor from its own on-lost callback.
+ * NULL is accepted.
+ */
+WATCHLOCK_API void watchlock_lock_free(watchlock_lock *lock);
+
+/* Options. Take effect at the next acquire (lease: also at the next renewal).
+ * Thread-safe. EINVAL on out-of-range values. */
+#define WATCHLOCK_MAX_LEASE_MS (INT64_C(30) * 24 * 3600 * 1000) /* 30 days */
+/* lease_ms: 1..WATCHLOCK_MAX_LEASE_MS, default 30000. */
+WATCHLOCK_API int watchlock_lock_set_lease(watchlock_lock *lock, int64_t lease_ms);
+/* on: 1 = the watchdog renews while held (default), 0 = the lease just runs. */
+WATCHLOCK_API int watchlock_lock_set_auto_renew(watchlock_lock *lock, int on);
+/* interval_ms: 0 = lease/3 (default); else 1..lease-1. */
+WATCHLOCK_API int watchlock_lock_set_renew_interval(watchlock_lock *lock, int64_t interval_ms);
+/* max: 0 = unlimited (default); else renewals stop after that many and the
+ * lock runs out (LOST_MAX_RENEWALS). */
+WATCHLOCK_API int watchlock_lock_set_max_renewals(watchlock_lock *lock, int64_t max);
+/* max_hold_ms: 0 = unlimited (default); else the lease is never renewed past
+ * acquire + max_hold_ms, and the lock then runs out (LOST_MAX_HOLD). */
+WATCHLOCK_API int watchlock_lock_set_max_hold(watchlock_lock *lock, int64_t max_hold_ms);
+
+/*
+ * on_lost(lock, reason, userdata) runs on the client's watchdog thread when
+ * the watchdog finds the lock lost (reasons above). It runs with no library
+ * mutex held: it may call watchlock_lock_release()/state()/... on any lock,
+ * but must not free this lock or close the client, and should return
+ * quickly (renewals of other locks wait for it). fn NULL removes it.
+ */
+typedef void (*watchlock_lost_fn)(watchlock_lock *lock, int reason, void *userdata);
+WATCHLOCK_API int watchlock_lock_set_on_lost(watchlock_lock *lock, watchlock_lost_fn fn,
+                                             void *userdata);
+
+/*
+ * Acquires the lock. wait_ms: 0 = try once, < 0 = wait forever, > 0 = wait
+ * up to that many milliseconds. Waiting is woken by the holder's release
+ * (pub/sub) and never sleeps longer than the holder's remaining lease.
+ * On a held handle: increments the hold count, no round trip.
+ * On a LOST handle: starts a fresh hold (the hold count restarts at 1).
+ * Errors: ETIMEDOUT (not acquired in time), ECONN, EAUTH, ESERVER (e.g. the
+ * key holds a non-string value), ECLOSED, EFORKED, EINVAL.
+ * Blocking. Thread-safe.
+ */
+WATCHLOCK_API int watchlock_lock_acquire(watchlock_lock *lock, int64_t wait_ms);
+
+/*
+ * Releases one hold. When the count reaches 0 the key is deleted (only if it
+ * still holds this handle's token) and waiters are woken.
+ * Errors: ENOTOWNER (not held by this handle: never acquired, already
+ * released, or LOST - in which case the handle becomes UNLOCKED once its
+ * hold count reaches 0), ECONN (the hold is dropped locally and the key
+ * runs out by its lease), ECLOSED, EFORKED. May be called from any thread.
+ */
+WATCHLOCK_API int watchlock_lock_release(watchlock_lock *lock);
+
+/*
+ * Sets the lease of a held lock to lease_ms from now (never adds to what is
+ * left); lease_ms 0 uses the handle's lease, > 0 also becomes the handle's
+ * lease for later renewals. ENOTOWNER when not held or found lost (the
+ * handle then becomes LOST).
+ */
+WATCHLOCK_API int watchlock_lock_extend(watchlock_lock *lock, int64_t lease_ms);
+
+/* WATCHLOCK_UNLOCKED, _HELD or _LOST. Never blocks (no I/O). A NULL or
+ * forked handle reads as UNLOCKED. */
+WATCHLOCK_API int watchlock_lock_state(const watchlock_lock *lock);
+/* Reason of the last loss (WATCHLOCK_LOST_*), NONE when not LOST. */
+WATCHLOCK_API int watchlock_lock_lost_reason(const watchlock_lock *lock);
+/* Milliseconds of validity left by the local deadline (conservative: the
+ * server's TTL is at least this much), 0 when not HELD. No I/O. */
+WATCHLOCK_API int64_t watchlock_lock_remaining_ms(const watchlock_lock *lock);
+/* Fencing token of the current (or last) hold, 0 before the first acquire.
+ * Strictly increasing per name across all holders. */
+WATCHLOCK_API int64_t watchlock_lock_fencing_token(const watchlock_lock *lock);
+/* Current hold count (0 when not held). */
+WATCHLOCK_API int64_t watchlock_lock_hold_count(const watchlock_lock *lock);
+/* Number of successful watchdog renewals in the current hold. */
+WATCHLOCK_API int64_t watchlock_lock_renewals(const watchlock_lock *lock);
+/* The handle's name; *len (may be NULL) gets its length. Borrowed: valid
+ * while the handle lives. The bytes are followed by a NUL for convenience. */
+WATCHLOCK_API const char *watchlock_lock_name(const watchlock_lock *lock, size_t *len);
+/* Id unique among this process's lock handles (for lost events). */
+WATCHLOCK_API uint64_t watchlock_lock_id(const watchlock_lock *lock);
+
+/* ---- helpers --------------------------------------------------------------- */
+
+/*
+ * Parses a duration such as "500ms", "30s", "1.5s", "5m", "1h" or "10" (bare
+ * number = seconds) into milliseconds. Rejects negatives, garbage, trailing
+ * text and values above WATCHLOCK_MAX_LEASE_MS (EINVAL).
+ */
+WATCHLOCK_API int watchlock_parse_duration(int64_t *out_ms, const char *text);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WATCHLOCK_H */
