@@ -1,0 +1,295 @@
+/*
+ * client.c - opening and closing clients, reference counting, admin calls,
+ * lost events and stats.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int wl_check_client(const watchlock_client *c)
+{
+    if (c == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "client is NULL");
+    if (c->fork_gen != wl_fork_generation())
+        return wl_fail(WATCHLOCK_EFORKED, "client was opened by the parent process before fork(); open a new one");
+    if (atomic_load(&c->closed))
+        return wl_fail(WATCHLOCK_ECLOSED, "client is closed");
+    return WATCHLOCK_OK;
+}
+
+static void client_free(watchlock_client *c)
+{
+    wl_subscriber_free(c->sub);
+    wl_server_destroy(&c->server);
+    while (c->ev_head) {
+        wl_lost_event *e = c->ev_head;
+        c->ev_head = e->next;
+        free(e);
+    }
+    free(c->heap);
+    pthread_cond_destroy(&c->wd_cond);
+    pthread_cond_destroy(&c->ev_cond);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+void wl_client_unref(watchlock_client *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1)
+        client_free(c);
+}
+
+/* Checks the server once: reachable, credentials good, scripts runnable. */
+static int check_server(watchlock_client *c)
+{
+    redisContext *ctx;
+    bool reused;
+    int rc = wl_server_get(&c->server, &ctx, &reused);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    redisReply *r = redisCommand(ctx, "PING");
+    rc = r == NULL ? wl_conn_error(&c->server, ctx, "PING failed") : wl_reply_error(&c->server, r, "PING failed");
+    if (r != NULL)
+        freeReplyObject(r);
+    wl_server_put(&c->server, ctx);
+    return rc;
+}
+
+int watchlock_client_open(watchlock_client **out, const char *url)
+{
+    if (out == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
+    *out = NULL;
+    wl_scripts_init();
+    watchlock_client *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    int rc = wl_server_init(&c->server, url);
+    if (rc != WATCHLOCK_OK) {
+        free(c);
+        return rc;
+    }
+    if (pthread_mutex_init(&c->mu, NULL) != 0 || wl_cond_init(&c->wd_cond) != 0 || wl_cond_init(&c->ev_cond) != 0) {
+        wl_server_destroy(&c->server);
+        free(c);
+        return wl_fail(WATCHLOCK_EINTERNAL, "cannot initialise mutexes");
+    }
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->closed, false);
+    atomic_init(&c->wd_cpu_us, 0);
+    c->fork_gen = wl_fork_generation();
+    c->sub = wl_subscriber_new(&c->server);
+    if (c->sub == NULL) {
+        client_free(c);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    if ((rc = check_server(c)) != WATCHLOCK_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+        client_free(c);
+        return wl_fail(rc, "%s", msg);
+    }
+    *out = c;
+    return WATCHLOCK_OK;
+}
+
+void watchlock_client_close(watchlock_client *c)
+{
+    if (c == NULL || c->fork_gen != wl_fork_generation())
+        return; /* forked child: leak rather than touch the parent's state */
+    if (atomic_exchange(&c->closed, true))
+        return;
+
+    /* Take every held lock out of the watchdog's hands. */
+    enum { MAX_BATCH = 256 };
+    pthread_mutex_lock(&c->mu);
+    c->wd_stop = true;
+    pthread_cond_broadcast(&c->wd_cond);
+    pthread_cond_broadcast(&c->ev_cond);
+    size_t n = 0;
+    for (watchlock_lock *l = c->locks; l; l = l->next)
+        if (l->state == WATCHLOCK_HELD)
+            n++;
+    watchlock_lock **held = n ? calloc(n, sizeof *held) : NULL;
+    size_t k = 0;
+    for (watchlock_lock *l = c->locks; l; l = l->next) {
+        if (l->state != WATCHLOCK_UNLOCKED) {
+            if (held && l->state == WATCHLOCK_HELD && k < n) {
+                atomic_fetch_add(&l->refs, 1);
+                held[k++] = l;
+            }
+            wl_watchdog_unschedule(c, l);
+            l->state = WATCHLOCK_UNLOCKED;
+            l->hold_count = 0;
+            l->hold_gen++;
+        }
+    }
+    c->held = 0;
+    pthread_mutex_unlock(&c->mu);
+
+    wl_watchdog_stop(c);
+    wl_subscriber_stop(c->sub);
+
+    /* Release what was held, best effort, pipelined. */
+    redisContext *ctx = NULL;
+    if (k > 0 && wl_server_connect(&c->server, 0, &ctx) == WATCHLOCK_OK) {
+        for (size_t i = 0; i < k; i++) {
+            const char *argv[3] = {held[i]->keys.lock, held[i]->token, held[i]->keys.channel};
+            size_t lens[3] = {held[i]->keys.lock_len, 32, held[i]->keys.channel_len};
+            wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, argv, lens);
+        }
+        for (size_t i = 0; i < k; i++) {
+            void *reply = NULL;
+            if (redisGetReply(ctx, &reply) != REDIS_OK)
+                break;
+            freeReplyObject(reply);
+        }
+        redisFree(ctx);
+    }
+    for (size_t i = 0; i < k; i++)
+        wl_lock_unref(held[i]);
+    free(held);
+    wl_server_close(&c->server);
+    wl_client_unref(c);
+}
+
+int wl_check_name(const void *name, size_t len)
+{
+    if (name == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "lock name is NULL");
+    if (len == 0)
+        return wl_fail(WATCHLOCK_EINVAL, "lock name is empty");
+    if (len > WATCHLOCK_MAX_NAME)
+        return wl_fail(WATCHLOCK_EINVAL, "lock name is %zu bytes, more than the limit of %d", len,
+                       WATCHLOCK_MAX_NAME);
+    return WATCHLOCK_OK;
+}
+
+int64_t wl_reply_i64(const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return 0;
+}
+
+int watchlock_client_inspect(watchlock_client *c, const void *name, size_t name_len, int *held,
+                             int64_t *remaining_ms, int64_t *fence)
+{
+    int rc = wl_check_client(c);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_check_name(name, name_len);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    wl_keys keys;
+    if ((rc = wl_keys_make(&keys, name, name_len)) != WATCHLOCK_OK)
+        return rc;
+    const char *argv[2] = {keys.lock, keys.fence};
+    size_t lens[2] = {keys.lock_len, keys.fence_len};
+    redisReply *r;
+    rc = wl_run_script(&c->server, WL_SCRIPT_INSPECT, 2, 0, argv, lens, &r, "inspect failed");
+    wl_keys_clear(&keys);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+        freeReplyObject(r);
+        return wl_fail(WATCHLOCK_ESERVER, "inspect: unexpected reply from server");
+    }
+    int exists = wl_reply_i64(r->element[0]) > 0;
+    int64_t pttl = wl_reply_i64(r->element[1]);
+    if (held)
+        *held = exists;
+    if (remaining_ms)
+        *remaining_ms = !exists ? 0 : pttl < 0 ? -1 : pttl;
+    if (fence)
+        *fence = wl_reply_i64(r->element[2]);
+    freeReplyObject(r);
+    return WATCHLOCK_OK;
+}
+
+int watchlock_client_force_release(watchlock_client *c, const void *name, size_t name_len, int *released)
+{
+    int rc = wl_check_client(c);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_check_name(name, name_len);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    wl_keys keys;
+    if ((rc = wl_keys_make(&keys, name, name_len)) != WATCHLOCK_OK)
+        return rc;
+    const char *argv[2] = {keys.lock, keys.channel};
+    size_t lens[2] = {keys.lock_len, keys.channel_len};
+    redisReply *r;
+    rc = wl_run_script(&c->server, WL_SCRIPT_FORCE_RELEASE, 1, 1, argv, lens, &r, "force release failed");
+    wl_keys_clear(&keys);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (released)
+        *released = wl_reply_i64(r) > 0;
+    freeReplyObject(r);
+    return WATCHLOCK_OK;
+}
+
+int watchlock_client_enable_lost_events(watchlock_client *c, int on)
+{
+    int rc = wl_check_client(c);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    c->events_on = on != 0;
+    pthread_mutex_unlock(&c->mu);
+    return WATCHLOCK_OK;
+}
+
+int watchlock_client_next_lost_event(watchlock_client *c, int64_t timeout_ms, uint64_t *lock_id, int *reason)
+{
+    if (c == NULL || lock_id == NULL || reason == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "NULL argument");
+    if (c->fork_gen != wl_fork_generation())
+        return wl_fail(WATCHLOCK_EFORKED, "client was opened by the parent process before fork()");
+    atomic_fetch_add(&c->refs, 1); /* stay alive while waiting, even across close */
+    int64_t until = timeout_ms < 0 ? -1 : wl_now_us() + timeout_ms * 1000;
+    pthread_mutex_lock(&c->mu);
+    while (c->ev_head == NULL && !atomic_load(&c->closed) && (until < 0 || wl_now_us() < until))
+        wl_cond_wait_until(&c->ev_cond, &c->mu, until);
+    int rc;
+    wl_lost_event *e = c->ev_head;
+    if (e != NULL) {
+        c->ev_head = e->next;
+        if (c->ev_head == NULL)
+            c->ev_tail = NULL;
+        *lock_id = e->lock_id;
+        *reason = e->reason;
+        rc = WATCHLOCK_OK;
+    } else if (atomic_load(&c->closed)) {
+        rc = wl_fail(WATCHLOCK_ECLOSED, "client is closed");
+    } else {
+        rc = wl_fail(WATCHLOCK_ETIMEDOUT, "no lost event within %lld ms", (long long)timeout_ms);
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(e);
+    wl_client_unref(c);
+    return rc;
+}
+
+int64_t watchlock_client_stat(watchlock_client *c, int which)
+{
+    if (c == NULL || c->fork_gen != wl_fork_generation())
+        return -1;
+    int64_t v = -1;
+    if (which == WATCHLOCK_STAT_WATCHDOG_CPU_US)
+        return atomic_load(&c->wd_cpu_us);
+    pthread_mutex_lock(&c->mu);
+    switch (which) {
+    case WATCHLOCK_STAT_HELD_LOCKS: v = c->held; break;
+    case WATCHLOCK_STAT_RENEW_ROUNDS: v = c->renew_rounds; break;
+    case WATCHLOCK_STAT_RENEW_ROUNDTRIPS: v = c->renew_roundtrips; break;
+    case WATCHLOCK_STAT_RENEWALS: v = c->renewals; break;
+    default: break;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return v;
+}

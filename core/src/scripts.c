@@ -1,0 +1,149 @@
+/*
+ * scripts.c - the Lua scripts behind every state change, and their SHA1s.
+ *
+ * Each script touches one name's keys only (one hash tag, one slot), checks
+ * the owner token where it must, and never writes before a command that
+ * could fail (Redis does not roll back a script that errors halfway).
+ * Fencing tokens are kept as decimal strings: max(counter + 1, server time in
+ * microseconds), so they keep increasing after the counter key expires.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* KEYS: lock, fence. ARGV: token, lease ms, fence ttl ms.
+ * -> {1, fence} acquired (or already ours), {0, pttl} held by someone else. */
+static const char acquire_lua[] =
+    "local c = redis.call('GET', KEYS[2])\n"
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+    "  local t = redis.call('TIME')\n"
+    "  local n = (tonumber(c) or 0) + 1\n"
+    "  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "  if now > n then n = now end\n"
+    "  local s = string.format('%.0f', n)\n"
+    "  redis.call('SET', KEYS[2], s, 'PX', ARGV[3])\n"
+    "  return {1, s}\n"
+    "end\n"
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "  return {1, c or '0'}\n"
+    "end\n"
+    "return {0, redis.call('PTTL', KEYS[1])}\n";
+
+/* KEYS: lock. ARGV: token, channel. -> 1 released, 0 not owner. */
+static const char release_lua[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  redis.call('PUBLISH', ARGV[2], '')\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
+
+/* KEYS: lock. ARGV: token, lease ms. Sets (never adds) the lease.
+ * -> 1 renewed, 0 not owner. */
+static const char renew_lua[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
+
+/* KEYS: lock. ARGV: channel. -> number of keys deleted; wakes waiters. */
+static const char force_release_lua[] =
+    "local n = redis.call('DEL', KEYS[1])\n"
+    "redis.call('PUBLISH', ARGV[1], '')\n"
+    "return n\n";
+
+/* KEYS: lock, fence. -> {exists, pttl, fence}. */
+static const char inspect_lua[] =
+    "local f = redis.call('GET', KEYS[2]) or '0'\n"
+    "return {redis.call('EXISTS', KEYS[1]), redis.call('PTTL', KEYS[1]), f}\n";
+
+wl_script wl_scripts[WL_SCRIPT_COUNT] = {
+    [WL_SCRIPT_ACQUIRE] = {acquire_lua, ""},
+    [WL_SCRIPT_RELEASE] = {release_lua, ""},
+    [WL_SCRIPT_RENEW] = {renew_lua, ""},
+    [WL_SCRIPT_FORCE_RELEASE] = {force_release_lua, ""},
+    [WL_SCRIPT_INSPECT] = {inspect_lua, ""},
+};
+
+/* SHA1 (FIPS 180-4), only for naming our scripts the way EVALSHA does. */
+static uint32_t rol(uint32_t v, int n)
+{
+    return (v << n) | (v >> (32 - n));
+}
+
+static void sha1_block(uint32_t h[5], const unsigned char *p)
+{
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
+               (uint32_t)p[4 * i + 3];
+    for (int i = 16; i < 80; i++)
+        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20) {
+            f = (b & c) | (~b & d);
+            k = 0x5A827999;
+        } else if (i < 40) {
+            f = b ^ c ^ d;
+            k = 0x6ED9EBA1;
+        } else if (i < 60) {
+            f = (b & c) | (b & d) | (c & d);
+            k = 0x8F1BBCDC;
+        } else {
+            f = b ^ c ^ d;
+            k = 0xCA62C1D6;
+        }
+        uint32_t t = rol(a, 5) + f + e + k + w[i];
+        e = d;
+        d = c;
+        c = rol(b, 30);
+        b = a;
+        a = t;
+    }
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+}
+
+static void sha1_hex(const char *data, char out[41])
+{
+    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
+    size_t len = strlen(data), i = 0;
+    unsigned char block[64];
+    for (; i + 64 <= len; i += 64)
+        sha1_block(h, (const unsigned char *)data + i);
+    size_t rest = len - i;
+    memset(block, 0, sizeof block);
+    memcpy(block, data + i, rest);
+    block[rest] = 0x80;
+    if (rest >= 56) {
+        sha1_block(h, block);
+        memset(block, 0, sizeof block);
+    }
+    uint64_t bits = (uint64_t)len * 8;
+    for (int j = 0; j < 8; j++)
+        block[63 - j] = (unsigned char)(bits >> (8 * j));
+    sha1_block(h, block);
+    for (int j = 0; j < 5; j++)
+        snprintf(out + 8 * j, 9, "%08x", (unsigned)h[j]);
+}
+
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+
+static void compute_shas(void)
+{
+    for (int i = 0; i < WL_SCRIPT_COUNT; i++)
+        sha1_hex(wl_scripts[i].body, wl_scripts[i].sha);
+}
+
+void wl_scripts_init(void)
+{
+    pthread_once(&scripts_once, compute_shas);
+}

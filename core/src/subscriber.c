@@ -1,0 +1,341 @@
+/*
+ * subscriber.c - one pub/sub connection per client that wakes waiters when a
+ * lock is released.
+ *
+ * Waiters join a channel entry (a reference count), wait for the
+ * subscription to be confirmed, then remember the entry's generation before
+ * each acquire attempt and sleep until the generation moves (a release
+ * message arrived) or their bound runs out. Any message after the attempt
+ * therefore wakes them: no lost wake-ups.
+ *
+ * The subscriber thread owns the connection. It polls the socket and an
+ * eventfd that joiners poke; it sends SUBSCRIBE for new entries and
+ * UNSUBSCRIBE for entries nobody used for LINGER_US (so a busy name does not
+ * re-subscribe for every wait). When the connection fails every waiter is
+ * woken (generation bump) and `live` turns false, so waiters fall back to
+ * short polls bounded by the holder's lease until the thread reconnects and
+ * resubscribes.
+ *
+ * Locking: sub->mu guards the entries and flags. The thread holds it while
+ * handling replies and queueing commands; socket writes of these small
+ * commands happen under it too, reads only after poll() said readable.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define LINGER_US 2000000
+#define RECONNECT_DELAY_US 200000
+
+struct wl_sub_entry {
+    char *channel;
+    size_t len;
+    int refs;
+    uint64_t gen;
+    bool subscribed; /* confirmed by the server */
+    bool requested;  /* SUBSCRIBE sent on the current connection */
+    int64_t idle_since;
+    pthread_cond_t cond;
+    wl_sub_entry *next;
+};
+
+struct wl_subscriber {
+    wl_server *server;
+    pthread_mutex_t mu;
+    pthread_t thread;
+    bool started, stop;
+    bool live;   /* connected and able to deliver wake-ups */
+    bool failed; /* the last connection attempt failed */
+    int efd;
+    wl_sub_entry *entries;
+    redisContext *ctx; /* thread only */
+};
+
+wl_subscriber *wl_subscriber_new(wl_server *srv)
+{
+    wl_subscriber *sub = calloc(1, sizeof *sub);
+    if (sub == NULL)
+        return NULL;
+    sub->server = srv;
+    sub->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (sub->efd < 0 || pthread_mutex_init(&sub->mu, NULL) != 0) {
+        if (sub->efd >= 0)
+            close(sub->efd);
+        free(sub);
+        return NULL;
+    }
+    return sub;
+}
+
+static void poke(wl_subscriber *sub)
+{
+    uint64_t one = 1;
+    ssize_t n = write(sub->efd, &one, sizeof one);
+    WL_UNUSED(n);
+}
+
+static void wake_all(wl_subscriber *sub)
+{
+    for (wl_sub_entry *e = sub->entries; e; e = e->next) {
+        e->gen++;
+        pthread_cond_broadcast(&e->cond);
+    }
+}
+
+static void free_entry(wl_sub_entry *e)
+{
+    pthread_cond_destroy(&e->cond);
+    free(e->channel);
+    free(e);
+}
+
+/* With mu held: drop the connection and tell every waiter. */
+static void drop_connection(wl_subscriber *sub)
+{
+    if (sub->ctx) {
+        redisFree(sub->ctx);
+        sub->ctx = NULL;
+    }
+    sub->live = false;
+    for (wl_sub_entry *e = sub->entries; e; e = e->next)
+        e->subscribed = e->requested = false;
+    wake_all(sub);
+}
+
+static void send_command(wl_subscriber *sub, const char *cmd, wl_sub_entry *e)
+{
+    const char *argv[2] = {cmd, e->channel};
+    size_t lens[2] = {strlen(cmd), e->len};
+    redisAppendCommandArgv(sub->ctx, 2, argv, lens);
+}
+
+/* With mu held: queue SUBSCRIBE/UNSUBSCRIBE as the entries require. */
+static void sync_subscriptions(wl_subscriber *sub, int64_t now)
+{
+    wl_sub_entry **pp = &sub->entries;
+    while (*pp) {
+        wl_sub_entry *e = *pp;
+        if (e->refs > 0 && !e->requested) {
+            send_command(sub, "SUBSCRIBE", e);
+            e->requested = true;
+        } else if (e->refs == 0 && now - e->idle_since > LINGER_US) {
+            if (e->requested)
+                send_command(sub, "UNSUBSCRIBE", e);
+            *pp = e->next;
+            free_entry(e);
+            continue;
+        }
+        pp = &e->next;
+    }
+}
+
+static wl_sub_entry *find_entry(wl_subscriber *sub, const char *ch, size_t len)
+{
+    for (wl_sub_entry *e = sub->entries; e; e = e->next)
+        if (e->len == len && memcmp(e->channel, ch, len) == 0)
+            return e;
+    return NULL;
+}
+
+/* With mu held: one reply from the server. */
+static void handle_reply(wl_subscriber *sub, redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    const char *kind = r->element[0]->str;
+    wl_sub_entry *e = find_entry(sub, r->element[1]->str, r->element[1]->len);
+    if (e == NULL)
+        return;
+    if (strcmp(kind, "message") == 0) {
+        e->gen++;
+        pthread_cond_broadcast(&e->cond);
+    } else if (strcmp(kind, "subscribe") == 0) {
+        e->subscribed = true;
+        pthread_cond_broadcast(&e->cond);
+    }
+}
+
+static int flush_output(redisContext *ctx)
+{
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(ctx, &done) != REDIS_OK)
+            return -1;
+    return 0;
+}
+
+static void *subscriber_main(void *arg)
+{
+    wl_subscriber *sub = arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_setname_np(pthread_self(), "watchlock-sub");
+
+    pthread_mutex_lock(&sub->mu);
+    while (!sub->stop) {
+        if (sub->ctx == NULL) {
+            pthread_mutex_unlock(&sub->mu);
+            redisContext *ctx = NULL;
+            int rc = wl_server_connect(sub->server, 0, &ctx);
+            pthread_mutex_lock(&sub->mu);
+            if (rc != WATCHLOCK_OK) {
+                sub->failed = true;
+                wake_all(sub);
+                pthread_mutex_unlock(&sub->mu);
+                struct pollfd pf = {sub->efd, POLLIN, 0};
+                poll(&pf, 1, RECONNECT_DELAY_US / 1000);
+                pthread_mutex_lock(&sub->mu);
+                continue;
+            }
+            sub->ctx = ctx;
+            sub->failed = false;
+            sub->live = true;
+        }
+        int64_t now = wl_now_us();
+        sync_subscriptions(sub, now);
+        if (flush_output(sub->ctx) != 0) {
+            drop_connection(sub);
+            continue;
+        }
+        int fd = sub->ctx->fd;
+        pthread_mutex_unlock(&sub->mu);
+
+        struct pollfd pf[2] = {{fd, POLLIN, 0}, {sub->efd, POLLIN, 0}};
+        int n = poll(pf, 2, LINGER_US / 1000);
+        if (pf[1].revents & POLLIN) {
+            uint64_t v;
+            ssize_t r = read(sub->efd, &v, sizeof v);
+            WL_UNUSED(r);
+        }
+        pthread_mutex_lock(&sub->mu);
+        if (n > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) && sub->ctx != NULL) {
+            if (redisBufferRead(sub->ctx) != REDIS_OK) {
+                drop_connection(sub);
+                continue;
+            }
+            void *reply;
+            while (redisGetReplyFromReader(sub->ctx, &reply) == REDIS_OK && reply != NULL) {
+                handle_reply(sub, reply);
+                freeReplyObject(reply);
+            }
+            if (sub->ctx->err) {
+                drop_connection(sub);
+                continue;
+            }
+        }
+    }
+    if (sub->ctx) {
+        redisFree(sub->ctx);
+        sub->ctx = NULL;
+    }
+    sub->live = false;
+    wake_all(sub);
+    pthread_mutex_unlock(&sub->mu);
+    return NULL;
+}
+
+void wl_subscriber_stop(wl_subscriber *sub)
+{
+    if (sub == NULL)
+        return;
+    pthread_mutex_lock(&sub->mu);
+    bool started = sub->started;
+    sub->stop = true;
+    wake_all(sub);
+    pthread_mutex_unlock(&sub->mu);
+    poke(sub);
+    if (started)
+        pthread_join(sub->thread, NULL);
+    pthread_mutex_lock(&sub->mu);
+    sub->started = false;
+    pthread_mutex_unlock(&sub->mu);
+}
+
+void wl_subscriber_free(wl_subscriber *sub)
+{
+    if (sub == NULL)
+        return;
+    wl_subscriber_stop(sub);
+    while (sub->entries) {
+        wl_sub_entry *e = sub->entries;
+        sub->entries = e->next;
+        free_entry(e);
+    }
+    close(sub->efd);
+    pthread_mutex_destroy(&sub->mu);
+    free(sub);
+}
+
+int wl_sub_join(wl_subscriber *sub, const char *channel, size_t len, wl_sub_entry **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&sub->mu);
+    if (sub->stop) {
+        pthread_mutex_unlock(&sub->mu);
+        return wl_fail(WATCHLOCK_ECLOSED, "client closed");
+    }
+    if (!sub->started) {
+        if (pthread_create(&sub->thread, NULL, subscriber_main, sub) != 0) {
+            pthread_mutex_unlock(&sub->mu);
+            return wl_fail(WATCHLOCK_EINTERNAL, "cannot start the subscriber thread");
+        }
+        sub->started = true;
+    }
+    wl_sub_entry *e = find_entry(sub, channel, len);
+    if (e == NULL) {
+        e = calloc(1, sizeof *e);
+        if (e == NULL || (e->channel = malloc(len)) == NULL || wl_cond_init(&e->cond) != 0) {
+            if (e)
+                free(e->channel);
+            free(e);
+            pthread_mutex_unlock(&sub->mu);
+            return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+        }
+        memcpy(e->channel, channel, len);
+        e->len = len;
+        e->next = sub->entries;
+        sub->entries = e;
+    }
+    bool need_poke = e->refs == 0 && !e->requested;
+    e->refs++;
+    pthread_mutex_unlock(&sub->mu);
+    if (need_poke)
+        poke(sub);
+    *out = e;
+    return WATCHLOCK_OK;
+}
+
+void wl_sub_leave(wl_subscriber *sub, wl_sub_entry *entry)
+{
+    pthread_mutex_lock(&sub->mu);
+    if (--entry->refs == 0)
+        entry->idle_since = wl_now_us();
+    pthread_mutex_unlock(&sub->mu);
+}
+
+uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bool *live)
+{
+    pthread_mutex_lock(&sub->mu);
+    while (!entry->subscribed && !sub->failed && !sub->stop && (at_us < 0 || wl_now_us() < at_us))
+        wl_cond_wait_until(&entry->cond, &sub->mu, at_us);
+    *live = entry->subscribed && sub->live;
+    uint64_t gen = entry->gen;
+    pthread_mutex_unlock(&sub->mu);
+    return gen;
+}
+
+void wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t at_us)
+{
+    pthread_mutex_lock(&sub->mu);
+    while (entry->gen == gen && !sub->stop && (at_us < 0 || wl_now_us() < at_us))
+        wl_cond_wait_until(&entry->cond, &sub->mu, at_us);
+    pthread_mutex_unlock(&sub->mu);
+}

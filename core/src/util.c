@@ -1,0 +1,146 @@
+/* util.c - clocks, condition variables, randomness, fork generation, durations. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+int64_t wl_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void wl_timespec_at(struct timespec *ts, int64_t at_us)
+{
+    ts->tv_sec = (time_t)(at_us / 1000000);
+    ts->tv_nsec = (long)(at_us % 1000000) * 1000;
+}
+
+int wl_cond_init(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return -1;
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+    return rc == 0 ? 0 : -1;
+}
+
+void wl_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t at_us)
+{
+    if (at_us < 0) {
+        pthread_cond_wait(cond, mu);
+        return;
+    }
+    struct timespec ts;
+    wl_timespec_at(&ts, at_us);
+    pthread_cond_timedwait(cond, mu, &ts);
+}
+
+int wl_random_bytes(void *buf, size_t len)
+{
+    unsigned char *p = buf;
+    while (len > 0) {
+        ssize_t n = getrandom(p, len, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static atomic_uint fork_generation;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    atomic_fetch_add(&fork_generation, 1);
+}
+
+static void install_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+unsigned wl_fork_generation(void)
+{
+    pthread_once(&fork_once, install_fork_handler);
+    return atomic_load(&fork_generation);
+}
+
+void wl_quote_name(char *out, size_t out_size, const void *name, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = name;
+    size_t o = 0;
+    if (out_size < 8)
+        return;
+    out[o++] = '\'';
+    for (size_t i = 0; i < len; i++) {
+        if (o + 6 >= out_size) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        unsigned char ch = p[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\\' && ch != '\'') {
+            out[o++] = (char)ch;
+        } else {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+        }
+    }
+    out[o++] = '\'';
+    out[o] = '\0';
+}
+
+int64_t wl_drift_us(int64_t lease_ms)
+{
+    return lease_ms * 10 + 2000;
+}
+
+int watchlock_parse_duration(int64_t *out_ms, const char *text)
+{
+    if (out_ms == NULL || text == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "duration: NULL argument");
+    *out_ms = 0;
+    const char *p = text;
+    if (!isdigit((unsigned char)*p) && *p != '.')
+        return wl_fail(WATCHLOCK_EINVAL, "bad duration '%.64s': expected a number such as 500ms, 30s, 5m, 1h",
+                       text);
+    errno = 0;
+    char *end;
+    double value = strtod(p, &end);
+    if (end == p || errno != 0 || !isfinite(value) || value < 0)
+        return wl_fail(WATCHLOCK_EINVAL, "bad duration '%.64s'", text);
+    double scale;
+    if (strcmp(end, "ms") == 0)
+        scale = 1;
+    else if (strcmp(end, "s") == 0 || *end == '\0')
+        scale = 1000;
+    else if (strcmp(end, "m") == 0)
+        scale = 60000;
+    else if (strcmp(end, "h") == 0)
+        scale = 3600000;
+    else
+        return wl_fail(WATCHLOCK_EINVAL, "bad duration '%.64s': unit must be ms, s, m or h", text);
+    double ms = value * scale;
+    if (ms > (double)WATCHLOCK_MAX_LEASE_MS)
+        return wl_fail(WATCHLOCK_EINVAL, "duration '%.64s' is too long (at most 30 days)", text);
+    *out_ms = (int64_t)llround(ms);
+    return WATCHLOCK_OK;
+}
