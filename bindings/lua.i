@@ -1,0 +1,178 @@
+/*
+ * lua.i - Lua typemaps for watchlock.i (module watchlock_core).
+ *
+ * The generated module is private: lua/watchlock.lua builds the user-facing
+ * API over it. What this file decides:
+ *
+ *  - Names lose their watchlock_ prefix (core.lock_acquire, core.client_open).
+ *  - Lock names are (pointer, length) taken from a Lua string, so they are
+ *    binary-safe (NUL bytes included); numbers are refused, not coerced.
+ *  - Output pointers (watchlock_client **out, int64_t *fence, ...) become
+ *    extra results after the status code: `status, client = core.client_open(url)`.
+ *  - int64_t/uint64_t are Lua integers on 5.3+ (lua_pushinteger); LuaJIT has
+ *    only doubles, which hold every value the library produces exactly
+ *    (fencing tokens are microsecond timestamps, far below 2^53).
+ *  - Handles are SWIG userdata that own their C object: the garbage collector
+ *    calls watchlock_client_close / watchlock_lock_free. client_close and
+ *    lock_free take ownership away from the userdata and clear its pointer, so
+ *    an explicit close is never followed by a second one from the collector,
+ *    and a closed handle reads as NULL (the library answers EINVAL), never as
+ *    a dangling pointer. A lock holds a counted reference to its client in C,
+ *    so the collector may free them in any order.
+ *  - watchlock_lock_set_on_lost is not wrapped: the watchdog thread must never
+ *    call into a lua_State. Loss is observed from Lua with lock_state().
+ */
+
+%rename("%(strip:[watchlock_])s") "";
+
+%{
+#include <string.h>
+
+static void wl_lua_push_i64(lua_State *L, int64_t v)
+{
+#if LUA_VERSION_NUM >= 503
+    lua_pushinteger(L, (lua_Integer)v);
+#else
+    lua_pushnumber(L, (lua_Number)v);
+#endif
+}
+
+/* Reads an integer argument; 0 on success, -1 (message pushed) otherwise. */
+static int wl_lua_to_i64(lua_State *L, int idx, const char *fn, int argnum, int64_t *out)
+{
+    if (lua_type(L, idx) != LUA_TNUMBER) {
+        SWIG_Lua_pushferrstring(L, "%s: argument %d must be an integer, got %s", fn, argnum,
+                                luaL_typename(L, idx));
+        return -1;
+    }
+#if LUA_VERSION_NUM >= 503
+    {
+        int isnum = 0;
+        lua_Integer v = lua_tointegerx(L, idx, &isnum);
+        if (!isnum) {
+            SWIG_Lua_pushferrstring(L, "%s: argument %d must be an integer, got %f", fn,
+                                    argnum, (double)lua_tonumber(L, idx));
+            return -1;
+        }
+        *out = (int64_t)v;
+    }
+#else
+    {
+        lua_Number v = lua_tonumber(L, idx);
+        /* 9.2e18 < 2^63: the range check keeps the cast defined. */
+        if (!(v > -9.2e18 && v < 9.2e18) || (lua_Number)(int64_t)v != v) {
+            SWIG_Lua_pushferrstring(L, "%s: argument %d must be an integer, got %f", fn,
+                                    argnum, (double)v);
+            return -1;
+        }
+        *out = (int64_t)v;
+    }
+#endif
+    return 0;
+}
+%}
+
+/* ---- handles: owned userdata freed by the collector ---------------------- */
+
+%nodefaultctor watchlock_client;
+%nodefaultdtor watchlock_client;
+%nodefaultctor watchlock_lock;
+%nodefaultdtor watchlock_lock;
+struct watchlock_client {};
+struct watchlock_lock {};
+%extend watchlock_client {
+    ~watchlock_client() { watchlock_client_close($self); }
+}
+%extend watchlock_lock {
+    ~watchlock_lock() { watchlock_lock_free($self); }
+}
+
+%typemap(in, numinputs=0) watchlock_client **out (watchlock_client *tmp = NULL),
+                          watchlock_lock **out (watchlock_lock *tmp = NULL)
+    %{ $1 = &tmp; %}
+%typemap(argout) watchlock_client **out, watchlock_lock **out
+    %{ SWIG_NewPointerObj(L, tmp$argnum, $*descriptor, 1); SWIG_arg++; %}
+
+/* client_close(c) / lock_free(l): disown the userdata and clear its pointer
+ * before the call, so the collector never closes it again. */
+%typemap(in, checkfn="SWIG_isptrtype") watchlock_client *RELEASED, watchlock_lock *RELEASED
+%{
+    if (!SWIG_IsOK(SWIG_ConvertPtr(L, $input, (void **)&$1, $descriptor,
+                                   SWIG_POINTER_DISOWN | SWIG_POINTER_CLEAR))) {
+        SWIG_fail_ptr("$symname", $argnum, $descriptor);
+    }
+%}
+%ignore watchlock_client_close;
+%ignore watchlock_lock_free;
+%rename(client_close) wl_lua_client_close;
+%rename(lock_free) wl_lua_lock_free;
+%inline %{
+static void wl_lua_client_close(watchlock_client *RELEASED) { watchlock_client_close(RELEASED); }
+static void wl_lua_lock_free(watchlock_lock *RELEASED) { watchlock_lock_free(RELEASED); }
+%}
+
+/* ---- binary-safe names ---------------------------------------------------- */
+
+%typemap(in, checkfn="lua_isstring") (const void *name, size_t name_len)
+%{
+    if (lua_type(L, $input) != LUA_TSTRING) {
+        SWIG_Lua_pushferrstring(L, "%s: the name must be a string, got %s", "$symname",
+                                luaL_typename(L, $input));
+        SWIG_fail;
+    }
+    {
+        size_t len_ = 0;
+        $1 = (void *)lua_tolstring(L, $input, &len_);
+        $2 = len_;
+    }
+%}
+
+/* lock_name(lock) -> string (may contain NUL bytes). */
+%ignore watchlock_lock_name;
+%native(lock_name) int wl_lua_lock_name(lua_State *L);
+%{
+static int wl_lua_lock_name(lua_State *L)
+{
+    watchlock_lock *lock = NULL;
+    size_t len = 0;
+    const char *name;
+    if (lua_gettop(L) != 1 ||
+        !SWIG_IsOK(SWIG_ConvertPtr(L, 1, (void **)&lock, SWIGTYPE_p_watchlock_lock, 0)))
+        return luaL_error(L, "lock_name: expected a lock handle");
+    name = watchlock_lock_name(lock, &len);
+    if (name == NULL)
+        lua_pushnil(L);
+    else
+        lua_pushlstring(L, name, len);
+    return 1;
+}
+%}
+
+/* ---- 64-bit integers ---------------------------------------------------------- */
+
+%typemap(in, checkfn="lua_isnumber") int64_t
+%{
+    if (wl_lua_to_i64(L, $input, "$symname", $argnum, &$1) != 0)
+        SWIG_fail;
+%}
+%typemap(out) int64_t %{ wl_lua_push_i64(L, $1); SWIG_arg++; %}
+%typemap(out) uint64_t %{ wl_lua_push_i64(L, (int64_t)$1); SWIG_arg++; %}
+
+/* ---- output parameters become extra results -------------------------------- */
+
+%typemap(in, numinputs=0) int64_t *OUTPUT (int64_t tmp = 0), uint64_t *OUTPUT (uint64_t tmp = 0),
+                          int *OUTPUT (int tmp = 0)
+    %{ $1 = &tmp; %}
+%typemap(argout) int64_t *OUTPUT %{ wl_lua_push_i64(L, tmp$argnum); SWIG_arg++; %}
+%typemap(argout) uint64_t *OUTPUT %{ wl_lua_push_i64(L, (int64_t)tmp$argnum); SWIG_arg++; %}
+%typemap(argout) int *OUTPUT %{ lua_pushinteger(L, tmp$argnum); SWIG_arg++; %}
+
+%apply int *OUTPUT { int *held, int *released, int *reason };
+%apply int64_t *OUTPUT { int64_t *remaining_ms, int64_t *fence, int64_t *out_ms };
+%apply uint64_t *OUTPUT { uint64_t *lock_id };
+
+/* ---- not wrapped ------------------------------------------------------------- */
+
+/* The watchdog thread must never run Lua code: no callbacks. */
+%ignore watchlock_lock_set_on_lost;
+%ignore watchlock_lost_fn;
