@@ -1,0 +1,77 @@
+/*
+ * cli.h - shared pieces of the watchlock command-line tool (private).
+ *
+ * Exit codes follow sysexits(3) where one fits, and the shell conventions
+ * for a command that cannot be run (126, 127) or was killed (128 + N).
+ */
+#ifndef WATCHLOCK_CLI_H
+#define WATCHLOCK_CLI_H
+
+#include <stdint.h>
+
+#include "watchlock.h"
+
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_USAGE = 64,       /* EX_USAGE: bad flag, bad duration, missing NAME ... */
+    CLI_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: Redis unreachable, auth failed, server error */
+    CLI_EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error (a bug) or out of memory */
+    CLI_EXIT_OSERR = 71,       /* EX_OSERR: fork, pipe or signal setup failed */
+    CLI_EXIT_TEMPFAIL = 75,    /* EX_TEMPFAIL: lock not obtained within --wait */
+    CLI_EXIT_LOCK_LOST = 79,   /* the lock was lost while COMMAND ran */
+    CLI_EXIT_CANNOT_EXEC = 126,
+    CLI_EXIT_NOT_FOUND = 127
+};
+
+/* 0 = --quiet, 1 = default, 2 = --verbose. */
+extern int cli_verbosity;
+
+/* "watchlock: <message>" on stderr, always (errors). */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Informational line, silenced by --quiet. */
+void cli_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Event line, printed only with --verbose. */
+void cli_verbose(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints "watchlock: <sub>: <message> (see 'watchlock <sub> --help')" and
+ * returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Usage error for getopt_long's '?' or ':' result (opterr must be 0 and the
+ * optstring must start with ":" after any "+"). Returns CLI_EXIT_USAGE. */
+int cli_option_error(const char *sub, int c, char **argv);
+
+/* Parses the duration `text` given to option `opt` of subcommand `sub`.
+ * Returns 0, or prints a usage error and returns CLI_EXIT_USAGE. */
+int cli_parse_duration(const char *sub, const char *opt, const char *text, int64_t *out_ms);
+
+/* The URL to use: the --url value, else $WATCHLOCK_URL, else NULL (the
+ * library's default, redis://127.0.0.1:6379). */
+const char *cli_pick_url(const char *flag_url);
+
+/* Opens a client, printing one line and returning an exit code on failure. */
+int cli_open_client(watchlock_client **out, const char *url);
+
+/* Maps a failed library status to an exit code and prints one line:
+ * "watchlock: <what>: <strerror>: <detail>". */
+int cli_fail(int status, const char *what);
+
+/* Exit code for a library status (without printing). */
+int cli_exit_code_for(int status);
+
+/* Formats a duration for people: "450ms", "27.4s", "5m03s", "2h00m05s". */
+void cli_format_duration(char *buf, size_t size, int64_t ms);
+
+/* `url` with any password replaced by "***" (for messages). Static buffer. */
+const char *cli_redact_url(const char *url);
+
+int cli_cmd_run(int argc, char **argv);
+int cli_cmd_status(int argc, char **argv);
+int cli_cmd_release(int argc, char **argv);
+
+void cli_help_main(void);
+void cli_help_run(void);
+void cli_help_status(void);
+void cli_help_release(void);
+
+#endif /* WATCHLOCK_CLI_H */

@@ -1,0 +1,233 @@
+/*
+ * common.c - messages, option helpers and error mapping shared by the
+ * watchlock subcommands.
+ *
+ * Every message is exactly one line on stderr that starts with
+ * "watchlock: ", so that cron mail and log greps stay readable; text that
+ * comes from elsewhere (the library's detail message) is flattened to one
+ * line first.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <getopt.h>
+
+#include "cli.h"
+
+int cli_verbosity = 1;
+
+static void vmessage(const char *fmt, va_list ap)
+{
+    char line[2048];
+    vsnprintf(line, sizeof line, fmt, ap);
+    for (char *p = line; *p; p++) {
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    }
+    /* One write keeps lines whole when several processes share stderr. */
+    fprintf(stderr, "watchlock: %s\n", line);
+    fflush(stderr);
+}
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage(fmt, ap);
+    va_end(ap);
+}
+
+void cli_info(const char *fmt, ...)
+{
+    if (cli_verbosity < 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage(fmt, ap);
+    va_end(ap);
+}
+
+void cli_verbose(const char *fmt, ...)
+{
+    if (cli_verbosity < 2)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage(fmt, ap);
+    va_end(ap);
+}
+
+int cli_usage_error(const char *sub, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (sub)
+        cli_error("%s: %s (see 'watchlock %s --help')", sub, msg, sub);
+    else
+        cli_error("%s (see 'watchlock --help')", msg);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_parse_duration(const char *sub, const char *opt, const char *text, int64_t *out_ms)
+{
+    if (watchlock_parse_duration(out_ms, text) != WATCHLOCK_OK)
+        return cli_usage_error(sub,
+                               "invalid duration '%s' for %s: expected a number with an "
+                               "optional unit ms, s, m or h (e.g. 500ms, 30s, 5m, 1h; at most 30 days)",
+                               text, opt);
+    return 0;
+}
+
+const char *cli_pick_url(const char *flag_url)
+{
+    if (flag_url)
+        return flag_url;
+    const char *env = getenv("WATCHLOCK_URL");
+    if (env && *env)
+        return env;
+    return NULL;
+}
+
+int cli_exit_code_for(int status)
+{
+    switch (status) {
+    case WATCHLOCK_OK:
+        return CLI_EXIT_OK;
+    case WATCHLOCK_EINVAL:
+        return CLI_EXIT_USAGE;
+    case WATCHLOCK_ETIMEDOUT:
+        return CLI_EXIT_TEMPFAIL;
+    case WATCHLOCK_ECONN:
+    case WATCHLOCK_EAUTH:
+    case WATCHLOCK_ESERVER:
+    case WATCHLOCK_ECLOSED:
+        return CLI_EXIT_UNAVAILABLE;
+    default:
+        return CLI_EXIT_SOFTWARE;
+    }
+}
+
+int cli_fail(int status, const char *what)
+{
+    const char *detail = watchlock_last_error();
+    if (detail && *detail)
+        cli_error("%s: %s: %s", what, watchlock_strerror(status), detail);
+    else
+        cli_error("%s: %s", what, watchlock_strerror(status));
+    return cli_exit_code_for(status);
+}
+
+const char *cli_redact_url(const char *url)
+{
+    static char buf[1024];
+    if (!url)
+        return "redis://127.0.0.1:6379";
+    snprintf(buf, sizeof buf, "%s", url);
+
+    /* userinfo: scheme://user:password@host -> scheme://user:***@host */
+    char *authority = strstr(buf, "://");
+    if (authority) {
+        authority += 3;
+        char *end = authority + strcspn(authority, "/?#");
+        char *at = NULL;
+        for (char *p = authority; p < end; p++) {
+            if (*p == '@')
+                at = p;
+        }
+        if (at) {
+            char *colon = memchr(authority, ':', (size_t)(at - authority));
+            char *start = colon ? colon + 1 : authority;
+            if (at > start) {
+                char rest[1024];
+                snprintf(rest, sizeof rest, "%s", at);
+                snprintf(start, sizeof buf - (size_t)(start - buf), "***%s", rest);
+            }
+        }
+    }
+    /* query: ...password=secret&... -> password=*** */
+    char *q = strchr(buf, '?');
+    while (q) {
+        char *p = strstr(q, "password=");
+        if (!p)
+            break;
+        if (p[-1] != '?' && p[-1] != '&') {
+            q = p + 1;
+            continue;
+        }
+        char *val = p + strlen("password=");
+        char *end = val + strcspn(val, "&#");
+        char rest[1024];
+        snprintf(rest, sizeof rest, "%s", end);
+        snprintf(val, sizeof buf - (size_t)(val - buf), "***%s", rest);
+        q = val;
+    }
+    return buf;
+}
+
+int cli_open_client(watchlock_client **out, const char *url)
+{
+    int st = watchlock_client_open(out, url);
+    if (st == WATCHLOCK_OK)
+        return 0;
+    const char *detail = watchlock_last_error();
+    const char *shown = cli_redact_url(url);
+    switch (st) {
+    case WATCHLOCK_EINVAL:
+        cli_error("invalid Redis URL '%s': %s", shown, *detail ? detail : watchlock_strerror(st));
+        return CLI_EXIT_USAGE;
+    case WATCHLOCK_EAUTH:
+        cli_error("authentication to Redis at %s failed: %s", shown,
+                  *detail ? detail : watchlock_strerror(st));
+        return CLI_EXIT_UNAVAILABLE;
+    case WATCHLOCK_ECONN:
+        cli_error("cannot connect to Redis at %s: %s", shown,
+                  *detail ? detail : watchlock_strerror(st));
+        return CLI_EXIT_UNAVAILABLE;
+    default:
+        cli_error("cannot open Redis client for %s: %s%s%s", shown, watchlock_strerror(st),
+                  *detail ? ": " : "", detail);
+        return cli_exit_code_for(st);
+    }
+}
+
+void cli_format_duration(char *buf, size_t size, int64_t ms)
+{
+    if (ms < 0) {
+        snprintf(buf, size, "forever");
+    } else if (ms < 1000) {
+        snprintf(buf, size, "%lldms", (long long)ms);
+    } else if (ms < 60000) {
+        if (ms % 1000 == 0)
+            snprintf(buf, size, "%llds", (long long)(ms / 1000));
+        else
+            snprintf(buf, size, "%lld.%llds", (long long)(ms / 1000), (long long)(ms % 1000 / 100));
+    } else if (ms < 3600000) {
+        snprintf(buf, size, "%lldm%02llds", (long long)(ms / 60000), (long long)(ms % 60000 / 1000));
+    } else {
+        snprintf(buf, size, "%lldh%02lldm%02llds", (long long)(ms / 3600000),
+                 (long long)(ms % 3600000 / 60000), (long long)(ms % 60000 / 1000));
+    }
+}
+
+int cli_option_error(const char *sub, int c, char **argv)
+{
+    const char *arg = argv[optind - 1];
+    char name[128];
+    if (c == '?' && optopt > 0 && optopt < 256) {
+        /* unknown short option (optopt is 0 for unknown long ones) */
+        snprintf(name, sizeof name, "-%c", optopt);
+    } else if (arg[0] == '-' && arg[1] == '-') {
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
+    } else if (optopt > 0 && optopt < 256) {
+        snprintf(name, sizeof name, "-%c", optopt);
+    } else {
+        snprintf(name, sizeof name, "%s", arg);
+    }
+    if (c == ':')
+        return cli_usage_error(sub, "option '%s' needs a value", name);
+    return cli_usage_error(sub, "unknown option '%s'", name);
+}

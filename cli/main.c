@@ -1,0 +1,191 @@
+/*
+ * main.c - `watchlock`: run a command under a Redis lock, like flock(1)
+ * for a fleet of machines. Dispatches to the subcommands and holds the
+ * help texts (the man page, watchlock.1, says the same at more length).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+void cli_help_main(void)
+{
+    fputs("Usage: watchlock run [OPTIONS] NAME [--] COMMAND [ARGS...]\n"
+          "       watchlock status [--url URL] [--json] NAME\n"
+          "       watchlock release --force [--url URL] NAME\n"
+          "       watchlock help [run|status|release]\n"
+          "       watchlock --version\n"
+          "\n"
+          "Run COMMAND while holding the Redis lock NAME, like flock(1) for a fleet of\n"
+          "machines. The lock is renewed in the background while COMMAND runs and released\n"
+          "when it exits; a crashed or frozen host loses it within one lease (--ttl).\n"
+          "\n"
+          "Commands:\n"
+          "  run      run COMMAND while holding NAME; exit with COMMAND's status\n"
+          "  status   show whether NAME is held, its remaining lease and fencing token\n"
+          "  release  admin: free NAME whoever holds it (needs --force)\n"
+          "  help     show help for a command\n"
+          "\n"
+          "The Redis server comes from --url, else $WATCHLOCK_URL, else\n"
+          "redis://127.0.0.1:6379. URL forms: redis://[[user]:password@]host[:port][/db]\n"
+          "and unix:///path/to/redis.sock[?db=N&password=P].\n"
+          "\n"
+          "Exit codes: COMMAND's own status (128+N if killed by signal N); 64 usage\n"
+          "error; 69 Redis unreachable or authentication failed; 70 internal error;\n"
+          "75 lock not obtained within --wait; 79 lock lost while COMMAND ran;\n"
+          "126 COMMAND not executable; 127 COMMAND not found.\n"
+          "\n"
+          "Examples:\n"
+          "  # crontab on every host: the backup runs on one host at a time\n"
+          "  0 3 * * * watchlock run --wait 0 --quiet nightly-backup -- /usr/local/bin/backup\n"
+          "  watchlock status nightly-backup\n"
+          "\n"
+          "See 'watchlock help run' and watchlock(1).\n",
+          stdout);
+}
+
+void cli_help_run(void)
+{
+    fputs("Usage: watchlock run [OPTIONS] NAME [--] COMMAND [ARGS...]\n"
+          "\n"
+          "Acquire the Redis lock NAME, run COMMAND (executed directly, no shell) while the\n"
+          "lock is held and renewed, release it when COMMAND exits, and exit with COMMAND's\n"
+          "status. Options go before NAME; everything after NAME (and an optional --) is\n"
+          "the command.\n"
+          "\n"
+          "Options:\n"
+          "  -u, --url URL           Redis server (default: $WATCHLOCK_URL, else\n"
+          "                          redis://127.0.0.1:6379)\n"
+          "  -t, --ttl DURATION      lease: how long the lock outlives a crashed or frozen\n"
+          "                          watchlock (default 30s); renewed every TTL/3\n"
+          "  -w, --wait DURATION     give up (exit 75) if the lock is not obtained within\n"
+          "                          DURATION; 0 tries once (default: wait forever)\n"
+          "  -n, --nonblock          same as --wait 0 (like flock -n)\n"
+          "      --max-hold DURATION stop renewing DURATION after acquiring; the lock then\n"
+          "                          runs out and COMMAND is stopped as if it were lost\n"
+          "  -k, --kill-after DURATION\n"
+          "                          when the lock is lost, send SIGKILL this long after\n"
+          "                          SIGTERM if COMMAND is still running (default 10s;\n"
+          "                          0 sends SIGKILL at once)\n"
+          "  -q, --quiet             no informational messages (errors are still printed)\n"
+          "  -v, --verbose           print acquire, renew and release events to stderr\n"
+          "  -h, --help              show this help\n"
+          "\n"
+          "Durations: 500ms, 30s, 1.5s, 5m, 1h; a bare number means seconds.\n"
+          "\n"
+          "COMMAND sees WATCHLOCK_NAME and WATCHLOCK_FENCING_TOKEN in its environment; pass\n"
+          "the token to storage that can reject writes from a stale holder. SIGHUP, SIGINT,\n"
+          "SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to watchlock are forwarded to COMMAND\n"
+          "(signals from the terminal already reach it directly and are not sent twice).\n"
+          "\n"
+          "If the lock is lost while COMMAND runs (watchlock was frozen past its lease,\n"
+          "Redis was unreachable for a whole lease, an admin ran 'release --force', or\n"
+          "--max-hold ran out), COMMAND gets SIGTERM, then SIGKILL after --kill-after,\n"
+          "one line goes to stderr, and watchlock exits 79.\n"
+          "\n"
+          "Exit codes: COMMAND's status (128+N if killed by signal N); 64 usage error;\n"
+          "69 Redis unreachable or authentication failed; 75 not obtained within --wait;\n"
+          "79 lock lost while COMMAND ran; 126 COMMAND not executable; 127 not found.\n"
+          "\n"
+          "Examples:\n"
+          "  # only one host runs the migration; the others wait for it to finish\n"
+          "  watchlock run db-migrate -- ./manage.py migrate\n"
+          "  # cron: skip this run if another host is still busy (exit 75, no message)\n"
+          "  */5 * * * * watchlock run -n -q sync-job -- /opt/sync/run.sh\n"
+          "  # wait up to 2 minutes, keep the lock alive for a long job\n"
+          "  watchlock run --wait 2m --ttl 1m deploy -- ansible-playbook site.yml\n",
+          stdout);
+}
+
+void cli_help_status(void)
+{
+    fputs("Usage: watchlock status [--url URL] [--json] NAME\n"
+          "\n"
+          "Show whether the lock NAME is held, how much of its lease is left, and the last\n"
+          "fencing token issued for it. Does not take the lock. Exits 0 whether the lock is\n"
+          "held or free; 69 if Redis cannot be reached.\n"
+          "\n"
+          "Options:\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -j, --json      one JSON object on stdout:\n"
+          "                  {\"name\": ..., \"held\": true|false, \"remaining_ms\": N,\n"
+          "                   \"fencing_token\": N}  (remaining_ms is -1 if held with no expiry)\n"
+          "  -h, --help      show this help\n"
+          "\n"
+          "Examples:\n"
+          "  $ watchlock status nightly-backup\n"
+          "  nightly-backup: held, 27.4s of lease left, fencing token 1718000000123456\n"
+          "  $ watchlock status --json nightly-backup | jq .held\n",
+          stdout);
+}
+
+void cli_help_release(void)
+{
+    fputs("Usage: watchlock release --force [--url URL] [--quiet] NAME\n"
+          "\n"
+          "Admin: delete the lock NAME whoever holds it, and wake the processes waiting\n"
+          "for it. The former holder's 'watchlock run' notices at its next renewal, stops\n"
+          "its command and exits 79. Refused without --force. Exits 0 whether or not the\n"
+          "lock was held.\n"
+          "\n"
+          "Options:\n"
+          "  -f, --force     required: confirms that the holder may be cut off\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -q, --quiet     print nothing on success\n"
+          "  -h, --help      show this help\n"
+          "\n"
+          "Example:\n"
+          "  watchlock release --force nightly-backup\n",
+          stdout);
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    if (argc < 2) {
+        cli_help_main();
+        return CLI_EXIT_OK;
+    }
+    if (argc > 2)
+        return cli_usage_error("help", "too many arguments");
+    const char *topic = argv[1];
+    if (strcmp(topic, "run") == 0)
+        cli_help_run();
+    else if (strcmp(topic, "status") == 0)
+        cli_help_status();
+    else if (strcmp(topic, "release") == 0)
+        cli_help_release();
+    else if (strcmp(topic, "help") == 0)
+        cli_help_main();
+    else
+        return cli_usage_error(NULL, "unknown command '%s'", topic);
+    return CLI_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return cli_usage_error(NULL, "missing command: run, status, release or help");
+
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
+        if (argc > 2)
+            return cli_usage_error(NULL, "--version takes no arguments");
+        printf("watchlock %s (libwatchlock %s)\n", WATCHLOCK_VERSION_STRING,
+               watchlock_version_string());
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
+        return cmd_help(argc - 1, argv + 1);
+    if (strcmp(cmd, "help") == 0)
+        return cmd_help(argc - 1, argv + 1);
+    if (strcmp(cmd, "run") == 0)
+        return cli_cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "status") == 0)
+        return cli_cmd_status(argc - 1, argv + 1);
+    if (strcmp(cmd, "release") == 0)
+        return cli_cmd_release(argc - 1, argv + 1);
+    if (cmd[0] == '-')
+        return cli_usage_error(NULL, "unknown option '%s'; options go after the command name",
+                               cmd);
+    return cli_usage_error(NULL, "unknown command '%s'", cmd);
+}

@@ -1,0 +1,713 @@
+/*
+ * run.c - `watchlock run`: hold a lock while a child command runs.
+ *
+ * Shape of the process:
+ *
+ *   main thread    parses options, blocks the signals it handles, opens the
+ *                  client (whose threads inherit that mask, so every such
+ *                  signal stays pending for the signalfd instead of being
+ *                  delivered to a library thread), acquires the lock, spawns
+ *                  COMMAND and then waits in poll() on
+ *                    - a signalfd: SIGCHLD (COMMAND exited) and the signals to
+ *                      forward (HUP INT QUIT TERM USR1 USR2);
+ *                    - a pipe the on-lost callback writes one byte to;
+ *                    - a timeout (SIGKILL deadline, --verbose renew reports).
+ *   watchdog thread (the library's) renews the lock and, if it is lost, calls
+ *                  on_lost(), which only writes to the pipe: no locks, no
+ *                  allocation, no stdio on that thread.
+ *
+ * COMMAND is started with posix_spawnp(): glibc implements it with
+ * clone(CLONE_VM|CLONE_VFORK), which is safe in a multi-threaded process,
+ * restores the signal mask and dispositions in the child before exec, and
+ * returns exec's errno to the parent, so "not found" (127) and "not
+ * executable" (126) are told apart without a pipe of our own.
+ *
+ * Waiting for the lock is done in short slices so that SIGINT/SIGTERM/SIGHUP
+ * still interrupt a long wait (the signals are blocked, see above): between
+ * slices the signalfd is checked, and a pending signal ends watchlock by that
+ * same signal, as it would end flock(1). A slice never leaves the lock in an
+ * unknown state: each acquire call either got it or did not.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+extern char **environ;
+
+#define WAIT_SLICE_MS 250
+#define DEFAULT_TTL_MS 30000
+#define DEFAULT_KILL_AFTER_MS 10000
+
+static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+#define N_FORWARDED ((int)(sizeof forwarded_signals / sizeof forwarded_signals[0]))
+
+struct run_opts {
+    const char *url;
+    int64_t ttl_ms;
+    int64_t wait_ms; /* < 0 forever */
+    int64_t max_hold_ms;
+    int64_t kill_after_ms;
+    const char *name;
+    char **command;
+};
+
+struct run_state {
+    sigset_t handled;       /* blocked in every thread, read from sfd */
+    sigset_t saved_mask;    /* the mask we started with; COMMAND gets it back */
+    int forward[N_FORWARDED]; /* 1 when that signal is forwarded (not ignored at start) */
+    int sigpipe_was_default;
+    int sfd;
+    int lost_pipe[2];
+    int *startup_fds; /* descriptors open at startup: COMMAND inherits these */
+    size_t n_startup_fds;
+};
+
+/* ---- time ------------------------------------------------------------------ */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- on-lost callback (runs on the library's watchdog thread) ------------- */
+
+static void on_lost(watchlock_lock *lock, int reason, void *userdata)
+{
+    (void)lock;
+    int fd = *(int *)userdata;
+    unsigned char byte = (unsigned char)reason;
+    /* A full pipe already carries a notification; nothing else to do. */
+    ssize_t n = write(fd, &byte, 1);
+    (void)n;
+}
+
+/* ---- descriptors ---------------------------------------------------------- */
+
+/* Remembers which descriptors the caller gave us, so that the ones the
+ * library opens later (hiredis does not set close-on-exec) can be kept from
+ * COMMAND while descriptors passed on purpose (`3>file`) are inherited. */
+static void snapshot_fds(struct run_state *st)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    size_t cap = 16;
+    st->startup_fds = malloc(cap * sizeof *st->startup_fds);
+    struct dirent *e;
+    int self = dirfd(d);
+    while (st->startup_fds && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        int fd = atoi(e->d_name);
+        if (fd == self)
+            continue;
+        if (st->n_startup_fds == cap) {
+            int *grown = realloc(st->startup_fds, 2 * cap * sizeof *grown);
+            if (!grown)
+                break;
+            st->startup_fds = grown;
+            cap *= 2;
+        }
+        st->startup_fds[st->n_startup_fds++] = fd;
+    }
+    closedir(d);
+}
+
+static int was_open_at_startup(const struct run_state *st, int fd)
+{
+    for (size_t i = 0; i < st->n_startup_fds; i++) {
+        if (st->startup_fds[i] == fd)
+            return 1;
+    }
+    return 0;
+}
+
+static void cloexec_new_fds(const struct run_state *st)
+{
+    if (!st->startup_fds)
+        return;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    int self = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        int fd = atoi(e->d_name);
+        if (fd <= 2 || fd == self || was_open_at_startup(st, fd))
+            continue;
+        int flags = fcntl(fd, F_GETFD);
+        if (flags >= 0 && !(flags & FD_CLOEXEC))
+            fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+    closedir(d);
+}
+
+/* ---- signals -------------------------------------------------------------- */
+
+static int setup_signals(struct run_state *st)
+{
+    sigemptyset(&st->handled);
+    sigaddset(&st->handled, SIGCHLD);
+    for (int i = 0; i < N_FORWARDED; i++) {
+        struct sigaction old;
+        sigaction(forwarded_signals[i], NULL, &old);
+        /* Respect nohup & co: a signal ignored at startup stays ignored
+         * (COMMAND inherits that) and is not forwarded. */
+        st->forward[i] = old.sa_handler != SIG_IGN;
+        if (st->forward[i])
+            sigaddset(&st->handled, forwarded_signals[i]);
+    }
+
+    /* waitpid() must see COMMAND: SIGCHLD may have been inherited as SIG_IGN,
+     * which would make the kernel reap it for us. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGCHLD, &dfl, NULL);
+
+    /* A write to a dropped Redis connection must fail with EPIPE, not kill us. */
+    struct sigaction old_pipe;
+    sigaction(SIGPIPE, NULL, &old_pipe);
+    st->sigpipe_was_default = old_pipe.sa_handler == SIG_DFL;
+    signal(SIGPIPE, SIG_IGN);
+
+    if (pthread_sigmask(SIG_BLOCK, &st->handled, &st->saved_mask) != 0)
+        return -1;
+    st->sfd = signalfd(-1, &st->handled, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (st->sfd < 0)
+        return -1;
+    if (pipe2(st->lost_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
+        return -1;
+    return 0;
+}
+
+static int is_forwarded(const struct run_state *st, int sig)
+{
+    for (int i = 0; i < N_FORWARDED; i++) {
+        if (forwarded_signals[i] == sig)
+            return st->forward[i];
+    }
+    return 0;
+}
+
+/* Ends the process by `sig` (so that a calling shell sees "killed by
+ * signal"), after the caller has released everything. */
+static void die_by_signal(const struct run_state *st, int sig)
+{
+    signal(sig, SIG_DFL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    raise(sig);
+    pthread_sigmask(SIG_UNBLOCK, &only, NULL);
+    /* Not reached unless the signal does not terminate. */
+    (void)st;
+    exit(128 + sig);
+}
+
+/* ---- COMMAND -------------------------------------------------------------- */
+
+static char **child_environment(const char *name, int64_t fence)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 3, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(environ[i], "WATCHLOCK_NAME=", 15) == 0 ||
+            strncmp(environ[i], "WATCHLOCK_FENCING_TOKEN=", 24) == 0)
+            continue;
+        env[k++] = environ[i];
+    }
+    size_t name_len = strlen(name);
+    char *name_var = malloc(name_len + 16);
+    char *fence_var = malloc(48);
+    if (!name_var || !fence_var) {
+        free(name_var);
+        free(fence_var);
+        free(env);
+        return NULL;
+    }
+    snprintf(name_var, name_len + 16, "WATCHLOCK_NAME=%s", name);
+    snprintf(fence_var, 48, "WATCHLOCK_FENCING_TOKEN=%lld", (long long)fence);
+    env[k++] = name_var;
+    env[k++] = fence_var;
+    env[k] = NULL;
+    return env;
+}
+
+static void free_child_environment(char **env)
+{
+    if (!env)
+        return;
+    size_t n = 0;
+    while (env[n])
+        n++;
+    /* the last two entries are ours */
+    if (n >= 2) {
+        free(env[n - 1]);
+        free(env[n - 2]);
+    }
+    free(env);
+}
+
+/* Returns 0 and sets *pid, or an errno value. */
+static int spawn_command(const struct run_state *st, char **command, char **env, pid_t *pid)
+{
+    posix_spawnattr_t attr;
+    int rc = posix_spawnattr_init(&attr);
+    if (rc != 0)
+        return rc;
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGCHLD);
+    if (st->sigpipe_was_default)
+        sigaddset(&defaults, SIGPIPE);
+    for (int i = 0; i < N_FORWARDED; i++) {
+        if (st->forward[i])
+            sigaddset(&defaults, forwarded_signals[i]);
+    }
+    posix_spawnattr_setsigmask(&attr, &st->saved_mask);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    rc = posix_spawnp(pid, command[0], NULL, &attr, command, env);
+    posix_spawnattr_destroy(&attr);
+    return rc;
+}
+
+static int exit_code_of(int wstatus)
+{
+    if (WIFEXITED(wstatus))
+        return WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus))
+        return 128 + WTERMSIG(wstatus);
+    return CLI_EXIT_SOFTWARE;
+}
+
+/* ---- option parsing -------------------------------------------------------- */
+
+enum { OPT_MAX_HOLD = 1000 };
+
+static int parse_run_options(int argc, char **argv, struct run_opts *o)
+{
+    static const struct option longopts[] = {
+        {"url", required_argument, NULL, 'u'},
+        {"ttl", required_argument, NULL, 't'},
+        {"wait", required_argument, NULL, 'w'},
+        {"nonblock", no_argument, NULL, 'n'},
+        {"max-hold", required_argument, NULL, OPT_MAX_HOLD},
+        {"kill-after", required_argument, NULL, 'k'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+
+    o->ttl_ms = DEFAULT_TTL_MS;
+    o->wait_ms = -1;
+    o->max_hold_ms = 0;
+    o->kill_after_ms = DEFAULT_KILL_AFTER_MS;
+
+    opterr = 0;
+    optind = 1;
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "+:u:t:w:nk:qvh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'u':
+            o->url = optarg;
+            break;
+        case 't':
+            if ((rc = cli_parse_duration("run", "--ttl", optarg, &o->ttl_ms)) != 0)
+                return rc;
+            if (o->ttl_ms <= 0)
+                return cli_usage_error("run", "--ttl must be more than 0");
+            break;
+        case 'w':
+            if (strcmp(optarg, "forever") == 0 || strcmp(optarg, "inf") == 0) {
+                o->wait_ms = -1;
+                break;
+            }
+            if ((rc = cli_parse_duration("run", "--wait", optarg, &o->wait_ms)) != 0)
+                return rc;
+            break;
+        case 'n':
+            o->wait_ms = 0;
+            break;
+        case OPT_MAX_HOLD:
+            if ((rc = cli_parse_duration("run", "--max-hold", optarg, &o->max_hold_ms)) != 0)
+                return rc;
+            if (o->max_hold_ms <= 0)
+                return cli_usage_error("run", "--max-hold must be more than 0");
+            break;
+        case 'k':
+            if ((rc = cli_parse_duration("run", "--kill-after", optarg, &o->kill_after_ms)) != 0)
+                return rc;
+            break;
+        case 'q':
+            cli_verbosity = 0;
+            break;
+        case 'v':
+            cli_verbosity = 2;
+            break;
+        case 'h':
+            cli_help_run();
+            return -1;
+        default:
+            return cli_option_error("run", c, argv);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage_error("run", "missing lock NAME and COMMAND");
+    o->name = argv[optind++];
+    if (o->name[0] == '\0')
+        return cli_usage_error("run", "the lock NAME must not be empty");
+    if (optind < argc && strcmp(argv[optind], "--") == 0)
+        optind++;
+    if (optind >= argc)
+        return cli_usage_error("run", "missing COMMAND after NAME '%s'", o->name);
+    if (argv[optind][0] == '-')
+        return cli_usage_error("run", "'%s' after NAME: options must come before NAME",
+                               argv[optind]);
+    o->command = argv + optind;
+    return 0;
+}
+
+/* ---- acquiring -------------------------------------------------------------- */
+
+/* Returns a watchlock status; *signo is set when a handled signal arrived
+ * while waiting (the lock is then not held). */
+static int acquire_lock(const struct run_state *st, watchlock_lock *lock, const struct run_opts *o,
+                        int *signo)
+{
+    *signo = 0;
+    int rc = watchlock_lock_acquire(lock, 0);
+    if (rc != WATCHLOCK_ETIMEDOUT || o->wait_ms == 0)
+        return rc;
+
+    char waitbuf[32];
+    cli_format_duration(waitbuf, sizeof waitbuf, o->wait_ms);
+    cli_verbose("'%s' is held by another owner; waiting (%s)", o->name, waitbuf);
+
+    int64_t deadline = o->wait_ms > 0 ? now_ms() + o->wait_ms : -1;
+    for (;;) {
+        struct signalfd_siginfo si;
+        while (read(st->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            if ((int)si.ssi_signo != SIGCHLD) {
+                *signo = (int)si.ssi_signo;
+                return WATCHLOCK_ETIMEDOUT;
+            }
+        }
+        int64_t slice = WAIT_SLICE_MS;
+        if (deadline >= 0) {
+            int64_t left = deadline - now_ms();
+            if (left <= 0)
+                return WATCHLOCK_ETIMEDOUT;
+            if (left < slice)
+                slice = left;
+        }
+        rc = watchlock_lock_acquire(lock, slice);
+        if (rc != WATCHLOCK_ETIMEDOUT)
+            return rc;
+    }
+}
+
+/* ---- supervising COMMAND ----------------------------------------------------- */
+
+struct supervision {
+    int wstatus;
+    int lost;        /* the lock was reported lost */
+    int lost_reason; /* WATCHLOCK_LOST_* */
+    int reported;    /* the loss line was printed */
+};
+
+static void report_lost_and_terminate(const struct run_opts *o, pid_t pid, int reason,
+                                      int64_t *kill_deadline)
+{
+    const char *why = watchlock_lost_reason_str(reason);
+    if (o->kill_after_ms == 0) {
+        cli_error("lost lock '%s' (%s) while '%s' was running; killed it (SIGKILL)", o->name, why,
+                  o->command[0]);
+        kill(pid, SIGKILL);
+        *kill_deadline = -1;
+        return;
+    }
+    char grace[32];
+    cli_format_duration(grace, sizeof grace, o->kill_after_ms);
+    cli_error("lost lock '%s' (%s) while '%s' was running; sent SIGTERM (SIGKILL in %s)", o->name,
+              why, o->command[0], grace);
+    kill(pid, SIGTERM);
+    *kill_deadline = now_ms() + o->kill_after_ms;
+}
+
+static int supervise(const struct run_state *st, watchlock_lock *lock, const struct run_opts *o,
+                     pid_t pid, struct supervision *out)
+{
+    int64_t kill_deadline = -1;
+    int64_t renewals_seen = 0;
+    int64_t report_every = o->ttl_ms / 6;
+    if (report_every < 50)
+        report_every = 50;
+    if (report_every > 1000)
+        report_every = 1000;
+
+    out->lost = 0;
+    out->lost_reason = WATCHLOCK_LOST_NONE;
+    out->reported = 0;
+
+    for (;;) {
+        /* Reap first: the child may have exited before we started polling. */
+        int wstatus;
+        pid_t r = waitpid(pid, &wstatus, WNOHANG);
+        if (r == pid) {
+            out->wstatus = wstatus;
+            break;
+        }
+        if (r < 0 && errno != EINTR) {
+            cli_error("waiting for '%s' failed: %s", o->command[0], strerror(errno));
+            return CLI_EXIT_OSERR;
+        }
+
+        int timeout = -1;
+        int64_t now = now_ms();
+        if (kill_deadline >= 0) {
+            int64_t left = kill_deadline - now;
+            if (left <= 0) {
+                cli_info("'%s' did not exit within the grace period; sent SIGKILL", o->command[0]);
+                kill(pid, SIGKILL);
+                kill_deadline = -1;
+                continue;
+            }
+            timeout = (int)left;
+        }
+        if (cli_verbosity >= 2 && (timeout < 0 || timeout > report_every))
+            timeout = (int)report_every;
+
+        struct pollfd fds[2] = {{.fd = st->sfd, .events = POLLIN},
+                                {.fd = st->lost_pipe[0], .events = POLLIN}};
+        int n = poll(fds, 2, timeout);
+        if (n < 0 && errno != EINTR) {
+            cli_error("poll failed: %s", strerror(errno));
+            return CLI_EXIT_OSERR;
+        }
+
+        if (cli_verbosity >= 2) {
+            int64_t renewals = watchlock_lock_renewals(lock);
+            if (renewals > renewals_seen) {
+                char left[32];
+                cli_format_duration(left, sizeof left, watchlock_lock_remaining_ms(lock));
+                cli_verbose("renewed '%s' (renewal %lld, %s of lease left)", o->name,
+                            (long long)renewals, left);
+                renewals_seen = renewals;
+            }
+        }
+
+        if (n > 0 && (fds[0].revents & POLLIN)) {
+            struct signalfd_siginfo si;
+            while (read(st->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                int sig = (int)si.ssi_signo;
+                if (sig == SIGCHLD || !is_forwarded(st, sig))
+                    continue;
+                /* Signals the terminal generates (Ctrl-C, Ctrl-\) go to the
+                 * whole foreground process group, COMMAND included: sending
+                 * them again would deliver them twice. */
+                if (si.ssi_code == SI_KERNEL)
+                    continue;
+                cli_verbose("forwarding signal %d (%s) to '%s'", sig, strsignal(sig),
+                            o->command[0]);
+                kill(pid, sig);
+            }
+        }
+        if (n > 0 && (fds[1].revents & POLLIN)) {
+            unsigned char reason;
+            while (read(st->lost_pipe[0], &reason, 1) == 1) {
+                if (!out->lost) {
+                    out->lost = 1;
+                    out->lost_reason = reason;
+                    out->reported = 1;
+                    report_lost_and_terminate(o, pid, reason, &kill_deadline);
+                }
+            }
+        }
+    }
+
+    /* A loss reported after COMMAND exited but before we look still counts. */
+    unsigned char reason;
+    while (read(st->lost_pipe[0], &reason, 1) == 1) {
+        if (!out->lost) {
+            out->lost = 1;
+            out->lost_reason = reason;
+        }
+    }
+    return 0;
+}
+
+/* ---- the subcommand ----------------------------------------------------------- */
+
+int cli_cmd_run(int argc, char **argv)
+{
+    struct run_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_run_options(argc, argv, &o);
+    if (rc < 0)
+        return CLI_EXIT_OK; /* --help */
+    if (rc > 0)
+        return rc;
+
+    struct run_state st;
+    memset(&st, 0, sizeof st);
+    st.sfd = -1;
+    st.lost_pipe[0] = st.lost_pipe[1] = -1;
+    snapshot_fds(&st);
+    if (setup_signals(&st) != 0) {
+        cli_error("cannot set up signal handling: %s", strerror(errno));
+        return CLI_EXIT_OSERR;
+    }
+
+    /* From here on, the client's threads inherit the blocked mask. */
+    const char *url = cli_pick_url(o.url);
+    watchlock_client *client = NULL;
+    if ((rc = cli_open_client(&client, url)) != 0)
+        return rc;
+
+    watchlock_lock *lock = NULL;
+    int st_code = watchlock_lock_new(&lock, client, o.name, strlen(o.name));
+    if (st_code == WATCHLOCK_OK)
+        st_code = watchlock_lock_set_lease(lock, o.ttl_ms);
+    if (st_code == WATCHLOCK_OK && o.max_hold_ms > 0)
+        st_code = watchlock_lock_set_max_hold(lock, o.max_hold_ms);
+    if (st_code == WATCHLOCK_OK)
+        st_code = watchlock_lock_set_on_lost(lock, on_lost, &st.lost_pipe[1]);
+    if (st_code != WATCHLOCK_OK) {
+        int code = st_code == WATCHLOCK_EINVAL
+                       ? cli_usage_error("run", "invalid lock name or option: %s",
+                                         *watchlock_last_error() ? watchlock_last_error()
+                                                                 : watchlock_strerror(st_code))
+                       : cli_fail(st_code, "run");
+        watchlock_lock_free(lock);
+        watchlock_client_close(client);
+        return code;
+    }
+
+    int signo = 0;
+    st_code = acquire_lock(&st, lock, &o, &signo);
+    if (signo) {
+        cli_verbose("interrupted by signal %d (%s) while waiting for '%s'", signo,
+                    strsignal(signo), o.name);
+        watchlock_lock_free(lock);
+        watchlock_client_close(client);
+        die_by_signal(&st, signo);
+    }
+    if (st_code == WATCHLOCK_ETIMEDOUT) {
+        if (o.wait_ms == 0) {
+            cli_info("lock '%s' is held by another owner; not running '%s'", o.name, o.command[0]);
+        } else {
+            char waitbuf[32];
+            cli_format_duration(waitbuf, sizeof waitbuf, o.wait_ms);
+            cli_info("lock '%s' still held by another owner after %s; not running '%s'", o.name,
+                     waitbuf, o.command[0]);
+        }
+        watchlock_lock_free(lock);
+        watchlock_client_close(client);
+        return CLI_EXIT_TEMPFAIL;
+    }
+    if (st_code != WATCHLOCK_OK) {
+        char what[256];
+        snprintf(what, sizeof what, "cannot acquire lock '%s'", o.name);
+        int code = cli_fail(st_code, what);
+        watchlock_lock_free(lock);
+        watchlock_client_close(client);
+        return code;
+    }
+
+    int64_t fence = watchlock_lock_fencing_token(lock);
+    {
+        char ttlbuf[32];
+        cli_format_duration(ttlbuf, sizeof ttlbuf, o.ttl_ms);
+        cli_verbose("acquired '%s' (fencing token %lld, lease %s)", o.name, (long long)fence,
+                    ttlbuf);
+    }
+
+    char **env = child_environment(o.name, fence);
+    pid_t pid = -1;
+    int spawn_err = env ? (cloexec_new_fds(&st), spawn_command(&st, o.command, env, &pid)) : ENOMEM;
+    free_child_environment(env);
+
+    int exit_code;
+    struct supervision sup = {0};
+    if (spawn_err != 0) {
+        cli_error("%s: %s", o.command[0], strerror(spawn_err));
+        exit_code = (spawn_err == ENOENT || spawn_err == ENOTDIR) ? CLI_EXIT_NOT_FOUND
+                    : (spawn_err == EAGAIN || spawn_err == ENOMEM) ? CLI_EXIT_OSERR
+                                                                   : CLI_EXIT_CANNOT_EXEC;
+    } else {
+        cli_verbose("started '%s' (pid %ld)", o.command[0], (long)pid);
+        rc = supervise(&st, lock, &o, pid, &sup);
+        if (rc != 0) {
+            /* Cannot watch COMMAND any more: do not leave it running unlocked. */
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            exit_code = rc;
+        } else {
+            exit_code = exit_code_of(sup.wstatus);
+            if (WIFSIGNALED(sup.wstatus))
+                cli_verbose("'%s' was killed by signal %d (%s)", o.command[0],
+                            WTERMSIG(sup.wstatus), strsignal(WTERMSIG(sup.wstatus)));
+            else
+                cli_verbose("'%s' exited with status %d", o.command[0], exit_code);
+        }
+    }
+
+    /* Read the state before release() resets it. */
+    if (!sup.lost && watchlock_lock_state(lock) == WATCHLOCK_LOST) {
+        sup.lost = 1;
+        sup.lost_reason = watchlock_lock_lost_reason(lock);
+    }
+    int rel = watchlock_lock_release(lock);
+    if (rel == WATCHLOCK_OK) {
+        cli_verbose("released '%s'", o.name);
+    } else if (rel == WATCHLOCK_ENOTOWNER) {
+        if (!sup.lost) {
+            sup.lost = 1;
+            sup.lost_reason = watchlock_lock_lost_reason(lock);
+            if (sup.lost_reason == WATCHLOCK_LOST_NONE)
+                sup.lost_reason = WATCHLOCK_LOST_TAKEN;
+        }
+    } else {
+        cli_error("could not release lock '%s' (%s%s%s); it expires by itself within its lease",
+                  o.name, watchlock_strerror(rel), *watchlock_last_error() ? ": " : "",
+                  watchlock_last_error());
+    }
+
+    if (sup.lost && !sup.reported && spawn_err == 0)
+        cli_error("lock '%s' was lost (%s) before '%s' finished", o.name,
+                  watchlock_lost_reason_str(sup.lost_reason), o.command[0]);
+
+    watchlock_lock_free(lock);
+    watchlock_client_close(client);
+    free(st.startup_fds);
+
+    if (sup.lost && spawn_err == 0)
+        return CLI_EXIT_LOCK_LOST;
+    return exit_code;
+}
