@@ -22,11 +22,12 @@
  * returns exec's errno to the parent, so "not found" (127) and "not
  * executable" (126) are told apart without a pipe of our own.
  *
- * Waiting for the lock is done in short slices so that SIGINT/SIGTERM/SIGHUP
- * still interrupt a long wait (the signals are blocked, see above): between
- * slices the signalfd is checked, and a pending signal ends watchlock by that
- * same signal, as it would end flock(1). A slice never leaves the lock in an
- * unknown state: each acquire call either got it or did not.
+ * Waiting for the lock is one blocking acquire on a helper thread, so that
+ * SIGINT/SIGTERM/SIGHUP still interrupt a long wait although they are
+ * blocked: the main thread watches the signalfd meanwhile, and on a signal
+ * closes the client (the library then ends the blocked acquire with ECLOSED,
+ * or releases the lock if it was taken at that very moment) and ends
+ * watchlock by that same signal, as the signal would end flock(1).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -48,7 +49,6 @@
 
 extern char **environ;
 
-#define WAIT_SLICE_MS 250
 #define DEFAULT_TTL_MS 30000
 #define DEFAULT_KILL_AFTER_MS 10000
 
@@ -211,7 +211,7 @@ static int is_forwarded(const struct run_state *st, int sig)
 
 /* Ends the process by `sig` (so that a calling shell sees "killed by
  * signal"), after the caller has released everything. */
-static void die_by_signal(const struct run_state *st, int sig)
+static void die_by_signal(int sig)
 {
     signal(sig, SIG_DFL);
     sigset_t only;
@@ -220,7 +220,6 @@ static void die_by_signal(const struct run_state *st, int sig)
     raise(sig);
     pthread_sigmask(SIG_UNBLOCK, &only, NULL);
     /* Not reached unless the signal does not terminate. */
-    (void)st;
     exit(128 + sig);
 }
 
@@ -395,10 +394,29 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
 
 /* ---- acquiring -------------------------------------------------------------- */
 
+struct acquirer {
+    watchlock_lock *lock;
+    int64_t wait_ms;
+    int status;
+    int done_pipe[2];
+};
+
+static void *acquire_thread(void *arg)
+{
+    struct acquirer *a = arg;
+    a->status = watchlock_lock_acquire(a->lock, a->wait_ms);
+    unsigned char byte = 1;
+    ssize_t n = write(a->done_pipe[1], &byte, 1);
+    (void)n;
+    return NULL;
+}
+
 /* Returns a watchlock status; *signo is set when a handled signal arrived
- * while waiting (the lock is then not held). */
-static int acquire_lock(const struct run_state *st, watchlock_lock *lock, const struct run_opts *o,
-                        int *signo)
+ * while waiting. In that case the client has been closed (which ends the
+ * blocked acquire with ECLOSED, or releases the lock if it had just been
+ * taken) and *client is NULL. */
+static int acquire_lock(const struct run_state *st, watchlock_client **client,
+                        watchlock_lock *lock, const struct run_opts *o, int *signo)
 {
     *signo = 0;
     int rc = watchlock_lock_acquire(lock, 0);
@@ -409,27 +427,40 @@ static int acquire_lock(const struct run_state *st, watchlock_lock *lock, const 
     cli_format_duration(waitbuf, sizeof waitbuf, o->wait_ms);
     cli_verbose("'%s' is held by another owner; waiting (%s)", o->name, waitbuf);
 
-    int64_t deadline = o->wait_ms > 0 ? now_ms() + o->wait_ms : -1;
-    for (;;) {
-        struct signalfd_siginfo si;
-        while (read(st->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-            if ((int)si.ssi_signo != SIGCHLD) {
-                *signo = (int)si.ssi_signo;
-                return WATCHLOCK_ETIMEDOUT;
-            }
-        }
-        int64_t slice = WAIT_SLICE_MS;
-        if (deadline >= 0) {
-            int64_t left = deadline - now_ms();
-            if (left <= 0)
-                return WATCHLOCK_ETIMEDOUT;
-            if (left < slice)
-                slice = left;
-        }
-        rc = watchlock_lock_acquire(lock, slice);
-        if (rc != WATCHLOCK_ETIMEDOUT)
-            return rc;
+    /* The wait itself is one blocking call (woken by the holder's release),
+     * made on a helper thread so that this one can watch for signals. The
+     * helper inherits the blocked mask. */
+    struct acquirer a = {.lock = lock, .wait_ms = o->wait_ms, .status = WATCHLOCK_EINTERNAL};
+    if (pipe2(a.done_pipe, O_CLOEXEC) != 0)
+        return WATCHLOCK_EINTERNAL;
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, acquire_thread, &a) != 0) {
+        close(a.done_pipe[0]);
+        close(a.done_pipe[1]);
+        return WATCHLOCK_EINTERNAL;
     }
+    for (;;) {
+        struct pollfd fds[2] = {{.fd = st->sfd, .events = POLLIN},
+                                {.fd = a.done_pipe[0], .events = POLLIN}};
+        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (fds[1].revents)
+            break;
+        struct signalfd_siginfo si;
+        while (!*signo && read(st->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            if ((int)si.ssi_signo != SIGCHLD)
+                *signo = (int)si.ssi_signo;
+        }
+        if (*signo) {
+            watchlock_client_close(*client);
+            *client = NULL;
+            break;
+        }
+    }
+    pthread_join(tid, NULL);
+    close(a.done_pipe[0]);
+    close(a.done_pipe[1]);
+    return a.status;
 }
 
 /* ---- supervising COMMAND ----------------------------------------------------- */
@@ -513,7 +544,7 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
 
         if (cli_verbosity >= 2) {
             int64_t renewals = watchlock_lock_renewals(lock);
-            if (renewals > renewals_seen) {
+            if (renewals > renewals_seen && watchlock_lock_state(lock) == WATCHLOCK_HELD) {
                 char left[32];
                 cli_format_duration(left, sizeof left, watchlock_lock_remaining_ms(lock));
                 cli_verbose("renewed '%s' (renewal %lld, %s of lease left)", o->name,
@@ -610,13 +641,13 @@ int cli_cmd_run(int argc, char **argv)
     }
 
     int signo = 0;
-    st_code = acquire_lock(&st, lock, &o, &signo);
+    st_code = acquire_lock(&st, &client, lock, &o, &signo);
     if (signo) {
         cli_verbose("interrupted by signal %d (%s) while waiting for '%s'", signo,
                     strsignal(signo), o.name);
         watchlock_lock_free(lock);
         watchlock_client_close(client);
-        die_by_signal(&st, signo);
+        die_by_signal(signo);
     }
     if (st_code == WATCHLOCK_ETIMEDOUT) {
         if (o.wait_ms == 0) {
