@@ -1,0 +1,107 @@
+/*
+ * python.i - Python typemaps for watchlock.i (included only for SWIGPYTHON).
+ *
+ * The generated module (watchlock._native) is a thin, private mirror of
+ * watchlock.h: every function keeps its C shape except that
+ *   - the "watchlock_" prefix is stripped (lock_acquire, client_open ...);
+ *   - lock names (const void *name, size_t name_len) take str (UTF-8) or bytes;
+ *   - output pointers are not arguments but extra return values, after the
+ *     status: `status, client = client_open(url)`,
+ *     `status, held, remaining_ms, fence = client_inspect(client, name)`;
+ *   - int64_t/uint64_t are Python ints; handles are opaque pointer objects
+ *     whose lifetime the hand-written layer (python/watchlock/) manages.
+ * Status codes are returned, never raised: the Python layer maps them to
+ * exceptions, reading lock_last_error() on the same thread right after.
+ *
+ * The module is built with threads="1": the GIL is released around every C
+ * call, except the trivial getters marked %nothread below (no I/O, no wait).
+ */
+
+%include <stdint.i>
+
+%rename("%(strip:[watchlock_])s") "";
+
+/* Python does not run code on the watchdog thread: loss is delivered through
+ * the client's event queue (client_enable_lost_events/next_lost_event). */
+%ignore watchlock_lock_set_on_lost;
+%ignore watchlock_lost_fn;
+/* The name is kept by the Python layer (binary-safe); a char * return would
+ * cut names at their first NUL. */
+%ignore watchlock_lock_name;
+
+/* Never block, no I/O: keep the GIL (releasing it costs more than the call). */
+%nothread watchlock_version;
+%nothread watchlock_version_string;
+%nothread watchlock_strerror;
+%nothread watchlock_last_error;
+%nothread watchlock_lost_reason_str;
+%nothread watchlock_lock_state;
+%nothread watchlock_lock_lost_reason;
+%nothread watchlock_lock_remaining_ms;
+%nothread watchlock_lock_fencing_token;
+%nothread watchlock_lock_hold_count;
+%nothread watchlock_lock_renewals;
+%nothread watchlock_lock_id;
+%nothread watchlock_parse_duration;
+%nothread watchlock_client_stat;
+
+/* ---- binary-safe lock names: str (encoded as UTF-8) or bytes ------------- */
+%typemap(in) (const void *name, size_t name_len) {
+    if (PyBytes_Check($input)) {
+        char *buf_ = NULL;
+        Py_ssize_t len_ = 0;
+        if (PyBytes_AsStringAndSize($input, &buf_, &len_) < 0)
+            SWIG_fail;
+        $1 = (void *)buf_;
+        $2 = (size_t)len_;
+    } else if (PyUnicode_Check($input)) {
+        Py_ssize_t len_ = 0;
+        const char *buf_ = PyUnicode_AsUTF8AndSize($input, &len_);
+        if (buf_ == NULL)
+            SWIG_fail;
+        $1 = (void *)buf_;
+        $2 = (size_t)len_;
+    } else {
+        PyErr_Format(PyExc_TypeError, "lock name must be str or bytes, not %.100s",
+                     Py_TYPE($input)->tp_name);
+        SWIG_fail;
+    }
+}
+%typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) (const void *name, size_t name_len) {
+    $1 = (PyBytes_Check($input) || PyUnicode_Check($input)) ? 1 : 0;
+}
+
+/* ---- output handles: returned after the status (None on failure) --------- */
+%define WL_OUT_HANDLE(TYPE)
+%typemap(in, numinputs=0) TYPE **out (TYPE *tmp_ = NULL) {
+    $1 = &tmp_;
+}
+%typemap(argout) TYPE **out {
+    $result = SWIG_Python_AppendOutput($result,
+                                       SWIG_NewPointerObj(SWIG_as_voidptr(*$1), $*1_descriptor, 0));
+}
+%enddef
+WL_OUT_HANDLE(watchlock_client)
+WL_OUT_HANDLE(watchlock_lock)
+
+/* ---- output integers: returned after the status -------------------------- */
+%define WL_OUT_INT(CTYPE, NAME, CONVERT)
+%typemap(in, numinputs=0) CTYPE *NAME (CTYPE tmp_ = 0) {
+    $1 = &tmp_;
+}
+%typemap(argout) CTYPE *NAME {
+    $result = SWIG_Python_AppendOutput($result, CONVERT(*$1));
+}
+%enddef
+WL_OUT_INT(int, held, PyLong_FromLong)
+WL_OUT_INT(int, released, PyLong_FromLong)
+WL_OUT_INT(int, reason, PyLong_FromLong)
+WL_OUT_INT(int64_t, remaining_ms, PyLong_FromLongLong)
+WL_OUT_INT(int64_t, fence, PyLong_FromLongLong)
+WL_OUT_INT(int64_t, out_ms, PyLong_FromLongLong)
+WL_OUT_INT(uint64_t, lock_id, PyLong_FromUnsignedLongLong)
+
+/* uint64_t results (lock ids) as Python ints, never negative. */
+%typemap(out) uint64_t {
+    $result = PyLong_FromUnsignedLongLong((unsigned long long)$1);
+}

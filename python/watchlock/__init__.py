@@ -1,0 +1,34 @@
+"""watchlock: a Redis distributed lock with a watchdog.
+
+    import watchlock
+    client = watchlock.Client("redis://127.0.0.1:6379/0")   # or WATCHLOCK_URL
+    with client.lock("orders:42", ttl=10, timeout=5):
+        ...   # LockTimeout if not acquired in 5 s; LockLostError at exit if lost
+
+    @client.synchronized("report:{customer_id}", ttl=10, timeout=5)
+    def build_report(customer_id): ...
+
+The C core (compiled into watchlock.__native) does the work: the watchdog
+renews held locks, loss is reported, fencing tokens increase per name.
+Blocking calls release the GIL. See docs/python.md.
+"""
+from __future__ import annotations
+
+from . import _native
+from ._client import Client, LockInfo, default_client, lock, synchronized
+from ._lock import Lock
+from ._util import LostReason
+from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
+                         InternalError, InvalidArgument, LockLostError, LockNotOwnedError, LockTimeout,
+                         OutOfMemoryError, ServerError)
+
+__version__: str = _native.version_string()
+#: Version of the C core compiled into this package (same as __version__).
+core_version: str = _native.version_string()
+
+__all__ = [
+    "Client", "Lock", "LockInfo", "LostReason", "default_client", "lock", "synchronized",
+    "Error", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
+    "AuthenticationError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
+    "OutOfMemoryError", "InternalError", "__version__",
+]

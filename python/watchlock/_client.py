@@ -1,0 +1,324 @@
+"""watchlock.Client, the default client, decorators and loss dispatch."""
+from __future__ import annotations
+
+import atexit
+import functools
+import inspect
+import logging
+import os
+import re
+import threading
+import weakref
+from typing import Any, Callable, Dict, NamedTuple, Optional, TypeVar, Union
+
+from . import _native, _util
+from ._lock import Lock, OnLost
+from ._util import ECLOSED, ETIMEDOUT, OK, Name, fmt_name
+from .exceptions import ClientClosedError, ForkedError, InvalidArgument
+
+log = logging.getLogger("watchlock")
+
+DEFAULT_URL = "redis://127.0.0.1:6379"
+F = TypeVar("F", bound=Callable[..., Any])
+
+_LOCK_OPTIONS = frozenset(("ttl", "auto_renew", "max_renewals", "max_hold", "renew_interval",
+                           "on_lost", "timeout"))
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    url = re.sub(r"^([a-z]+://[^/@:]*):[^@/]*@", r"\1:***@", url, flags=re.I)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.I)
+
+
+class LockInfo(NamedTuple):
+    """A lock as the server sees it (:meth:`Client.inspect`)."""
+
+    held: bool                   #: some owner holds it
+    remaining: Optional[float]   #: seconds of lease left (0 when free, None when held with no expiry)
+    fencing_token: int           #: last fencing token issued for the name (0 when none remembered)
+
+
+class Client:
+    """A connection to one Redis server, shared by all threads of a process.
+
+    ``url``: ``redis://[[user]:password@]host[:port][/db][?connect_timeout=2s&command_timeout=2s]``
+    or ``unix:///path/to/redis.sock?db=N``; when None, the ``WATCHLOCK_URL``
+    environment variable, else ``redis://127.0.0.1:6379``. Connects once to
+    check the server (ConnectionError, AuthenticationError otherwise).
+
+    Thread-safe. One Client per process and server is enough: it runs one
+    watchdog thread for all its locks. ``close()`` (or ``with Client() as c:``)
+    releases what its locks hold. A Client cannot be used in a forked child
+    (ForkedError): open a new one there.
+    """
+
+    def __init__(self, url: Optional[str] = None) -> None:
+        self._closed = True
+        self._pid = os.getpid()
+        if url is None:
+            url = os.environ.get("WATCHLOCK_URL") or DEFAULT_URL
+        if not isinstance(url, str):
+            raise TypeError(f"url must be a str, not {type(url).__name__}")
+        self._url = redact_url(url)
+        st, h = _native.client_open(url)
+        if st != OK:
+            _util.raise_status(st, f"cannot open watchlock client for {self._url}")
+        self._h = h
+        self._closed = False
+        self._mu = threading.Lock()
+        self._watched: "weakref.WeakValueDictionary[int, Lock]" = weakref.WeakValueDictionary()
+        self._dispatcher: Optional[threading.Thread] = None
+        _live_clients.add(self)
+
+    @property
+    def url(self) -> str:
+        """The server URL, password hidden."""
+        return self._url
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _handle(self) -> Any:
+        if self._pid != os.getpid():
+            raise ForkedError(
+                f"client for {self._url} was opened by the parent process (pid {self._pid}); "
+                "a forked child never owns, renews or releases its parent's locks: open a new Client",
+                status=_util.EFORKED)
+        if self._closed:
+            raise ClientClosedError(f"client for {self._url} is closed", status=ECLOSED)
+        return self._h
+
+    def lock(self, name: Name, ttl: Any = 30.0, auto_renew: bool = True,
+             max_renewals: Optional[int] = None, max_hold: Any = None, renew_interval: Any = None,
+             on_lost: OnLost = None, timeout: Any = -1) -> Lock:
+        """A new :class:`Lock` for ``name`` (str or bytes). No network I/O: cheap.
+
+        ttl: lease in seconds, renewed by the watchdog every renew_interval
+        (default ttl/3) while held, unless auto_renew is False; max_renewals /
+        max_hold (seconds) cap the renewals, after which the lease runs out.
+        on_lost: callable(lock, reason) run on this client's dispatcher
+        thread when the lock is lost, or "interrupt" to raise LockLostError
+        in the thread (or cancel the asyncio task) that holds it.
+        timeout: seconds ``with lock:`` waits (-1 = forever).
+        """
+        return Lock(self, name, ttl=ttl, auto_renew=auto_renew, max_renewals=max_renewals,
+                    max_hold=max_hold, renew_interval=renew_interval, on_lost=on_lost, timeout=timeout)
+
+    def synchronized(self, name: Union[Name, Callable[..., Name]], **lock_options: Any) -> Callable[[F], F]:
+        """Decorator: run the function while holding the lock ``name``.
+
+        ``name`` is a template formatted with the call's arguments, bound to
+        the function's signature with defaults applied:
+        ``@client.synchronized("report:{customer_id}", ttl=10, timeout=5)``;
+        attribute and index lookups work ("{order.id}", "{args[0]}"). It may
+        also be a callable taking the function's arguments and returning the
+        name. Coroutine functions are locked with ``async with``.
+        lock_options are those of :meth:`lock`.
+        """
+        return _synchronized(lambda: self, name, lock_options)
+
+    def inspect(self, name: Name) -> LockInfo:
+        """The state of lock ``name`` on the server, without taking it."""
+        data = _util.check_name(name)
+        st, held, remaining_ms, fence = _native.client_inspect(self._handle(), data)
+        if st != OK:
+            _util.raise_status(st, f"cannot inspect lock {fmt_name(name)}", name)
+        return LockInfo(bool(held), None if remaining_ms < 0 else remaining_ms / 1000.0, fence)
+
+    def force_release(self, name: Name) -> bool:
+        """Admin: deletes lock ``name`` whoever holds it and wakes its waiters.
+        True if it was held. The former owner learns of the loss at its next
+        renewal."""
+        data = _util.check_name(name)
+        st, released = _native.client_force_release(self._handle(), data)
+        if st != OK:
+            _util.raise_status(st, f"cannot force-release lock {fmt_name(name)}", name)
+        return bool(released)
+
+    def stats(self) -> Dict[str, int]:
+        """Watchdog counters: held_locks, renew_rounds, renew_roundtrips, renewals, watchdog_cpu_us."""
+        h = self._handle()
+        return {key: _native.client_stat(h, which) for key, which in (
+            ("held_locks", _native.WATCHLOCK_STAT_HELD_LOCKS),
+            ("renew_rounds", _native.WATCHLOCK_STAT_RENEW_ROUNDS),
+            ("renew_roundtrips", _native.WATCHLOCK_STAT_RENEW_ROUNDTRIPS),
+            ("renewals", _native.WATCHLOCK_STAT_RENEWALS),
+            ("watchdog_cpu_us", _native.WATCHLOCK_STAT_WATCHDOG_CPU_US))}
+
+    def close(self) -> None:
+        """Releases held locks (best effort), stops the watchdog; later calls
+        on this client and its locks raise ClientClosedError. Idempotent."""
+        if self._pid != os.getpid():
+            self._closed = True  # the parent's client: never touch it here
+            return
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
+            dispatcher = self._dispatcher
+        _native.client_close(self._h)  # wakes the dispatcher (ECLOSED)
+        if dispatcher is not None and dispatcher is not threading.current_thread():
+            dispatcher.join(timeout=30)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if self.__dict__.get("_closed", True):
+            return
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        return f"<watchlock.Client {self._url}{' closed' if self._closed else ''}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("watchlock.Client cannot be pickled: open a Client in each process")
+
+    # ---- used by Lock ---------------------------------------------------
+
+    def _new_lock_handle(self, data: bytes, name: Name) -> Any:
+        st, h = _native.lock_new(self._handle(), data)
+        if st != OK:
+            _util.raise_status(st, f"cannot create lock {fmt_name(name)}", name)
+        return h
+
+    def _watch(self, lock: Lock) -> None:
+        """Delivers the core's loss events for `lock` to its on_lost."""
+        with self._mu:
+            h = self._handle()
+            self._watched[lock._id] = lock
+            if self._dispatcher is not None:
+                return
+            st = _native.client_enable_lost_events(h, 1)
+            if st != OK:
+                _util.raise_status(st, "cannot enable lost events")
+            # A private handle keeps the core's client memory alive until the
+            # dispatcher has made its last call, whenever close() runs.
+            st, keepalive = _native.lock_new(h, b"watchlock-python:dispatcher")
+            if st != OK:
+                _util.raise_status(st, "cannot start the lost-lock dispatcher")
+            t = threading.Thread(target=_dispatch, args=(h, keepalive, self._watched),
+                                 name="watchlock-on-lost", daemon=True)
+            t.start()
+            self._dispatcher = t
+
+
+def _dispatch(h: Any, keepalive: Any, watched: "weakref.WeakValueDictionary[int, Lock]") -> None:
+    """The dispatcher thread: waits (GIL released) for the core's loss events
+    and runs each lock's on_lost as Python code. Holds no reference to the
+    Client, so an unused Client can still be collected (and closed)."""
+    try:
+        while True:
+            st, lock_id, reason = _native.client_next_lost_event(h, -1)
+            if st == OK:
+                lock = watched.get(lock_id)
+                if lock is not None:
+                    try:
+                        lock._on_lost_event(reason)
+                    except Exception:
+                        log.exception("watchlock: handling the loss of lock %s failed", fmt_name(lock.name))
+                    del lock
+            elif st != ETIMEDOUT:
+                break  # ECLOSED: the client was closed
+    finally:
+        _native.lock_free(keepalive)
+
+
+def _synchronized(get_client: Callable[[], Client], name: Union[Name, Callable[..., Name]],
+                  lock_options: Dict[str, Any]) -> Callable[[F], F]:
+    unknown = set(lock_options) - _LOCK_OPTIONS
+    if unknown:
+        raise TypeError(f"synchronized() got unexpected option(s): {', '.join(sorted(unknown))}")
+    if not (isinstance(name, (str, bytes)) or callable(name)):
+        raise TypeError("synchronized() needs a lock name template (str or bytes) or a callable")
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn)
+
+        def key(args: tuple, kwargs: dict) -> Name:
+            if callable(name):
+                return name(*args, **kwargs)
+            if isinstance(name, bytes):
+                return name
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            try:
+                return name.format(**bound.arguments)
+            except (KeyError, IndexError, AttributeError) as e:
+                raise InvalidArgument(f"lock name template {name!r} of {fn.__qualname__}() "
+                                      f"cannot be formatted from its arguments: {e!r}", lock_name=name) from e
+
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                async with get_client().lock(key(args, kwargs), **lock_options):
+                    return await fn(*args, **kwargs)
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with get_client().lock(key(args, kwargs), **lock_options):
+                return fn(*args, **kwargs)
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+# ---- the default client ------------------------------------------------------
+
+_default: Optional[Client] = None
+_default_mu = threading.Lock()
+
+
+def default_client() -> Client:
+    """The process's default client (WATCHLOCK_URL, else localhost), opened on
+    first use and opened anew in a forked child or after it was closed."""
+    global _default
+    with _default_mu:
+        if _default is None or _default._pid != os.getpid() or _default.closed:
+            _default = Client()
+        return _default
+
+
+def lock(name: Name, **lock_options: Any) -> Lock:
+    """``default_client().lock(name, ...)``."""
+    return default_client().lock(name, **lock_options)
+
+
+def synchronized(name: Union[Name, Callable[..., Name]], **lock_options: Any) -> Callable[[F], F]:
+    """:meth:`Client.synchronized` on the default client (opened at the first call)."""
+    return _synchronized(default_client, name, lock_options)
+
+
+# ---- process lifetime -----------------------------------------------------------
+
+_live_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    """Closes this process's clients before the interpreter goes away: held
+    locks are released, watchdogs and dispatchers stop, no callback runs
+    into a dying interpreter."""
+    for client in list(_live_clients):
+        if client._pid == os.getpid():
+            try:
+                client.close()
+            except Exception:
+                log.debug("watchlock: closing a client at exit failed", exc_info=True)
+
+
+def _after_fork_in_child() -> None:
+    global _default_mu
+    _default_mu = threading.Lock()  # may have been held by a parent thread at fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
