@@ -97,9 +97,15 @@ struct watchlock_lock {};
  * before the call, so the collector never closes it again. */
 %typemap(in, checkfn="SWIG_isptrtype") watchlock_client *RELEASED, watchlock_lock *RELEASED
 %{
-    if (!SWIG_IsOK(SWIG_ConvertPtr(L, $input, (void **)&$1, $descriptor,
-                                   SWIG_POINTER_DISOWN | SWIG_POINTER_CLEAR))) {
+    if (!SWIG_IsOK(SWIG_ConvertPtr(L, $input, (void **)&$1, $descriptor, 0))) {
         SWIG_fail_ptr("$symname", $argnum, $descriptor);
+    }
+    /* Not SWIG_POINTER_RELEASE: that refuses a handle already released,
+     * and closing twice must be a no-op. */
+    if (lua_type(L, $input) == LUA_TUSERDATA) {
+        swig_lua_userdata *usr_ = (swig_lua_userdata *)lua_touserdata(L, $input);
+        usr_->own = 0;
+        usr_->ptr = NULL;
     }
 %}
 %ignore watchlock_client_close;

@@ -19,10 +19,15 @@ set(elsewhere ${PREFIX}/elsewhere)
 file(MAKE_DIRECTORY ${elsewhere})
 string(REPLACE "," ";" checks "${CHECKS}")
 set(script [=[
+local prefix = os.getenv("WATCHLOCK_INSTALL_PREFIX")
 local w = require("watchlock")
 assert(type(w.connect) == "function" and type(w.with_lock) == "function")
 assert(w.version == w._core.version_string(), "version mismatch")
-io.write("loaded watchlock ", w.version, " from ", package.searchpath("watchlock_core", package.cpath), "\n")
+local lpath = package.searchpath("watchlock", package.path)
+local cpath = package.searchpath("watchlock_core", package.cpath)
+assert(lpath:sub(1, #prefix) == prefix, "watchlock.lua not from the prefix: " .. lpath)
+assert(cpath:sub(1, #prefix) == prefix, "watchlock_core not from the prefix: " .. cpath)
+io.write("loaded watchlock ", w.version, " from ", lpath, " and ", cpath, "\n")
 ]=])
 foreach(check IN LISTS checks)
   string(REPLACE "|" ";" parts "${check}")
@@ -37,7 +42,7 @@ foreach(check IN LISTS checks)
   execute_process(
     COMMAND ${CMAKE_COMMAND} -E env
             "LUA_PATH=${PREFIX}/${lmod}/?.lua;;" "LUA_CPATH=${PREFIX}/${cmod}/?.so;;"
-            ${interp} -e "${script}"
+            "WATCHLOCK_INSTALL_PREFIX=${PREFIX}/" ${interp} -e "${script}"
     WORKING_DIRECTORY ${elsewhere}
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)

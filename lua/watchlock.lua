@@ -99,6 +99,7 @@ local function to_ms(seconds)
 end
 
 local MAX_SECONDS = 30 * 24 * 3600 -- WATCHLOCK_MAX_LEASE_MS
+local DEFAULT_LEASE_MS = 30000 -- the library's default lease
 
 local function check_seconds(x, what, level, allow_zero)
   if not is_number(x) then
@@ -265,6 +266,10 @@ function Client:lock(name, opts)
   end
   if opts.renew_interval ~= nil then
     interval = check_seconds(opts.renew_interval, "lock: renew_interval", 2)
+    if interval >= (lease or DEFAULT_LEASE_MS) then
+      raise(("lock: renew_interval must be shorter than the ttl (%g s), got %g s"):format(
+        (lease or DEFAULT_LEASE_MS) / 1000, opts.renew_interval), 2)
+    end
   end
   if opts.max_hold ~= nil then
     max_hold = check_seconds(opts.max_hold, "lock: max_hold", 2)

@@ -1,0 +1,100 @@
+-- Misuse raises with a message saying what was wrong; expected failures
+-- (unreachable server) return nil plus a message.
+local watchlock = require("watchlock")
+local H = require("helpers")
+
+local T = {}
+local function test(name, fn) T[#T + 1] = { name, fn } end
+
+test("an unreachable server returns nil plus a connection message", function()
+  -- Port 1 on loopback: nothing listens there, the connection is refused.
+  local c, err = watchlock.connect("redis://127.0.0.1:1?connect_timeout=5s")
+  H.eq(c, nil, "client")
+  H.match(err, "[Cc]onnection refused", "message")
+end)
+
+test("a malformed URL or a non-string URL raises", function()
+  H.match(H.raises(watchlock.connect, "http://nope"), "^watchlock: connect: ", "bad scheme")
+  H.match(H.raises(watchlock.connect, 6379), "url must be a string", "number url")
+end)
+
+test("bad lock names and options raise", function()
+  local c = assert(watchlock.connect())
+  H.match(H.raises(c.lock, c, 42), "lock name must be a string, got number", "number name")
+  H.match(H.raises(c.lock, c, nil), "lock name must be a string, got nil", "nil name")
+  H.match(H.raises(c.lock, c, ""), "must not be empty", "empty name")
+  H.match(H.raises(c.lock, c, "n", { ttl = -1 }), "ttl must be > 0 seconds, got %-1", "negative ttl")
+  H.match(H.raises(c.lock, c, "n", { ttl = 0 }), "ttl must be > 0", "zero ttl")
+  H.match(H.raises(c.lock, c, "n", { ttl = "5" }), "ttl must be a number of seconds, got string", "string ttl")
+  H.match(H.raises(c.lock, c, "n", { ttl = 0 / 0 }), "ttl must be a number of seconds, got nan", "nan ttl")
+  H.match(H.raises(c.lock, c, "n", { ttl = 1e9 }), "at most", "huge ttl")
+  H.match(H.raises(c.lock, c, "n", { tll = 5 }), "unknown option 'tll'", "typo option")
+  H.match(H.raises(c.lock, c, "n", 5), "options must be a table", "opts type")
+  H.match(H.raises(c.lock, c, "n", { auto_renew = 1 }), "auto_renew must be a boolean", "auto_renew")
+  H.match(H.raises(c.lock, c, "n", { max_renewals = 0 }), "max_renewals must be a whole number >= 1", "max_renewals 0")
+  H.match(H.raises(c.lock, c, "n", { max_renewals = 1.5 }), "max_renewals", "max_renewals fraction")
+  H.match(H.raises(c.lock, c, "n", { max_hold = -2 }), "max_hold must be > 0", "max_hold")
+  H.match(H.raises(c.lock, c, "n", { wait = -1 }), "wait must be >= 0", "wait option")
+  H.match(H.raises(c.lock, c, "n", { ttl = 1, renew_interval = 2 }),
+    "^watchlock: lock: renew_interval must be shorter than the ttl %(1 s%), got 2 s", "renew_interval >= ttl")
+  H.match(H.raises(c.lock, c, "n", { renew_interval = 30 }), "shorter than the ttl %(30 s%)", "default ttl")
+  H.match(H.raises(c.lock, c, "n", { ttl = 1, max_hold = 0 }), "max_hold must be > 0", "max_hold 0")
+  c:close()
+end)
+
+test("bad acquire/extend arguments and '.' calls raise", function()
+  local c = assert(watchlock.connect())
+  local l = c:lock(H.name())
+  H.match(H.raises(l.acquire, l, -1), "wait must be >= 0 seconds %(nil waits forever%)", "negative wait")
+  H.match(H.raises(l.acquire, l, "5"), "wait must be nil %(wait forever%) or a number", "string wait")
+  H.match(H.raises(l.extend, l, -3), "ttl must be > 0", "negative extend")
+  H.match(H.raises(l.acquire, 5), "expected a lock as self %(call it as lock:acquire", "dot call")
+  H.match(H.raises(c.lock, "x"), "expected a client as self", "client dot call")
+  H.eq(l:locked(), false, "nothing acquired by the failed calls")
+  c:close()
+end)
+
+test("bad with_lock and wrap arguments raise", function()
+  local c = assert(watchlock.connect())
+  local l = c:lock(H.name())
+  H.match(H.raises(watchlock.with_lock, nil, function() end), "first argument must be a lock", "nil lock")
+  H.match(H.raises(watchlock.with_lock, l, "fn"), "second argument must be a function", "non-function")
+  H.match(H.raises(watchlock.wrap, 42, {}, function() end), "key must be a lock name or a function", "wrap key")
+  H.match(H.raises(watchlock.wrap, "k", {}, nil), "last argument must be the function", "wrap fn")
+  H.match(H.raises(watchlock.wrap, "k", { client = 1 }, print), "option client must be a watchlock client", "wrap client")
+  H.match(H.raises(watchlock.wrap, "k", { waitt = 1 }, print), "unknown option 'waitt'", "wrap option")
+  c:close()
+end)
+
+test("a closed client raises, also through with_lock and wrap", function()
+  local c = assert(watchlock.connect())
+  local l = c:lock(H.name())
+  c:close()
+  H.match(H.raises(watchlock.with_lock, l, function() end), "client is closed", "with_lock")
+  local guarded = watchlock.wrap("k", { client = c }, function() end)
+  H.match(H.raises(guarded), "client is closed", "wrap")
+  H.match(H.raises(c.force_release, c, "k"), "client is closed", "force_release")
+end)
+
+test("the private core refuses non-string names and non-integer durations", function()
+  local core = watchlock._core
+  local c = assert(watchlock.connect())
+  local status, l = core.lock_new(c._handle, "core-name")
+  H.eq(status, core.WATCHLOCK_OK, "lock_new")
+  H.match(H.raises(core.lock_new, c._handle, 12), "name must be a string, got number", "core name")
+  H.match(H.raises(core.lock_acquire, l, 1.5), "must be an integer", "fractional ms")
+  H.eq(core.lock_name(l), "core-name", "lock_name")
+  core.lock_free(l)
+  core.lock_free(l) -- cleared: the second free is a no-op
+  c:close()
+end)
+
+test("parse_duration", function()
+  H.eq(watchlock.parse_duration("1.5s"), 1.5, "1.5s")
+  H.eq(watchlock.parse_duration("250ms"), 0.25, "250ms")
+  local v, err = watchlock.parse_duration("soon")
+  H.eq(v, nil, "garbage")
+  assert(type(err) == "string" and #err > 0, "message")
+end)
+
+return T
