@@ -1,0 +1,629 @@
+"""Tests of the `watchlock` command-line tool against real redis-servers.
+
+The binary is $WATCHLOCK_CLI (the project's test script points it at the
+build tree), else build/cli/watchlock in the source tree. Every test uses its
+own lock names on the session's server (tests/conftest.py), or a server of its
+own when it needs one (password, unreachable port).
+
+No test depends on the machine being fast: waits are on conditions (a file
+appearing, a status changing) with generous limits.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
+from redis_server import RedisServer, free_port  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+LONG = 120  # seconds: upper bound for anything that should take well under one
+
+EX_USAGE, EX_UNAVAILABLE, EX_TEMPFAIL, EX_LOCK_LOST = 64, 69, 75, 79
+
+
+def cli_exe() -> str:
+    exe = os.environ.get("WATCHLOCK_CLI") or str(REPO / "build" / "cli" / "watchlock")
+    if not os.access(exe, os.X_OK):
+        pytest.fail(f"watchlock binary not found at {exe}: build it or set WATCHLOCK_CLI")
+    return exe
+
+
+def wait_for(cond, what: str, timeout: float = LONG, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def one_error_line(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1, f"expected exactly one line on stderr, got {lines!r}"
+    assert lines[0].startswith("watchlock: "), lines[0]
+    return lines[0]
+
+
+class Cli:
+    def __init__(self, url: str, tmp: Path):
+        self.exe = cli_exe()
+        self.url = url
+        self.tmp = tmp
+
+    def env(self, url=None, **extra):
+        env = dict(os.environ)
+        env["WATCHLOCK_URL"] = self.url if url is None else url
+        env.pop("WATCHLOCK_NAME", None)
+        env.pop("WATCHLOCK_FENCING_TOKEN", None)
+        env.update(extra)
+        return env
+
+    def run(self, *args, url=None, timeout=LONG, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run([self.exe, *args], env=self.env(url), capture_output=True,
+                              text=True, timeout=timeout, **kw)
+
+    def popen(self, *args, url=None, **kw) -> subprocess.Popen:
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.PIPE)
+        kw.setdefault("env", self.env(url))
+        return subprocess.Popen([self.exe, *args], text=True, **kw)
+
+    def popen_logged(self, *args, log: Path, **kw) -> subprocess.Popen:
+        """Popen with stderr going to the file `log` (read it while it runs)."""
+        with open(log, "w") as f:
+            return self.popen(*args, stderr=f, **kw)
+
+    def status(self, name: str) -> dict:
+        r = self.run("status", "--json", name)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+
+@pytest.fixture
+def cli(redis_url, tmp_path):
+    return Cli(redis_url, tmp_path)
+
+
+@pytest.fixture
+def name(request):
+    return f"cli-test:{request.node.name}:{uuid.uuid4().hex[:8]}"
+
+
+class Holder:
+    """A `watchlock run NAME -- sh ...` whose command signals that it started
+    (file `ready`, its fencing token in `token`) and runs until `finish()`."""
+
+    def __init__(self, cli: Cli, name: str, *opts: str, tag: str = "holder"):
+        self.dir = cli.tmp / f"{tag}-{uuid.uuid4().hex[:6]}"
+        self.dir.mkdir()
+        script = ('echo "$WATCHLOCK_FENCING_TOKEN" > token; touch ready; '
+                  'while [ ! -e stop ]; do sleep 0.05; done; echo end >> "$LOG"')
+        self.proc = cli.popen("run", *opts, name, "--", "sh", "-c", script, cwd=self.dir,
+                              env=cli.env(LOG=str(cli.tmp / "order.log")))
+
+    def wait_ready(self):
+        wait_for(lambda: (self.dir / "ready").exists() or self.proc.poll() is not None,
+                 "the holder's command to start")
+        assert self.proc.poll() is None, self.proc.communicate()
+        return int((self.dir / "token").read_text())
+
+    def finish(self) -> int:
+        (self.dir / "stop").touch()
+        self.proc.communicate(timeout=LONG)
+        return self.proc.returncode
+
+    def kill(self):
+        if self.proc.poll() is None:
+            (self.dir / "stop").touch()
+            self.proc.kill()
+            self.proc.communicate()
+
+
+@pytest.fixture
+def holders():
+    started = []
+    yield started
+    for h in started:
+        h.kill()
+
+
+def hold(holders, cli, name, *opts, tag="holder") -> Holder:
+    h = Holder(cli, name, *opts, tag=tag)
+    holders.append(h)
+    h.wait_ready()
+    return h
+
+
+# ---- basics -------------------------------------------------------------------
+
+
+def test_version(cli):
+    r = cli.run("--version")
+    assert r.returncode == 0
+    assert r.stdout.startswith("watchlock 0.1.0 ")
+    assert "libwatchlock 0.1.0" in r.stdout
+    assert r.stderr == ""
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--help"], "Usage: watchlock run"),
+    (["help"], "Usage: watchlock run"),
+    (["run", "--help"], "--kill-after"),
+    (["help", "run"], "--kill-after"),
+    (["status", "--help"], "--json"),
+    (["release", "--help"], "--force"),
+])
+def test_help(cli, args, needle):
+    r = cli.run(*args)
+    assert r.returncode == 0, r.stderr
+    assert needle in r.stdout
+    assert "Example" in r.stdout
+    assert r.stderr == ""
+
+
+@pytest.mark.parametrize("code", [0, 3, 42])
+def test_exit_status_is_passed_through(cli, name, code):
+    r = cli.run("run", name, "--", "sh", "-c", f"exit {code}")
+    assert r.returncode == code, r.stderr
+    assert r.stderr == ""
+    assert cli.status(name)["held"] is False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV])
+def test_killed_by_signal_exits_128_plus_n(cli, name, sig):
+    r = cli.run("run", name, "--", "sh", "-c", f"kill -{int(sig)} $$")
+    assert r.returncode == 128 + int(sig), r.stderr
+    assert cli.status(name)["held"] is False
+
+
+def test_double_dash_is_optional(cli, name):
+    r = cli.run("run", name, "sh", "-c", "exit 4")
+    assert r.returncode == 4, r.stderr
+
+
+def test_command_not_found_127_not_executable_126(cli, name, tmp_path):
+    r = cli.run("run", name, "--", "watchlock-no-such-command-xyz")
+    assert r.returncode == 127
+    assert "watchlock-no-such-command-xyz" in one_error_line(r.stderr)
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    r = cli.run("run", name, "--", str(script))
+    assert r.returncode == 126
+    one_error_line(r.stderr)
+    assert cli.status(name)["held"] is False
+
+
+def test_command_gets_name_and_fencing_token(cli, name):
+    r = cli.run("run", name, "--", "sh", "-c",
+                'echo "$WATCHLOCK_NAME"; echo "$WATCHLOCK_FENCING_TOKEN"')
+    assert r.returncode == 0, r.stderr
+    got_name, token = r.stdout.splitlines()
+    assert got_name == name
+    assert int(token) > 0
+    assert cli.status(name)["fencing_token"] == int(token)
+    r2 = cli.run("run", name, "--", "sh", "-c", 'echo "$WATCHLOCK_FENCING_TOKEN"')
+    assert int(r2.stdout) > int(token)
+
+
+def test_lock_is_held_while_command_runs_and_released_after(cli, name, holders):
+    h = hold(holders, cli, name)
+    st = cli.status(name)
+    assert st["held"] is True
+    assert h.finish() == 0
+    assert cli.status(name)["held"] is False
+
+
+def test_stdin_and_stdout_pass_through(cli, name):
+    r = cli.run("run", name, "--", "tr", "a-z", "A-Z", input="hello\n")
+    assert r.returncode == 0
+    assert r.stdout == "HELLO\n"
+
+
+def test_redis_sockets_are_not_inherited_but_passed_fds_are(cli, name):
+    rfd, wfd = os.pipe()
+    try:
+        script = ("for f in /proc/$$/fd/*; do readlink \"$f\"; done; "
+                  f"echo via-passed-fd > /dev/fd/{wfd}")
+        r = subprocess.run([cli.exe, "run", name, "--", "sh", "-c", script], env=cli.env(),
+                           capture_output=True, text=True, timeout=LONG, pass_fds=(wfd,))
+        os.close(wfd)
+        wfd = -1
+        assert r.returncode == 0, r.stderr
+        assert "socket:" not in r.stdout, r.stdout
+        assert os.read(rfd, 100) == b"via-passed-fd\n"
+    finally:
+        os.close(rfd)
+        if wfd >= 0:
+            os.close(wfd)
+
+
+def test_verbose_prints_events_quiet_prints_nothing(cli, name):
+    r = cli.run("run", "--verbose", "--ttl", "300ms", name, "--", "sleep", "1")
+    assert r.returncode == 0
+    assert "acquired" in r.stderr and "fencing token" in r.stderr
+    assert "renewed" in r.stderr
+    assert "released" in r.stderr
+    assert all(line.startswith("watchlock: ") for line in r.stderr.splitlines())
+    r = cli.run("run", "--quiet", name, "--", "true")
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_url_flag_wins_over_environment(cli, name):
+    dead = f"redis://127.0.0.1:{free_port()}"
+    r = cli.run("run", "--url", cli.url, name, "--", "true", url=dead)
+    assert r.returncode == 0, r.stderr
+
+
+# ---- busy locks ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opts", [["--wait", "0"], ["-n"], ["--wait", "300ms"], ["-w", "0.5"]])
+def test_busy_lock_exits_75_without_running(cli, name, holders, tmp_path, opts):
+    h = hold(holders, cli, name)
+    marker = tmp_path / "ran"
+    r = cli.run("run", *opts, name, "--", "touch", str(marker))
+    assert r.returncode == EX_TEMPFAIL
+    assert "held by another owner" in one_error_line(r.stderr)
+    assert not marker.exists()
+    r = cli.run("run", "--quiet", *opts, name, "--", "touch", str(marker))
+    assert r.returncode == EX_TEMPFAIL and r.stderr == ""
+    assert not marker.exists()
+    assert h.finish() == 0
+
+
+def test_waiter_runs_after_holder_finishes(cli, name, holders, tmp_path):
+    h = hold(holders, cli, name)
+    log = tmp_path / "order.log"
+    waiter = cli.popen_logged("run", "--verbose", name, "--", "sh", "-c", 'echo waiter >> "$LOG"',
+                              env=cli.env(LOG=str(log)), log=tmp_path / "waiter.err")
+    wait_for(lambda: "waiting" in (tmp_path / "waiter.err").read_text(), "the waiter to wait")
+    assert waiter.poll() is None
+    assert not log.exists()
+    assert h.finish() == 0
+    waiter.communicate(timeout=LONG)
+    assert waiter.returncode == 0
+    assert log.read_text().splitlines() == ["end", "waiter"]
+
+
+def test_wait_is_woken_by_release_not_by_lease(cli, name, holders, tmp_path):
+    # The holder's lease is long (60 s) and it releases early: a waiter with
+    # --wait 45s can only succeed if the release itself wakes it.
+    h = hold(holders, cli, name, "--ttl", "60s")
+    waiter = cli.popen_logged("run", "--verbose", "--wait", "45s", name, "--", "true",
+                              log=tmp_path / "waiter.err")
+    wait_for(lambda: "waiting" in (tmp_path / "waiter.err").read_text(), "the waiter to wait")
+    assert h.finish() == 0
+    waiter.communicate(timeout=LONG)
+    assert waiter.returncode == 0, (tmp_path / "waiter.err").read_text()
+
+
+def test_signal_while_waiting_ends_watchlock_without_running(cli, name, holders, tmp_path):
+    h = hold(holders, cli, name)
+    marker = tmp_path / "ran"
+    waiter = cli.popen_logged("run", "--verbose", name, "--", "touch", str(marker),
+                              log=tmp_path / "waiter.err")
+    wait_for(lambda: "waiting" in (tmp_path / "waiter.err").read_text(), "the waiter to wait")
+    waiter.send_signal(signal.SIGTERM)
+    waiter.wait(timeout=LONG)
+    assert waiter.returncode == -signal.SIGTERM  # died by the signal, like flock(1)
+    assert not marker.exists()
+    st = cli.status(name)
+    assert st["held"] is True and st["fencing_token"] == h.wait_ready()
+    assert h.finish() == 0
+    assert not marker.exists()
+
+
+# ---- signal forwarding ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1])
+def test_signals_are_forwarded_to_command(cli, name, tmp_path, sig):
+    signame = signal.Signals(sig).name[3:]
+    script = (f'trap "echo got-{signame} > marker; exit 7" {signame}; touch ready; '
+              'while :; do sleep 0.05; done')
+    proc = cli.popen("run", name, "--", "sh", "-c", script, cwd=tmp_path)
+    wait_for(lambda: (tmp_path / "ready").exists() or proc.poll() is not None,
+             "the command to start")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=LONG)
+    assert proc.returncode == 7, err
+    assert (tmp_path / "marker").read_text() == f"got-{signame}\n"
+    assert cli.status(name)["held"] is False
+
+
+def test_forwarded_sigterm_kills_default_command(cli, name, tmp_path):
+    proc = cli.popen("run", name, "--", "sh", "-c", "touch ready; exec sleep 600", cwd=tmp_path)
+    wait_for(lambda: (tmp_path / "ready").exists(), "the command to start")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=LONG)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert cli.status(name)["held"] is False
+
+
+def test_ignored_signal_stays_ignored(cli, name, tmp_path):
+    # nohup-style: SIGHUP ignored when watchlock starts -> not forwarded, and
+    # the command inherits "ignored".
+    script = 'touch ready; while [ ! -e stop ]; do sleep 0.05; done; exit 9'
+    proc = subprocess.Popen([cli.exe, "run", name, "--", "sh", "-c", script], cwd=tmp_path,
+                            env=cli.env(), text=True, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    wait_for(lambda: (tmp_path / "ready").exists(), "the command to start")
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert proc.poll() is None
+    (tmp_path / "stop").touch()
+    proc.communicate(timeout=LONG)
+    assert proc.returncode == 9
+
+
+# ---- status and release -----------------------------------------------------------------
+
+
+def test_status_free_never_used(cli, name):
+    r = cli.run("status", name)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{name}: free\n"
+    assert cli.status(name) == {"name": name, "held": False, "remaining_ms": 0,
+                                "fencing_token": 0}
+
+
+def test_status_held_and_after_release(cli, name, holders):
+    h = hold(holders, cli, name, "--ttl", "40s")
+    token = h.wait_ready()
+    r = cli.run("status", name)
+    assert r.returncode == 0
+    assert r.stdout.startswith(f"{name}: held, ")
+    assert f"fencing token {token}" in r.stdout
+    st = cli.status(name)
+    assert st["held"] is True
+    assert st["fencing_token"] == token
+    assert 0 < st["remaining_ms"] <= 40000
+    assert h.finish() == 0
+    r = cli.run("status", name)
+    assert r.stdout == f"{name}: free (last fencing token {token})\n"
+    assert cli.status(name) == {"name": name, "held": False, "remaining_ms": 0,
+                                "fencing_token": token}
+
+
+def test_status_json_escapes_name(cli):
+    odd = f'quote"back\\slash\ttab-{uuid.uuid4().hex[:6]}'
+    st = cli.status(odd)
+    assert st["name"] == odd
+
+
+def test_release_without_force_is_refused(cli, name, holders):
+    h = hold(holders, cli, name)
+    r = cli.run("release", name)
+    assert r.returncode == EX_USAGE
+    assert "--force" in one_error_line(r.stderr)
+    assert cli.status(name)["held"] is True
+    assert h.finish() == 0
+
+
+def test_force_release_frees_wakes_waiter_and_holder_loses(cli, name, holders, tmp_path):
+    h = hold(holders, cli, name, "--ttl", "60s")
+    log = tmp_path / "waiter.log"
+    waiter = cli.popen_logged("run", "--verbose", "--wait", "45s", name, "--", "sh", "-c",
+                              'echo "$WATCHLOCK_FENCING_TOKEN" > "$OUT"',
+                              env=cli.env(OUT=str(log)), log=tmp_path / "waiter.err")
+    wait_for(lambda: "waiting" in (tmp_path / "waiter.err").read_text(), "the waiter to wait")
+    r = cli.run("release", "--force", name)
+    assert r.returncode == 0, r.stderr
+    assert "released" in one_error_line(r.stderr)
+    waiter.communicate(timeout=LONG)
+    assert waiter.returncode == 0
+    assert int(log.read_text()) > h.wait_ready()
+    # The holder finds the loss at its next renewal (every 20 s with a 60 s
+    # lease), stops its command and exits with the lost-lock code.
+    h.proc.communicate(timeout=LONG)
+    assert h.proc.returncode == EX_LOCK_LOST
+    r = cli.run("release", "--force", "--quiet", name)
+    assert r.returncode == 0 and r.stderr == ""
+    r = cli.run("release", "--force", name)
+    assert r.returncode == 0 and "not held" in r.stderr
+
+
+# ---- lost lock ---------------------------------------------------------------------------
+
+
+def test_lost_lock_while_stopped_terminates_command(cli, name, tmp_path):
+    """SIGSTOP watchlock past its lease, let another process take the lock,
+    SIGCONT: the command gets SIGTERM and watchlock exits 79."""
+    script = ('trap "echo got-TERM > marker; exit 5" TERM; touch ready; '
+              'while :; do sleep 0.05; done')
+    proc = cli.popen("run", "--ttl", "1s", "--kill-after", "30s", name, "--", "sh", "-c", script,
+                     cwd=tmp_path)
+    wait_for(lambda: (tmp_path / "ready").exists() or proc.poll() is not None,
+             "the command to start")
+    assert proc.poll() is None
+    token = cli.status(name)["fencing_token"]
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: not cli.status(name)["held"], "the stopped holder's lease to run out",
+                 interval=0.1)
+        thief = Holder(cli, name, "--wait", "0", tag="thief")
+        try:
+            thief_token = thief.wait_ready()
+            assert thief_token > token
+            assert not (tmp_path / "marker").exists()
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=LONG)
+        assert proc.returncode == EX_LOCK_LOST, err
+        assert (tmp_path / "marker").read_text() == "got-TERM\n"
+        line = one_error_line(err)
+        assert "lost lock" in line and name in line
+        # The thief's hold is untouched by the old holder's exit.
+        st = cli.status(name)
+        assert st["held"] is True and st["fencing_token"] == thief_token
+        assert thief.finish() == 0
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.communicate()
+
+
+def test_lost_lock_sigkill_after_grace_period(cli, name, tmp_path):
+    # The command ignores SIGTERM; --kill-after 300ms then SIGKILLs it.
+    script = 'trap "" TERM; echo $$ > pid; touch ready; while :; do sleep 0.05; done'
+    proc = cli.popen("run", "--ttl", "1s", "--kill-after", "300ms", name, "--", "sh", "-c",
+                     script, cwd=tmp_path)
+    wait_for(lambda: (tmp_path / "ready").exists(), "the command to start")
+    child = int((tmp_path / "pid").read_text())
+    r = cli.run("release", "--force", name)
+    assert r.returncode == 0
+    out, err = proc.communicate(timeout=LONG)
+    assert proc.returncode == EX_LOCK_LOST
+    assert "lost lock" in err and "SIGKILL" in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+
+
+def test_max_hold_stops_command(cli, name, tmp_path):
+    proc = cli.popen("run", "--ttl", "500ms", "--max-hold", "1s", name, "--", "sleep", "600")
+    out, err = proc.communicate(timeout=LONG)
+    assert proc.returncode == EX_LOCK_LOST
+    assert "max hold" in one_error_line(err)
+    # The watchdog declares the loss a drift margin before the server's
+    # expiry; the key then runs out by itself.
+    wait_for(lambda: not cli.status(name)["held"], "the lease to run out", interval=0.05)
+
+
+def test_watchdog_keeps_lock_past_its_lease(cli, name, holders):
+    h = hold(holders, cli, name, "--ttl", "500ms")
+    token = h.wait_ready()
+    # Several leases go by; the lock stays held by the same hold.
+    for _ in range(3):
+        time.sleep(0.6)
+        st = cli.status(name)
+        assert st["held"] is True and st["fencing_token"] == token
+    assert h.finish() == 0
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["frobnicate"],
+    ["--bogus"],
+    ["run"],
+    ["run", "only-a-name"],
+    ["run", "only-a-name", "--"],
+    ["run", "--bogus", "n", "--", "touch", "MARKER"],
+    ["run", "-x", "n", "--", "touch", "MARKER"],
+    ["run", "--ttl"],
+    ["run", "n", "--ttl", "5s", "--", "touch", "MARKER"],
+    ["run", "", "--", "touch", "MARKER"],
+    ["status"],
+    ["status", "a", "b"],
+    ["status", "--nope", "a"],
+    ["release", "a"],
+    ["release", "--force"],
+    ["help", "frobnicate"],
+    ["--version", "extra"],
+])
+def test_usage_errors_exit_64_with_one_line(cli, tmp_path, args):
+    args = [str(tmp_path / "marker") if a == "MARKER" else a for a in args]
+    r = cli.run(*args, cwd=tmp_path)
+    assert r.returncode == EX_USAGE, (args, r.stdout, r.stderr)
+    one_error_line(r.stderr)
+    assert r.stdout == ""
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("opt, value", [
+    ("--ttl", "5x"), ("--ttl", "0"), ("--ttl", "-1s"), ("--wait", "soon"), ("--wait", "-1"),
+    ("--max-hold", "abc"), ("--kill-after", "10 s"), ("--ttl", "31d"), ("--ttl", "999999h"),
+])
+def test_bad_duration(cli, name, tmp_path, opt, value):
+    marker = tmp_path / "marker"
+    r = cli.run("run", opt, value, name, "--", "touch", str(marker))
+    assert r.returncode == EX_USAGE
+    line = one_error_line(r.stderr)
+    assert opt in line
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("sub", [["run", "n", "--", "touch", "MARKER"], ["status", "n"],
+                                 ["release", "--force", "n"]])
+def test_unreachable_server_exits_69(cli, tmp_path, sub):
+    port = free_port()
+    args = [str(tmp_path / "marker") if a == "MARKER" else a for a in sub]
+    r = cli.run(*args, url=f"redis://127.0.0.1:{port}")
+    assert r.returncode == EX_UNAVAILABLE, r.stderr
+    line = one_error_line(r.stderr)
+    assert "cannot connect" in line and str(port) in line
+    assert not (tmp_path / "marker").exists()
+
+
+def test_malformed_url_is_a_usage_error(cli, name):
+    r = cli.run("status", name, url="http://nope")
+    assert r.returncode == EX_USAGE
+    assert "URL" in one_error_line(r.stderr)
+
+
+def test_wrong_password_exits_69_with_clear_line(tmp_path, name):
+    with RedisServer(password="right-secret") as srv:
+        good = Cli(srv.url, tmp_path)
+        wrong = f"redis://:wrong-secret@127.0.0.1:{srv.port}"
+        for url in (wrong, f"redis://127.0.0.1:{srv.port}"):
+            for sub in (["run", name, "--", "true"], ["status", name],
+                        ["release", "--force", name]):
+                r = good.run(*sub, url=url)
+                assert r.returncode == EX_UNAVAILABLE, (url, sub, r.stderr)
+                line = one_error_line(r.stderr)
+                assert "authentication" in line, line
+                assert "wrong-secret" not in line  # passwords are not echoed
+        r = good.run("run", name, "--", "sh", "-c", "exit 6")
+        assert r.returncode == 6, r.stderr
+
+
+# ---- install -------------------------------------------------------------------------------
+
+
+def test_installed_binary_works_from_any_directory(cli, name, tmp_path):
+    build_dir = Path(cli.exe).resolve().parent.parent
+    if not (build_dir / "CMakeCache.txt").exists():
+        pytest.fail(f"{cli.exe} is not in a CMake build tree; cannot test the install")
+    prefix = tmp_path / "prefix with space"
+    r = subprocess.run(["cmake", "--install", str(build_dir), "--prefix", str(prefix)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    exe = prefix / "bin" / "watchlock"
+    assert exe.exists()
+    assert (prefix / "share" / "man" / "man1" / "watchlock.1").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = cli.env()
+    env.pop("LD_LIBRARY_PATH", None)
+    r = subprocess.run([str(exe), "--version"], cwd=elsewhere, env=env, capture_output=True,
+                       text=True, timeout=LONG)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("watchlock 0.1.0")
+    # It loads the installed library, not the build tree's.
+    ldd = subprocess.run(["ldd", str(exe)], capture_output=True, text=True, timeout=LONG).stdout
+    lib_line = next(line for line in ldd.splitlines() if "libwatchlock" in line)
+    assert str(prefix) in lib_line, ldd
+    r = subprocess.run([str(exe), "run", name, "--", "sh", "-c", "exit 3"], cwd=elsewhere,
+                       env=env, capture_output=True, text=True, timeout=LONG)
+    assert r.returncode == 3, r.stderr
+    # Moving the whole prefix keeps it working ($ORIGIN rpath).
+    moved = tmp_path / "moved"
+    shutil.move(str(prefix), str(moved))
+    r = subprocess.run([str(moved / "bin" / "watchlock"), "--version"], cwd=elsewhere, env=env,
+                       capture_output=True, text=True, timeout=LONG)
+    assert r.returncode == 0, r.stderr
