@@ -1,0 +1,605 @@
+#!/usr/bin/env python3
+"""watchlock benchmarks against redis-py, python-redis-lock, pottery and
+Redisson, side by side on one redis-server. Entry point: bench/run.
+
+Stages: set up (venv with the Python peers and watchlock, the C program,
+the Redisson jar; whatever fails to set up is reported as n/a with the
+reason), start a redis-server on a free loopback port, run the scenarios,
+print a table, write results/latest.json and the plots.
+
+Exit status: 0 when every watchlock measurement ran and was sound (mutual
+exclusion held, no lock lost); 1 otherwise. Peers never fail the run, and
+no timing number ever does: the bench is not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+PEERS_DIR = os.path.join(BENCH, ".peers")
+VENV = os.path.join(PEERS_DIR, "venv")
+VPY = os.path.join(VENV, "bin", "python")
+BUILD = os.path.join(ROOT, "build-bench")
+WLBENCH = os.path.join(BUILD, "wlbench")
+JAVA_DIR = os.path.join(BENCH, "java")
+JAR = os.path.join(JAVA_DIR, "target", "redisson-bench.jar")
+PY_WORKER = os.path.join(BENCH, "py_worker.py")
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "harness"))
+from redis_server import RedisServer  # noqa: E402
+
+# name -> (pip requirement, import name)
+PY_PEERS = {
+    "redis-py": ("redis", "redis"),
+    "python-redis-lock": ("python-redis-lock", "redis_lock"),
+    "pottery": ("pottery", "pottery"),
+}
+PLOT_REQ = ("matplotlib", "matplotlib")
+
+# Libraries in table order. kind: c, py, java.
+LIBS = [
+    ("watchlock-c", "c"),
+    ("watchlock-py", "py"),
+    ("redis-py", "py"),
+    ("python-redis-lock", "py"),
+    ("pottery", "py"),
+    ("redisson", "java"),
+]
+
+SCALES = {
+    #        cycle N, cycle max s, repeats, hand-off s, watchdog locks, watchdog hold s
+    "full": dict(cycle_n=20000, cycle_max_s=8.0, repeats=3, handoff_s=10.0, wd_locks=10000, wd_hold_s=60.0),
+    "quick": dict(cycle_n=5000, cycle_max_s=3.0, repeats=2, handoff_s=4.0, wd_locks=1000, wd_hold_s=10.0),
+    "smoke": dict(cycle_n=200, cycle_max_s=1.0, repeats=1, handoff_s=0.5, wd_locks=100, wd_hold_s=3.0,
+                  queue_only=True),
+}
+HANDOFF_PROCS = 8
+T0 = time.monotonic()
+HOLD_US = 1000
+WD_LEASE_MS = 3000
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def tail(text: str, n: int = 400) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def run(cmd, timeout=None, cwd=None, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+
+
+# ---- set-up ------------------------------------------------------------------------
+
+
+def venv_has(module: str) -> bool:
+    return os.path.exists(VPY) and run([VPY, "-c", f"import {module}"], timeout=60).returncode == 0
+
+
+def setup_python(mode: str, status: dict) -> None:
+    if not os.path.exists(VPY):
+        log("creating the venv")
+        r = run([sys.executable, "-m", "venv", VENV], timeout=300)
+        if r.returncode != 0:
+            for name in ["watchlock-py"] + list(PY_PEERS) + ["plots"]:
+                status[name] = f"n/a: venv could not be created: {tail(r.stderr)}"
+            return
+    pip = [VPY, "-m", "pip", "--disable-pip-version-check", "-q"]
+    for name, (req, module) in list(PY_PEERS.items()) + [("plots", PLOT_REQ)]:
+        if venv_has(module):
+            continue
+        if mode == "smoke":
+            status[name] = f"n/a: {req} not installed (smoke mode installs no peers; run bench/run once)"
+            continue
+        log(f"installing {req}")
+        r = run(pip + ["install", req], timeout=900)
+        if r.returncode != 0:
+            status[name] = f"n/a: pip install {req} failed: {tail(r.stderr)}"
+    # watchlock itself, fresh from this checkout, every run.
+    if not os.path.exists(os.path.join(ROOT, "setup.py")) and not os.path.exists(
+            os.path.join(ROOT, "pyproject.toml")):
+        status["watchlock-py"] = "n/a: the Python binding is not in this checkout yet (no setup.py)"
+        return
+    # Build it with the venv's own setuptools (no per-run download); that needs
+    # a setuptools with bdist_wheel built in (>= 70.1), installed once.
+    isolation = ["--no-build-isolation"]
+    if run([VPY, "-c", "import setuptools.command.bdist_wheel"], timeout=60).returncode != 0:
+        if run(pip + ["install", "setuptools>=70.1"], timeout=600).returncode != 0:
+            isolation = []  # offline and no usable setuptools: let pip try an isolated build
+    log("installing watchlock (Python) from the checkout")
+    t0 = time.monotonic()
+    r = run(pip + ["install", *isolation, "--no-deps", "--force-reinstall", ROOT], timeout=1800)
+    log(f"  took {time.monotonic() - t0:.0f} s")
+    if r.returncode != 0:
+        status["watchlock-py"] = f"FAILED: pip install . failed: {tail(r.stderr, 1500)}"
+        return
+    r = run([VPY, PY_WORKER, "probe", "watchlock"], timeout=60, cwd=BENCH)
+    if r.returncode != 0:
+        status["watchlock-py"] = f"FAILED: import watchlock failed: {tail(r.stderr, 1500)}"
+
+
+def setup_c(status: dict) -> None:
+    log("building the C bench (cmake, build-bench/)")
+    r = run(["cmake", "-S", os.path.join(BENCH, "c"), "-B", BUILD, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
+            timeout=600)
+    if r.returncode == 0:
+        r = run(["cmake", "--build", BUILD, "--target", "wlbench", "-j2"], timeout=1800)
+    if r.returncode != 0:
+        status["watchlock-c"] = f"FAILED: build failed: {tail(r.stdout + r.stderr, 1500)}"
+
+
+def newest_mtime(path: str) -> float:
+    newest = 0.0
+    for d, _, files in os.walk(path):
+        if os.sep + "target" in d:
+            continue
+        for f in files:
+            newest = max(newest, os.path.getmtime(os.path.join(d, f)))
+    return newest
+
+
+def setup_java(mode: str, status: dict) -> None:
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        status["redisson"] = "n/a: java or mvn not found"
+        return
+    if os.path.exists(JAR) and os.path.getmtime(JAR) >= newest_mtime(JAVA_DIR):
+        return
+    log("building the Redisson harness (mvn package)")
+    cmd = ["mvn", "-q", "-B", "package"]
+    if mode == "smoke":
+        cmd.insert(1, "-o")  # smoke: only from the local Maven cache
+    r = run(cmd, timeout=1800, cwd=JAVA_DIR)
+    if r.returncode != 0 or not os.path.exists(JAR):
+        status["redisson"] = f"n/a: mvn package failed: {tail(r.stdout + r.stderr)}"
+
+
+def versions(status: dict) -> dict:
+    out = {}
+    for name, module in [("watchlock-py", "watchlock"), ("redis-py", "redis"),
+                         ("python-redis-lock", "redis_lock"), ("pottery", "pottery")]:
+        if name in status:
+            continue
+        r = run([VPY, "-c", f"import importlib.metadata as m; print(m.version({module!r}.replace('_', '-')))"],
+                timeout=60)
+        if r.returncode != 0 and module == "redis_lock":
+            r = run([VPY, "-c", "import importlib.metadata as m; print(m.version('python-redis-lock'))"], timeout=60)
+        out[name] = r.stdout.strip() or "?"
+    if "redisson" not in status:
+        import re
+        m = re.search(r"<redisson.version>([^<]+)<", open(os.path.join(JAVA_DIR, "pom.xml")).read())
+        out["redisson"] = m.group(1) if m else "?"
+    r = run(["redis-server", "--version"], timeout=30)
+    out["redis-server"] = r.stdout.strip()
+    return out
+
+
+# ---- workers -----------------------------------------------------------------------
+
+
+def worker_cmd(lib: str, kind: str, mode: str, *args) -> list:
+    if kind == "c":
+        return [WLBENCH, mode, *map(str, args)]
+    if kind == "py":
+        pylib = "watchlock" if lib == "watchlock-py" else lib
+        if mode == "ping":
+            return [VPY, PY_WORKER, "ping", *map(str, args)]
+        return [VPY, PY_WORKER, mode, pylib, *map(str, args)]
+    # Small heap is plenty; keeps 8 JVMs on a shared 2-core machine polite.
+    return ["java", "-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-jar", JAR, mode, *map(str, args)]
+
+
+def run_json(cmd: list, timeout: float) -> dict:
+    r = run(cmd, timeout=timeout, cwd=BENCH)
+    if r.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(cmd[0])} {cmd[1]} exited {r.returncode}: {tail(r.stderr, 800)}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# ---- scenario (a): uncontended cycle -----------------------------------------------
+
+
+def scenario_cycle(srv: RedisServer, scale: dict, status: dict) -> dict:
+    url = srv.url
+    n, max_s = scale["cycle_n"], scale["cycle_max_s"]
+    jobs = []  # (key, lib, cmd)
+    jobs.append(("floor:c", "watchlock-c", worker_cmd("", "c", "ping", "127.0.0.1", srv.port, n * 2, max_s)))
+    jobs.append(("floor:py", "redis-py", worker_cmd("", "py", "ping", url, n * 2, max_s)))
+    jobs.append(("floor:java", "redisson", worker_cmd("", "java", "ping", url, n * 2, max_s)))
+    for lib, kind in LIBS:
+        jobs.append((f"cycle:{lib}", lib, worker_cmd(lib, kind, "cycle", url, n, max_s)))
+    samples: dict = {}
+    errors: dict = {}
+    for rep in range(scale["repeats"]):  # interleaved, so drift hits everyone alike
+        for key, lib, cmd in jobs:
+            if lib is not None and lib in status or key in errors:
+                continue
+            try:
+                res = run_json(cmd, timeout=max_s * 10 + 120)
+                samples.setdefault(key, []).append(res["ops"] / res["seconds"])
+            except Exception as e:  # noqa: BLE001 - reported per library
+                errors[key] = str(e)
+                log(f"{key}: {e}")
+    out = {"floors": {}, "cycles": {}, "errors": errors}
+    for key, vals in samples.items():
+        ops = statistics.median(vals)
+        entry = {"ops_per_s": ops, "us_per_op": 1e6 / ops, "samples_ops_per_s": vals}
+        kind, name = key.split(":", 1)
+        (out["floors"] if kind == "floor" else out["cycles"])[name] = entry
+    return out
+
+
+# ---- scenario (b): contended hand-off ---------------------------------------------
+
+
+def pct(sorted_vals: list, q: float) -> float:
+    if not sorted_vals:
+        return float("nan")
+    i = min(len(sorted_vals) - 1, max(0, int(round(q * (len(sorted_vals) - 1)))))
+    return sorted_vals[i]
+
+
+def run_handoff(srv: RedisServer, lib: str, kind: str, seconds: float, polite: bool) -> dict:
+    fd, shm = tempfile.mkstemp(prefix="wl-handoff-", suffix=".shm")
+    os.write(fd, b"\0" * 64 * 8)
+    os.close(fd)
+    import mmap
+    import struct
+    srv.command("FLUSHALL")
+    procs = []
+    try:
+        with open(shm, "r+b") as f:
+            mm = mmap.mmap(f.fileno(), 64 * 8)
+        for i in range(HANDOFF_PROCS):
+            cmd = worker_cmd(lib, kind, "handoff", srv.url, shm, i, HOLD_US, 1 if polite else 0)
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          cwd=BENCH))
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            ready = sum(struct.unpack_from("<q", mm, (8 + i) * 8)[0] for i in range(HANDOFF_PROCS))
+            if ready == HANDOFF_PROCS:
+                break
+            if any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("workers did not get ready in 180 s")
+        if any(p.poll() is not None for p in procs):
+            bad = next(p for p in procs if p.poll() is not None)
+            raise RuntimeError(f"a worker exited early ({bad.returncode}): {tail(bad.stderr.read(), 800)}")
+        start = time.monotonic_ns() + 50_000_000
+        struct.pack_into("<q", mm, 3 * 8, start + int(seconds * 1e9))  # stop
+        struct.pack_into("<q", mm, 6 * 8, start)  # start
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=seconds + 120)
+            if p.returncode != 0:
+                raise RuntimeError(f"worker exited {p.returncode}: {tail(err, 800)}")
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        violations = struct.unpack_from("<q", mm, 5 * 8)[0]
+        mm.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        os.unlink(shm)
+    lat = sorted(x for r in results for x in r["handoff_ns"])
+    turns = sum(r["turns"] for r in results)
+    per_proc = [r["turns"] for r in results]
+    return {
+        "seconds": seconds,
+        "turns": turns,
+        "turns_per_s": turns / seconds,
+        "handoffs": len(lat),
+        "handoffs_per_s": len(lat) / seconds,
+        "same_holder_turns": sum(r["same_holder"] for r in results),
+        "turns_per_process": per_proc,
+        "p50_ms": pct(lat, 0.50) / 1e6,
+        "p99_ms": pct(lat, 0.99) / 1e6,
+        "max_ms": (lat[-1] / 1e6) if lat else float("nan"),
+        "mutual_exclusion_violations": violations,
+        "latencies_ms": [x / 1e6 for x in lat],
+    }
+
+
+def scenario_handoff(srv: RedisServer, scale: dict, status: dict) -> dict:
+    out: dict = {"queue": {}, "greedy": {}, "errors": {}}
+    modes = ((True, "queue"),) if scale.get("queue_only") else ((True, "queue"), (False, "greedy"))
+    for polite, label in modes:
+        for lib, kind in LIBS:
+            if lib in status:
+                continue
+            log(f"hand-off ({label}): {lib} ({time.monotonic() - T0:.0f} s)")
+            try:
+                out[label][lib] = run_handoff(srv, lib, kind, scale["handoff_s"], polite)
+            except Exception as e:  # noqa: BLE001
+                out["errors"][f"{label}:{lib}"] = str(e)
+                log(f"hand-off {label} {lib}: {e}")
+    return out
+
+
+# ---- scenario (c): watchdog scale ---------------------------------------------------
+
+
+def scenario_watchdog(srv: RedisServer, scale: dict, status: dict) -> dict:
+    n, hold = scale["wd_locks"], scale["wd_hold_s"]
+    out: dict = {"errors": {}}
+    jobs = [("watchlock-c", [WLBENCH, "watchdog", srv.url, "127.0.0.1", srv.port, n, WD_LEASE_MS, hold]),
+            ("redisson", worker_cmd("redisson", "java", "watchdog", srv.url, n, WD_LEASE_MS, hold))]
+    for lib, cmd in jobs:
+        if lib in status:
+            continue
+        log(f"watchdog: {lib} holds {n} locks for {hold:g} s")
+        try:
+            r = run_json([str(c) for c in cmd], timeout=hold * 3 + 300)
+        except Exception as e:  # noqa: BLE001
+            out["errors"][lib] = str(e)
+            log(f"watchdog {lib}: {e}")
+            continue
+        rounds_expected = hold / (WD_LEASE_MS / 3000.0)
+        r["lost"] = r.get("lost_server", 0) + r.get("lost_local", 0) + r.get("lost_callbacks", 0)
+        r["rss_per_lock_b"] = (r["rss_max"] - r["rss_before"]) / n
+        if "heap_held" in r:
+            r["heap_per_lock_b"] = (r["heap_held"] - r["heap_before"]) / n
+        r["renewal_cpu_us"] = r.get("watchdog_cpu_us", r["process_cpu_us"])
+        r["renewal_cpu_pct"] = r["renewal_cpu_us"] / 1e6 / r["hold_s"] * 100
+        r["script_calls_per_round"] = r["server_script_calls"] / rounds_expected
+        if "renew_rounds" in r and r["renew_rounds"] > 0:
+            r["renewals_per_roundtrip"] = r["renewals"] / max(1, r["renew_roundtrips"])
+            r["roundtrips_per_round"] = r["renew_roundtrips"] / r["renew_rounds"]
+        out[lib] = r
+    for lib, why in [("redis-py", "no watchdog: its Lock never renews by itself"),
+                     ("pottery", "no watchdog: Redlock only extends on request"),
+                     ("python-redis-lock", "not run: auto_renewal starts one thread per lock"),
+                     ("watchlock-py", "same C watchdog as watchlock-c")]:
+        out.setdefault("n/a", {})[lib] = why
+    return out
+
+
+# ---- targets, table ----------------------------------------------------------------
+
+
+def evaluate(res: dict) -> list:
+    """[(target, measured, verdict)] where verdict is 'met', 'NOT met' or 'n/a'."""
+    t = []
+    cyc, flo = res["cycle"]["cycles"], res["cycle"]["floors"]
+    if "watchlock-c" in cyc and "c" in flo:
+        ratio = cyc["watchlock-c"]["us_per_op"] / (2 * flo["c"]["us_per_op"])
+        t.append(("C cycle <= 1.25x two PING round trips",
+                  f"{cyc['watchlock-c']['us_per_op']:.1f} us vs 2x{flo['c']['us_per_op']:.1f} us = {ratio:.2f}x",
+                  "met" if ratio <= 1.25 else "NOT met"))
+    else:
+        t.append(("C cycle <= 1.25x two PING round trips", "not measured", "n/a"))
+    for peer in ("redis-py", "python-redis-lock", "pottery"):
+        name = f"Python cycles/s >= 2x {peer}"
+        if "watchlock-py" in cyc and peer in cyc:
+            ratio = cyc["watchlock-py"]["ops_per_s"] / cyc[peer]["ops_per_s"]
+            t.append((name, f"{ratio:.2f}x", "met" if ratio >= 2 else "NOT met"))
+        else:
+            t.append((name, "not measured", "n/a"))
+    for mode in ("queue", "greedy"):
+        ho = res["handoff"].get(mode, {})
+        base = ho.get("redis-py")
+        for lib in ("watchlock-c", "watchlock-py"):
+            r = ho.get(lib)
+            if r is None:
+                for what in ("p50 <= 0.3 ms", "p99 <= 2 ms", ">= 20x redis-py hand-offs/s"):
+                    t.append((f"hand-off ({mode}) {lib} {what}", "not measured", "n/a"))
+                continue
+            t.append((f"hand-off ({mode}) {lib} p50 <= 0.3 ms", f"{r['p50_ms']:.3f} ms",
+                      "met" if r["p50_ms"] <= 0.3 else "NOT met"))
+            t.append((f"hand-off ({mode}) {lib} p99 <= 2 ms", f"{r['p99_ms']:.3f} ms",
+                      "met" if r["p99_ms"] <= 2 else "NOT met"))
+            if base is not None and base["handoffs_per_s"] > 0:
+                ratio = r["handoffs_per_s"] / base["handoffs_per_s"]
+                t.append((f"hand-off ({mode}) {lib} >= 20x redis-py hand-offs/s",
+                          f"{r['handoffs_per_s']:.0f}/s vs {base['handoffs_per_s']:.1f}/s = {ratio:.1f}x",
+                          "met" if ratio >= 20 else "NOT met"))
+            elif base is not None:
+                t.append((f"hand-off ({mode}) {lib} >= 20x redis-py hand-offs/s",
+                          f"{r['handoffs_per_s']:.0f}/s vs 0/s", "met"))
+            else:
+                t.append((f"hand-off ({mode}) {lib} >= 20x redis-py hand-offs/s", "redis-py not measured", "n/a"))
+    wd = res["watchdog"].get("watchlock-c")
+    if wd:
+        t.append(("watchdog: zero locks lost", f"{wd['lost']} lost of {wd['locks']}",
+                  "met" if wd["lost"] == 0 else "NOT met"))
+        t.append(("watchdog: RSS per held lock < 1 KiB", f"{wd['rss_per_lock_b']:.0f} B",
+                  "met" if wd["rss_per_lock_b"] < 1024 else "NOT met"))
+        t.append(("watchdog: batching visible (renewals per round trip > 1)",
+                  f"{wd.get('renewals_per_roundtrip', 0):.1f} renewals/round trip",
+                  "met" if wd.get("renewals_per_roundtrip", 0) > 1 else "NOT met"))
+    else:
+        t.append(("watchdog", "not measured", "n/a"))
+    return t
+
+
+def fmt(v, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def table(res: dict) -> str:
+    st = res["status"]
+    lines = []
+    cyc, flo = res["cycle"]["cycles"], res["cycle"]["floors"]
+    floor_of = {"watchlock-c": ("c", "hiredis PING"), "watchlock-py": ("py", "redis-py PING"),
+                "redis-py": ("py", "redis-py PING"), "python-redis-lock": ("py", "redis-py PING"),
+                "pottery": ("py", "redis-py PING"), "redisson": ("java", "RBucket.get")}
+    lines.append("(a) Uncontended acquire+release, one thread, one name")
+    lines.append(f"| {'library':<18} | {'cycles/s':>9} | {'us/cycle':>9} | {'floor (1 RTT)':<22} | {'cycle/floor':>11} |")
+    lines.append(f"|{'-' * 20}|{'-' * 11}|{'-' * 11}|{'-' * 24}|{'-' * 13}|")
+    for lib, _ in LIBS:
+        fk, fname = floor_of[lib]
+        f = flo.get(fk)
+        ftxt = f"{fname} {f['us_per_op']:.1f} us" if f else "n/a"
+        c = cyc.get(lib)
+        if c is None:
+            why = st.get(lib) or res["cycle"]["errors"].get(f"cycle:{lib}", "n/a")
+            lines.append(f"| {lib:<18} | {'n/a':>9} | {'n/a':>9} | {ftxt:<22} | {'n/a':>11} |  {why[:90]}")
+            continue
+        ratio = f"{c['us_per_op'] / f['us_per_op']:.2f}x" if f else "n/a"
+        lines.append(f"| {lib:<18} | {c['ops_per_s']:>9.0f} | {c['us_per_op']:>9.1f} | {ftxt:<22} | {ratio:>11} |")
+    for mode, desc in (("queue", "releaser waits until another process has the lock"),
+                       ("greedy", "releaser contends again at once")):
+        lines.append("")
+        lines.append(f"(b) Hand-off, {HANDOFF_PROCS} processes, {HOLD_US // 1000} ms hold, {mode}: {desc}")
+        lines.append(f"| {'library':<18} | {'hand-offs/s':>11} | {'turns/s':>8} | {'p50 ms':>8} | {'p99 ms':>8} | "
+                     f"{'max ms':>8} | {'mutex viol.':>11} |")
+        lines.append(f"|{'-' * 20}|{'-' * 13}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 13}|")
+        for lib, _ in LIBS:
+            r = res["handoff"].get(mode, {}).get(lib)
+            if r is None:
+                why = st.get(lib) or res["handoff"]["errors"].get(f"{mode}:{lib}", "n/a")
+                lines.append(f"| {lib:<18} | {'n/a':>11} | {'n/a':>8} | {'n/a':>8} | {'n/a':>8} | {'n/a':>8} | "
+                             f"{'n/a':>11} |  {why[:90]}")
+                continue
+            lines.append(f"| {lib:<18} | {r['handoffs_per_s']:>11.1f} | {r['turns_per_s']:>8.1f} | "
+                         f"{r['p50_ms']:>8.3f} | {r['p99_ms']:>8.3f} | {r['max_ms']:>8.2f} | "
+                         f"{r['mutual_exclusion_violations']:>11} |")
+    wd = res["watchdog"]
+    lines.append("")
+    lines.append(f"(c) Watchdog: one client holds {res['scale']['wd_locks']} locks, lease {WD_LEASE_MS} ms, "
+                 f"for {res['scale']['wd_hold_s']:g} s")
+    lines.append(f"| {'library':<18} | {'lost':>5} | {'renewals':>9} | {'round trips':>11} | {'renewals/RT':>11} | "
+                 f"{'scripts/round':>13} | {'renew CPU':>10} | {'memory/lock':>16} |")
+    lines.append(f"|{'-' * 20}|{'-' * 7}|{'-' * 11}|{'-' * 13}|{'-' * 13}|{'-' * 15}|{'-' * 12}|{'-' * 18}|")
+    for lib, _ in LIBS:
+        r = wd.get(lib)
+        if r is None:
+            why = st.get(lib) or wd["errors"].get(lib) or wd.get("n/a", {}).get(lib, "n/a")
+            lines.append(f"| {lib:<18} | {'n/a':>5} | {'n/a':>9} | {'n/a':>11} | {'n/a':>11} | {'n/a':>13} | "
+                         f"{'n/a':>10} | {'n/a':>16} |  {why[:90]}")
+            continue
+        mem = f"{r['rss_per_lock_b']:.0f} B RSS"
+        if "heap_per_lock_b" in r:
+            mem = f"{r['heap_per_lock_b']:.0f} B heap"
+        lines.append(f"| {lib:<18} | {r['lost']:>5} | {fmt(r.get('renewals'), '>9')} | "
+                     f"{fmt(r.get('renew_roundtrips'), '>11')} | {fmt(r.get('renewals_per_roundtrip'), '>11.1f')} | "
+                     f"{r['script_calls_per_round']:>13.1f} | {r['renewal_cpu_pct']:>9.2f}% | {mem:>16} |")
+    lines.append("")
+    lines.append("Targets")
+    lines.append(f"| {'target':<58} | {'measured':<40} | {'verdict':<7} |")
+    lines.append(f"|{'-' * 60}|{'-' * 42}|{'-' * 9}|")
+    for name, measured, verdict in res["targets"]:
+        lines.append(f"| {name:<58} | {measured:<40} | {verdict:<7} |")
+    return "\n".join(lines)
+
+
+# ---- main ----------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    info = {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                info["mem_gib"] = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    r = run(["java", "-version"], timeout=30) if shutil.which("java") else None
+    if r is not None:
+        info["java"] = (r.stderr.strip().splitlines() or ["?"])[0]
+    return info
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="smaller N and shorter runs (about 3 minutes)")
+    g.add_argument("--smoke", action="store_true",
+                   help="tiny N, seconds; installs no peers; writes to bench/.peers/smoke/")
+    ap.add_argument("--out", help="output directory (default bench/results, smoke: bench/.peers/smoke)")
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args()
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    scale = SCALES[mode]
+    out_dir = args.out or (os.path.join(PEERS_DIR, "smoke") if mode == "smoke" else os.path.join(BENCH, "results"))
+    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(PEERS_DIR, exist_ok=True)
+    t_start = time.monotonic()
+
+    status: dict = {}  # library -> "n/a: why" or "FAILED: why"; absent = available
+    setup_c(status)
+    setup_python(mode, status)
+    setup_java(mode, status)
+    for k, v in status.items():
+        log(f"{k}: {v}")
+    res: dict = {"mode": mode, "scale": scale, "status": status, "machine": machine(),
+                 "handoff_processes": HANDOFF_PROCS, "hold_us": HOLD_US, "watchdog_lease_ms": WD_LEASE_MS,
+                 "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+    res["versions"] = versions(status)
+    failed = any(v.startswith("FAILED") for k, v in status.items() if k.startswith("watchlock"))
+
+    with RedisServer() as srv:
+        res["redis_port"] = srv.port
+        for name, fn in (("cycle", scenario_cycle), ("handoff", scenario_handoff), ("watchdog", scenario_watchdog)):
+            log(f"scenario {name} ({time.monotonic() - t_start:.0f} s)")
+            try:
+                res[name] = fn(srv, scale, status)
+            except Exception:  # noqa: BLE001
+                res[name] = {"errors": {"all": traceback.format_exc()}}
+                failed = True
+    res["cycle"].setdefault("cycles", {})
+    res["cycle"].setdefault("floors", {})
+    res["cycle"].setdefault("errors", {})
+    res["handoff"].setdefault("errors", {})
+    res["watchdog"].setdefault("errors", {})
+    res["targets"] = evaluate(res)
+    res["elapsed_s"] = time.monotonic() - t_start
+
+    # watchlock failures: any error in its own measurements, lost locks, overlaps.
+    for section in ("cycle", "handoff", "watchdog"):
+        for key, err in res[section].get("errors", {}).items():
+            if "watchlock" in key or key == "floor:c" or key == "all":
+                failed = True
+                log(f"watchlock failure in {section} {key}: {err}")
+    for m in ("queue", "greedy"):
+        for lib, r in res["handoff"].get(m, {}).items():
+            if r["mutual_exclusion_violations"]:
+                log(f"{lib} ({m}): {r['mutual_exclusion_violations']} mutual exclusion violations")
+                if lib.startswith("watchlock"):
+                    failed = True
+    wd = res["watchdog"].get("watchlock-c")
+    if wd and (wd["lost"] or wd["release_failures"]):
+        log(f"watchlock lost {wd['lost']} locks in the watchdog run")
+        failed = True
+
+    text = table(res)
+    print(text)
+    print(f"\nmode {mode}; {res['elapsed_s']:.0f} s; results in {os.path.relpath(out_dir, ROOT)}/")
+    with open(os.path.join(out_dir, "latest.json"), "w") as f:
+        json.dump(res, f, indent=1, sort_keys=True)
+    with open(os.path.join(out_dir, "latest.md"), "w") as f:
+        f.write(text + "\n")
+    if not args.no_plots:
+        if "plots" in status:
+            log(f"plots skipped: {status['plots']}")
+        else:
+            r = run([VPY, os.path.join(BENCH, "plot.py"), os.path.join(out_dir, "latest.json"), out_dir], timeout=300)
+            if r.returncode != 0:
+                log(f"plots failed: {tail(r.stderr)}")
+    if failed:
+        log("watchlock FAILED (see above)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

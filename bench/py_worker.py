@@ -1,0 +1,165 @@
+"""Python side of the watchlock benchmarks, run by bench/bench.py in the
+bench's own venv. One mode per invocation; prints one JSON object.
+
+    py_worker.py ping     URL N MAX_S              redis-py PING loop (the Python floor)
+    py_worker.py cycle    LIB URL N MAX_S          uncontended acquire + release
+    py_worker.py handoff  LIB URL SHM ID HOLD_US POLITE
+    py_worker.py probe    LIB                      exits 0 when LIB imports
+
+LIB is one of: watchlock, redis-py, python-redis-lock, pottery.
+The shared-memory layout of `handoff` is the one of bench/c/wlbench.c
+(see bench/README.md, "How hand-off latency is measured").
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import sys
+import time
+
+LEASE_S = 10
+
+
+def make_lock(lib: str, url: str, name: str):
+    """Returns (acquire(), release()) for one lock handle of `lib`."""
+    if lib == "watchlock":
+        import watchlock
+        client = watchlock.Client(url)
+        lock = client.lock(name, ttl=LEASE_S)
+        return (lambda: lock.acquire(blocking=True, timeout=30)), lock.release, client
+    import redis
+    conn = redis.Redis.from_url(url)
+    if lib == "redis-py":
+        # Default polling (sleep=0.1 s between tries), as users get it.
+        lock = conn.lock(name, timeout=LEASE_S)
+        return (lambda: lock.acquire(blocking=True, blocking_timeout=30)), lock.release, conn
+    if lib == "python-redis-lock":
+        import redis_lock
+        lock = redis_lock.Lock(conn, name, expire=LEASE_S)
+        # Its timeout may not exceed expire; block without one (BLPOP wake-ups).
+        return (lambda: lock.acquire(blocking=True)), lock.release, conn
+    if lib == "pottery":
+        import logging
+        import pottery
+        logging.getLogger("pottery").setLevel(logging.ERROR)
+        lock = pottery.Redlock(key=name, masters={conn}, auto_release_time=LEASE_S)
+        return (lambda: lock.acquire(blocking=True, timeout=30)), lock.release, conn
+    raise SystemExit(f"unknown library {lib!r}")
+
+
+def cmd_ping(url: str, n: int, max_s: float) -> dict:
+    import redis
+    conn = redis.Redis.from_url(url)
+    for _ in range(100):
+        conn.ping()
+    t0 = time.perf_counter()
+    limit = t0 + max_s
+    done = 0
+    while done < n:
+        conn.ping()
+        done += 1
+        if not done & 63 and time.perf_counter() > limit:
+            break
+    return {"ops": done, "seconds": time.perf_counter() - t0}
+
+
+def cmd_cycle(lib: str, url: str, n: int, max_s: float) -> dict:
+    acquire, release, _keep = make_lock(lib, url, f"bench:cycle:{lib}:{os.getpid()}")
+    for _ in range(min(100, n)):
+        if not acquire():
+            raise SystemExit("warm-up acquire failed")
+        release()
+    t0 = time.perf_counter()
+    limit = t0 + max_s
+    done = 0
+    while done < n:
+        if not acquire():
+            raise SystemExit("acquire failed on a free lock")
+        release()
+        done += 1
+        if not done & 15 and time.perf_counter() > limit:
+            break
+    return {"ops": done, "seconds": time.perf_counter() - t0}
+
+
+# Shared slots (int64, little-endian); same numbers as wlbench.c.
+RELEASE_NS, TURNS, LAST_HOLDER, STOP_NS, IN_CS, VIOLATIONS, START_NS, READY = 0, 1, 2, 3, 4, 5, 6, 8
+SLOTS = 64
+
+
+class Shm:
+    def __init__(self, path: str):
+        fd = os.open(path, os.O_RDWR)
+        self.mm = mmap.mmap(fd, SLOTS * 8)
+        os.close(fd)
+
+    def get(self, slot: int) -> int:
+        return struct.unpack_from("<q", self.mm, slot * 8)[0]
+
+    def put(self, slot: int, value: int) -> None:
+        struct.pack_into("<q", self.mm, slot * 8, value)
+
+
+def cmd_handoff(lib: str, url: str, shm_path: str, wid: int, hold_us: int, polite: bool) -> dict:
+    shm = Shm(shm_path)
+    acquire, release, _keep = make_lock(lib, url, "bench:handoff")
+    now = time.monotonic_ns  # CLOCK_MONOTONIC, same clock as the C and Java workers
+    hold_s = hold_us / 1e6
+    lat: list[int] = []
+    turns = same = 0
+    shm.put(READY + wid, 1)
+    while shm.get(START_NS) == 0:
+        time.sleep(0.0002)
+    stop = shm.get(STOP_NS)
+    while now() < stop:
+        if not acquire():
+            raise SystemExit("acquire timed out after 30 s")
+        t_acq = now()
+        if shm.get(IN_CS):
+            shm.put(VIOLATIONS, shm.get(VIOLATIONS) + 1)
+        shm.put(IN_CS, 1)
+        rel = shm.get(RELEASE_NS)
+        prev = shm.get(LAST_HOLDER)
+        if rel and t_acq < stop:
+            if prev != wid + 1:
+                lat.append(t_acq - rel)
+            else:
+                same += 1
+        turns += 1
+        my_turn = shm.get(TURNS) + 1
+        shm.put(TURNS, my_turn)
+        shm.put(LAST_HOLDER, wid + 1)
+        time.sleep(hold_s)
+        shm.put(IN_CS, 0)
+        shm.put(RELEASE_NS, now())
+        release()
+        while polite and shm.get(TURNS) == my_turn and now() < stop:
+            time.sleep(0.00005)
+    return {"turns": turns, "same_holder": same, "handoff_ns": lat}
+
+
+def main(argv: list[str]) -> int:
+    mode = argv[0] if argv else ""
+    if mode == "ping" and len(argv) == 4:
+        out = cmd_ping(argv[1], int(argv[2]), float(argv[3]))
+    elif mode == "cycle" and len(argv) == 5:
+        out = cmd_cycle(argv[1], argv[2], int(argv[3]), float(argv[4]))
+    elif mode == "handoff" and len(argv) == 7:
+        out = cmd_handoff(argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]), argv[6] == "1")
+    elif mode == "probe" and len(argv) == 2:
+        lib = argv[1]
+        mod = {"watchlock": "watchlock", "redis-py": "redis", "python-redis-lock": "redis_lock",
+               "pottery": "pottery"}[lib]
+        m = __import__(mod)
+        out = {"version": getattr(m, "__version__", "?")}
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
