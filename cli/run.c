@@ -561,8 +561,9 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
                     continue;
                 /* Signals the terminal generates (Ctrl-C, Ctrl-\) go to the
                  * whole foreground process group, COMMAND included: sending
-                 * them again would deliver them twice. */
-                if (si.ssi_code == SI_KERNEL)
+                 * them again would deliver them twice. (If COMMAND moved to
+                 * a group of its own, it did not get them: forward.) */
+                if (si.ssi_code == SI_KERNEL && getpgid(pid) == getpgrp())
                     continue;
                 cli_verbose("forwarding signal %d (%s) to '%s'", sig, strsignal(sig),
                             o->command[0]);

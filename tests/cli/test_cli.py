@@ -627,3 +627,60 @@ def test_installed_binary_works_from_any_directory(cli, name, tmp_path):
     r = subprocess.run([str(moved / "bin" / "watchlock"), "--version"], cwd=elsewhere, env=env,
                        capture_output=True, text=True, timeout=LONG)
     assert r.returncode == 0, r.stderr
+
+
+def test_terminal_ctrl_c_reaches_command_once(cli, name, tmp_path):
+    """Ctrl-C on a terminal signals the whole foreground process group, so
+    COMMAND gets SIGINT from the terminal; watchlock must not send it again.
+    (A duplicate that lands while the first is still pending merges with it,
+    so a regression is caught often rather than always.)"""
+    import pty
+
+    count = tmp_path / "count"
+    # A Python child takes each SIGINT as soon as it is delivered (a shell
+    # would run its trap only after its current `sleep`, and two SIGINTs
+    # arriving meanwhile would merge into one), then waits a second more for
+    # a duplicate.
+    script = (
+        "import signal, sys, time\n"
+        "got = []\n"
+        "def on_int(sig, frame):\n"
+        f"    got.append(1); open({str(count)!r}, 'a').write('int\\n')\n"
+        "signal.signal(signal.SIGINT, on_int)\n"
+        f"open({str(tmp_path / 'ready')!r}, 'w').close()\n"
+        "while not got: time.sleep(0.01)\n"
+        "end = time.monotonic() + 1.0\n"
+        "while time.monotonic() < end: time.sleep(0.01)\n"
+        "sys.exit(3)\n")
+    pid, master = pty.fork()
+    if pid == 0:  # child: new session, the pty is its controlling terminal
+        try:
+            os.execve(cli.exe, [cli.exe, "run", name, "--", sys.executable, "-c", script],
+                      cli.env())
+        finally:
+            os._exit(127)
+    os.set_blocking(master, False)
+    try:
+        wait_for(lambda: (tmp_path / "ready").exists(), "the command to start")
+        os.write(master, b"\x03")  # the terminal's INTR character
+        deadline = time.monotonic() + LONG
+        status = None
+        while time.monotonic() < deadline:
+            try:
+                os.read(master, 4096)  # keep the pty drained
+            except OSError:
+                pass
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.02)
+        assert status is not None and os.WIFEXITED(status), status
+        assert os.WEXITSTATUS(status) == 3
+        assert count.read_text() == "int\n"
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(master)
