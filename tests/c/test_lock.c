@@ -1,0 +1,691 @@
+/*
+ * test_lock.c - lock semantics against a real redis-server: acquire with
+ * try/forever/bounded waits, reentrancy without round trips, exclusion
+ * between handles, release from another thread, extend, fencing tokens,
+ * the name-to-key mapping (binary names, braces, 64 KiB names), bad
+ * arguments, wrong key types, double release, state queries.
+ *
+ * Key layout used by the checks (DESIGN.md): for a plain name N the lock key
+ * is "watchlock:{N}" and the fence key "watchlock:{N}:fence".
+ */
+#include "testing.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static long long pttl(const char *key)
+{
+    return rh_int(test_server(), "PTTL %s", key);
+}
+
+static long long script_calls(void)
+{
+    return rh_info(test_server(), "commandstats", "cmdstat_evalsha") +
+           rh_info(test_server(), "commandstats", "cmdstat_eval");
+}
+
+static void test_try_once(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *a = new_lock(c, "try-once");
+    watchlock_lock *b = new_lock(c, "try-once");
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    /* Two handles of one name exclude each other, even in one thread. */
+    int64_t t0 = now_ms();
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(b, 0), WATCHLOCK_ETIMEDOUT);
+    CHECK_INT(now_ms() - t0, <, 2000); /* try once: no waiting for the 30 s lease */
+    CHECK_EQ(watchlock_lock_state(b), WATCHLOCK_UNLOCKED);
+    CHECK_OK(watchlock_lock_release(a));
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    CHECK_STATUS(watchlock_lock_acquire(a, 0), WATCHLOCK_ETIMEDOUT);
+    CHECK_OK(watchlock_lock_release(b));
+    /* A handle on another client excludes too. */
+    watchlock_client *c2 = open_client(test_url(""));
+    watchlock_lock *d = new_lock(c2, "try-once");
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_STATUS(watchlock_lock_acquire(d, 0), WATCHLOCK_ETIMEDOUT);
+    CHECK_OK(watchlock_lock_release(a));
+    CHECK_OK(watchlock_lock_acquire(d, 0));
+    CHECK_OK(watchlock_lock_release(d));
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_lock_free(d);
+    watchlock_client_close(c);
+    watchlock_client_close(c2);
+}
+
+static void test_bounded_wait_times_out(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *a = new_lock(c, "bounded");
+    watchlock_lock *b = new_lock(c, "bounded");
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    int64_t t0 = now_ms();
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(b, 400), WATCHLOCK_ETIMEDOUT);
+    int64_t took = now_ms() - t0;
+    testing_note("acquire(400) gave up after %lld ms", (long long)took);
+    CHECK_INT(took, >=, 390);
+    CHECK_INT(took, <, 5000); /* far less than the holder's 30 s lease */
+    CHECK_OK(watchlock_lock_release(a));
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(c);
+}
+
+typedef struct waiter {
+    watchlock_lock *lock;
+    int64_t wait_ms;
+    int rc;
+    _Atomic int64_t done_at;
+    atomic_int started;
+} waiter;
+
+static void *waiter_main(void *arg)
+{
+    waiter *w = arg;
+    atomic_store(&w->started, 1);
+    w->rc = watchlock_lock_acquire(w->lock, w->wait_ms);
+    atomic_store(&w->done_at, now_ms());
+    return NULL;
+}
+
+/* A waiter is woken by the release itself: with a 30 s lease on the holder,
+ * it gets the lock soon after the release, not at the lease's end. */
+static void check_woken_by_release(int64_t wait_ms, const char *name)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_client *c2 = open_client(test_url(""));
+    watchlock_lock *holder = new_lock(c, name);
+    CHECK_OK(watchlock_lock_set_lease(holder, 30000));
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    waiter w = {.lock = new_lock(c2, name), .wait_ms = wait_ms, .rc = -1};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, waiter_main, &w) == 0);
+    WAIT_FOR(atomic_load(&w.started), 5000);
+    sleep_ms(300); /* let it block */
+    CHECK_MSG(atomic_load(&w.done_at) == 0, "waiter returned %d while the lock was held", w.rc);
+    int64_t released_at = now_ms();
+    CHECK_OK(watchlock_lock_release(holder));
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK_OK(w.rc);
+    int64_t lag = atomic_load(&w.done_at) - released_at;
+    testing_note("waiter(wait=%lld) acquired %lld ms after the release (holder lease 30000 ms)",
+                 (long long)wait_ms, (long long)lag);
+    CHECK_INT(lag, <, 5000);
+    CHECK_EQ(watchlock_lock_state(w.lock), WATCHLOCK_HELD);
+    CHECK_OK(watchlock_lock_release(w.lock));
+    watchlock_lock_free(w.lock);
+    watchlock_lock_free(holder);
+    watchlock_client_close(c2);
+    watchlock_client_close(c);
+}
+
+static void test_wait_forever_woken_by_release(void)
+{
+    check_woken_by_release(-1, "woken-forever");
+}
+
+static void test_bounded_wait_woken_by_release(void)
+{
+    check_woken_by_release(25000, "woken-bounded");
+}
+
+static void test_binary_name_waiter_woken(void)
+{
+    /* The release channel of a name with NUL and braces works too. */
+    watchlock_client *c = open_client(test_url(""));
+    static const char name[] = "bin\0{wake}";
+    watchlock_lock *holder = NULL, *other = NULL;
+    CHECK_OK(watchlock_lock_new(&holder, c, name, sizeof name - 1));
+    CHECK_OK(watchlock_lock_new(&other, c, name, sizeof name - 1));
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    waiter w = {.lock = other, .wait_ms = -1, .rc = -1};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, waiter_main, &w) == 0);
+    WAIT_FOR(atomic_load(&w.started), 5000);
+    sleep_ms(300);
+    CHECK(atomic_load(&w.done_at) == 0);
+    int64_t released_at = now_ms();
+    CHECK_OK(watchlock_lock_release(holder));
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK_OK(w.rc);
+    CHECK_INT(atomic_load(&w.done_at) - released_at, <, 5000);
+    CHECK_OK(watchlock_lock_release(other));
+    watchlock_lock_free(holder);
+    watchlock_lock_free(other);
+    watchlock_client_close(c);
+}
+
+/* A crashed holder never releases and never publishes: waiting is bounded by
+ * its lease (the acquire script's TTL hint), not by polling forever. */
+static void test_wait_bounded_by_crashed_holder(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    CHECK(rh_ok(test_server(), "SET watchlock:{crashed} deadbeefdeadbeefdeadbeefdeadbeef PX 1500"));
+    int64_t t0 = now_ms();
+    watchlock_lock *l = new_lock(c, "crashed");
+    CHECK_OK(watchlock_lock_acquire(l, -1));
+    int64_t took = now_ms() - t0;
+    testing_note("acquired %lld ms after a crashed holder's 1500 ms lease began", (long long)took);
+    CHECK_INT(took, >=, 1300);
+    CHECK_INT(took, <, 1500 + 1500);
+    CHECK_OK(watchlock_lock_release(l));
+    /* A bounded wait shorter than the lease still times out. */
+    CHECK(rh_ok(test_server(), "SET watchlock:{crashed} deadbeefdeadbeefdeadbeefdeadbeef PX 5000"));
+    t0 = now_ms();
+    CHECK_STATUS(watchlock_lock_acquire(l, 300), WATCHLOCK_ETIMEDOUT);
+    CHECK_INT(now_ms() - t0, <, 3000);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void test_reentrant_no_round_trip(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "reentrant");
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(watchlock_lock_hold_count(l), 1);
+    int64_t fence = watchlock_lock_fencing_token(l);
+    long long calls = script_calls();
+    long long total = rh_info(test_server(), "stats", "total_commands_processed");
+    CHECK_INT(calls, >=, 1);
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_acquire(l, -1));
+    CHECK_OK(watchlock_lock_acquire(l, 1000));
+    CHECK_EQ(watchlock_lock_hold_count(l), 6);
+    CHECK_EQ(watchlock_lock_fencing_token(l), fence);
+    /* Inner releases only count down. */
+    for (int i = 0; i < 5; i++)
+        CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(watchlock_lock_hold_count(l), 1);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    /* The harness's own INFO and EXISTS are the only commands in between
+     * (INFO stats counts itself after the snapshot: +2 for the INFO
+     * commandstats pair, +1 for INFO stats). */
+    CHECK_EQ(script_calls(), calls);
+    long long total_after = rh_info(test_server(), "stats", "total_commands_processed");
+    CHECK_MSG(total_after - total <= 3, "%lld commands reached the server during reentrant acquire/release",
+              total_after - total - 3);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{reentrant}"), 1);
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(watchlock_lock_hold_count(l), 0);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{reentrant}"), 0);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void *release_main(void *arg)
+{
+    return (void *)(intptr_t)watchlock_lock_release(arg);
+}
+
+static void test_release_from_other_thread(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "cross-thread");
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    pthread_t th;
+    void *ret;
+    CHECK(pthread_create(&th, NULL, release_main, l) == 0);
+    CHECK(pthread_join(th, &ret) == 0);
+    CHECK_EQ((intptr_t)ret, WATCHLOCK_OK);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{cross-thread}"), 0);
+    /* And another handle can take it at once. */
+    watchlock_lock *o = new_lock(c, "cross-thread");
+    CHECK_OK(watchlock_lock_acquire(o, 0));
+    CHECK_OK(watchlock_lock_release(o));
+    watchlock_lock_free(o);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void test_extend_sets_lease(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "extend");
+    CHECK_FAILS_WITH_MSG(watchlock_lock_extend(l, 1000), WATCHLOCK_ENOTOWNER);
+    CHECK_OK(watchlock_lock_set_auto_renew(l, 0));
+    CHECK_OK(watchlock_lock_set_lease(l, 10000));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    long long t = pttl("watchlock:{extend}");
+    CHECK_INT(t, >, 8000);
+    CHECK_INT(t, <=, 10000);
+    /* Shorter: the lease is set, not added to the 10 s left. */
+    CHECK_OK(watchlock_lock_extend(l, 2000));
+    t = pttl("watchlock:{extend}");
+    CHECK_INT(t, >, 1000);
+    CHECK_INT(t, <=, 2000);
+    CHECK_INT(watchlock_lock_remaining_ms(l), <=, 2000);
+    CHECK_INT(watchlock_lock_remaining_ms(l), >, 0);
+    /* After a while, extending by 2 s again gives 2 s, not 2 s + what was left. */
+    sleep_ms(300);
+    CHECK_OK(watchlock_lock_extend(l, 2000));
+    t = pttl("watchlock:{extend}");
+    CHECK_INT(t, >, 1000);
+    CHECK_INT(t, <=, 2000);
+    /* 0 = the handle's lease, which the last extend set to 2000. */
+    CHECK_OK(watchlock_lock_extend(l, 0));
+    t = pttl("watchlock:{extend}");
+    CHECK_INT(t, >, 1000);
+    CHECK_INT(t, <=, 2000);
+    CHECK_OK(watchlock_lock_extend(l, 6000));
+    t = pttl("watchlock:{extend}");
+    CHECK_INT(t, >, 5000);
+    CHECK_INT(t, <=, 6000);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_extend(l, -1), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_extend(l, WATCHLOCK_MAX_LEASE_MS + 1), WATCHLOCK_EINVAL);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    /* Deleted behind our back: extend says not owner and the handle is LOST. */
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{extend}"), 1);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_extend(l, 1000), WATCHLOCK_ENOTOWNER);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{extend}"), 0); /* not recreated */
+    CHECK_STATUS(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void test_extend_does_not_touch_other_owner(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "extend-other");
+    CHECK_OK(watchlock_lock_set_auto_renew(l, 0));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK(rh_ok(test_server(), "SET watchlock:{extend-other} someoneelse PX 3000"));
+    CHECK_STATUS(watchlock_lock_extend(l, 60000), WATCHLOCK_ENOTOWNER);
+    CHECK_INT(pttl("watchlock:{extend-other}"), <=, 3000);
+    CHECK_STATUS(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    redisReply *r = rh_command(test_server(), "GET watchlock:{extend-other}");
+    CHECK(r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "someoneelse") == 0);
+    freeReplyObject(r);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void test_fencing_tokens(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_client *c2 = open_client(test_url(""));
+    watchlock_lock *a = new_lock(c, "fence");
+    watchlock_lock *b = new_lock(c2, "fence");
+    CHECK_EQ(watchlock_lock_fencing_token(a), 0);
+    int64_t last = 0;
+    for (int i = 0; i < 10; i++) {
+        watchlock_lock *h = (i % 2) ? b : a;
+        CHECK_OK(watchlock_lock_acquire(h, 5000));
+        int64_t f = watchlock_lock_fencing_token(h);
+        CHECK_MSG(f > last, "token %lld after %lld (round %d)", (long long)f, (long long)last, i);
+        last = f;
+        int held = 0;
+        int64_t rem = 0, fence = 0;
+        CHECK_OK(watchlock_client_inspect(c, "fence", 5, &held, &rem, &fence));
+        CHECK_EQ(fence, f);
+        CHECK_OK(watchlock_lock_release(h));
+        /* The token of the last hold stays readable after release. */
+        CHECK_EQ(watchlock_lock_fencing_token(h), f);
+    }
+    /* The counter key has a TTL: no key is kept forever. */
+    long long fttl = pttl("watchlock:{fence}:fence");
+    CHECK_MSG(fttl > 0, "fence key PTTL %lld (no expiry or missing)", fttl);
+    /* Tokens keep increasing after the counter key is gone (deleted or expired). */
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{fence}:fence"), 1);
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_MSG(watchlock_lock_fencing_token(a) > last, "token %lld after the counter was deleted, last %lld",
+              (long long)watchlock_lock_fencing_token(a), (long long)last);
+    last = watchlock_lock_fencing_token(a);
+    CHECK_OK(watchlock_lock_release(a));
+    CHECK_EQ(rh_int(test_server(), "PEXPIRE watchlock:{fence}:fence 1"), 1);
+    sleep_ms(20);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{fence}:fence"), 0);
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    CHECK_MSG(watchlock_lock_fencing_token(b) > last, "token %lld after the counter expired, last %lld",
+              (long long)watchlock_lock_fencing_token(b), (long long)last);
+    last = watchlock_lock_fencing_token(b);
+    CHECK_OK(watchlock_lock_release(b));
+    /* A counter far ahead of the clock is still honoured (+1). */
+    long long ahead = (long long)last + 1000000000000LL;
+    CHECK(rh_ok(test_server(), "SET watchlock:{fence}:fence %lld PX 600000", ahead));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_EQ(watchlock_lock_fencing_token(a), ahead + 1);
+    CHECK_OK(watchlock_lock_release(a));
+    /* Reentrant acquire keeps the token. */
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    int64_t f = watchlock_lock_fencing_token(b);
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    CHECK_EQ(watchlock_lock_fencing_token(b), f);
+    CHECK_OK(watchlock_lock_release(b));
+    CHECK_OK(watchlock_lock_release(b));
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(c);
+    watchlock_client_close(c2);
+}
+
+/* The set of keys, as (bytes, len) pairs. */
+typedef struct keyset {
+    char **keys;
+    size_t *lens;
+    size_t n;
+} keyset;
+
+static keyset all_keys(void)
+{
+    keyset s = {0};
+    redisReply *r = rh_command(test_server(), "KEYS *");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    s.n = r->elements;
+    s.keys = calloc(s.n + 1, sizeof *s.keys);
+    s.lens = calloc(s.n + 1, sizeof *s.lens);
+    for (size_t i = 0; i < s.n; i++) {
+        s.lens[i] = r->element[i]->len;
+        s.keys[i] = malloc(s.lens[i] + 1);
+        memcpy(s.keys[i], r->element[i]->str, s.lens[i] + 1);
+    }
+    freeReplyObject(r);
+    return s;
+}
+
+static int keyset_has(const keyset *s, const char *k, size_t len)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->lens[i] == len && memcmp(s->keys[i], k, len) == 0)
+            return 1;
+    return 0;
+}
+
+static void keyset_free(keyset *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->keys[i]);
+    free(s->keys);
+    free(s->lens);
+}
+
+/* Acquires `name` and checks that exactly two new keys appeared (lock and
+ * fence), both in one Cluster slot, the lock key holding a token. */
+static void acquire_and_check_keys(watchlock_lock *l, const char *name, size_t len)
+{
+    keyset before = all_keys();
+    CHECK_MSG(watchlock_lock_acquire(l, 0) == WATCHLOCK_OK, "name #%zu bytes: %s", len, watchlock_last_error());
+    keyset after = all_keys();
+    CHECK_MSG(after.n == before.n + 2, "acquiring a %zu-byte name added %zu keys (expected lock + fence)", len,
+              after.n - before.n);
+    const char *newk[2];
+    size_t newl[2], k = 0;
+    for (size_t i = 0; i < after.n; i++)
+        if (!keyset_has(&before, after.keys[i], after.lens[i])) {
+            CHECK(k < 2);
+            newk[k] = after.keys[i];
+            newl[k++] = after.lens[i];
+        }
+    CHECK_EQ(k, 2);
+    CHECK_MSG(key_slot(newk[0], newl[0]) == key_slot(newk[1], newl[1]), "lock and fence keys in different slots");
+    /* Exactly one of them has the lease as TTL and a 32-hex-digit token. */
+    int tokens = 0;
+    for (int i = 0; i < 2; i++) {
+        const char *argv[2] = {"GET", newk[i]};
+        size_t argvlen[2] = {3, newl[i]};
+        redisReply *r = rh_command_argv(test_server(), 2, argv, argvlen);
+        CHECK(r != NULL && r->type == REDIS_REPLY_STRING);
+        if (r->len == 32)
+            tokens++;
+        freeReplyObject(r);
+    }
+    CHECK_EQ(tokens, 1);
+    (void)name;
+    keyset_free(&before);
+    keyset_free(&after);
+}
+
+static void test_binary_names_distinct_keys(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    static const struct {
+        const char *bytes;
+        size_t len;
+    } names[] = {
+        {"x", 1},        {"x}:fence", 8},   {"x}", 2},         {"x%7D", 4},      {"{x}", 3},
+        {"x}:released", 11}, {"a", 1},      {"a\0b", 3},       {"a\0c", 3},      {"\0", 1},
+        {"\0\0", 2},     {"{", 1},          {"}", 1},          {"%", 1},         {"%25", 3},
+        {"}{", 2},       {"\xff\xfe", 2},   {"watchlock:{x}", 13}, {"a b\r\n", 5},
+    };
+    size_t n = sizeof names / sizeof names[0];
+    watchlock_lock **locks = calloc(n, sizeof *locks);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_OK(watchlock_lock_new(&locks[i], c, names[i].bytes, names[i].len));
+        size_t len = 0;
+        const char *got = watchlock_lock_name(locks[i], &len);
+        CHECK_EQ(len, names[i].len);
+        CHECK(memcmp(got, names[i].bytes, len) == 0 && got[len] == '\0');
+        /* All held at once: no name's keys collide with another's. */
+        acquire_and_check_keys(locks[i], names[i].bytes, names[i].len);
+    }
+    keyset s = all_keys();
+    CHECK_EQ(s.n, 2 * n);
+    keyset_free(&s);
+    for (size_t i = 0; i < n; i++) {
+        int held = 0;
+        CHECK_OK(watchlock_client_inspect(c, names[i].bytes, names[i].len, &held, NULL, NULL));
+        CHECK_MSG(held == 1, "name %zu not seen as held", i);
+    }
+    /* Releasing "a\0b" leaves "a" and "a\0c" held. */
+    CHECK_OK(watchlock_lock_release(locks[7]));
+    int held = 1;
+    CHECK_OK(watchlock_client_inspect(c, "a\0b", 3, &held, NULL, NULL));
+    CHECK_EQ(held, 0);
+    CHECK_OK(watchlock_client_inspect(c, "a", 1, &held, NULL, NULL));
+    CHECK_EQ(held, 1);
+    CHECK_OK(watchlock_client_inspect(c, "a\0c", 3, &held, NULL, NULL));
+    CHECK_EQ(held, 1);
+    for (size_t i = 0; i < n; i++) {
+        if (i != 7)
+            CHECK_OK(watchlock_lock_release(locks[i]));
+        watchlock_lock_free(locks[i]);
+    }
+    free(locks);
+    watchlock_client_close(c);
+}
+
+static void test_long_names(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    size_t max = WATCHLOCK_MAX_NAME;
+    char *name = malloc(max + 2);
+    for (size_t i = 0; i < max + 1; i++)
+        name[i] = "ab{}\0%:"[i % 7];
+    watchlock_lock *a = NULL, *b = NULL, *d = NULL;
+    CHECK_OK(watchlock_lock_new(&a, c, name, max));
+    CHECK_OK(watchlock_lock_new(&b, c, name, max));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_STATUS(watchlock_lock_acquire(b, 0), WATCHLOCK_ETIMEDOUT);
+    int held = 0;
+    CHECK_OK(watchlock_client_inspect(c, name, max, &held, NULL, NULL));
+    CHECK_EQ(held, 1);
+    /* A name differing in its last byte is another lock. */
+    name[max - 1] = 'Z';
+    CHECK_OK(watchlock_lock_new(&d, c, name, max));
+    CHECK_OK(watchlock_lock_acquire(d, 0));
+    CHECK_OK(watchlock_lock_release(d));
+    CHECK_OK(watchlock_lock_release(a));
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    CHECK_OK(watchlock_lock_release(b));
+    watchlock_lock *e = (watchlock_lock *)1;
+    CHECK_FAILS_WITH_MSG(watchlock_lock_new(&e, c, name, max + 1), WATCHLOCK_EINVAL);
+    CHECK(e == NULL);
+    CHECK_FAILS_WITH_MSG(watchlock_client_inspect(c, name, max + 1, &held, NULL, NULL), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_client_force_release(c, name, max + 1, NULL), WATCHLOCK_EINVAL);
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_lock_free(d);
+    free(name);
+    watchlock_client_close(c);
+}
+
+static void test_invalid_arguments(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = (watchlock_lock *)1;
+    CHECK_FAILS_WITH_MSG(watchlock_lock_new(&l, c, "", 0), WATCHLOCK_EINVAL);
+    CHECK(l == NULL);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_new(&l, c, "x", 0), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_new(&l, c, NULL, 3), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_new(NULL, c, "x", 1), WATCHLOCK_EINVAL);
+    int held;
+    CHECK_FAILS_WITH_MSG(watchlock_client_inspect(c, NULL, 1, &held, NULL, NULL), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_client_inspect(c, "x", 0, &held, NULL, NULL), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_client_force_release(c, NULL, 1, NULL), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_client_force_release(c, "x", 0, NULL), WATCHLOCK_EINVAL);
+    CHECK_EQ(watchlock_client_stat(c, 999), -1);
+    CHECK_EQ(watchlock_client_stat(c, -1), -1);
+
+    l = new_lock(c, "args");
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_lease(l, 0), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_lease(l, -1), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_lease(l, WATCHLOCK_MAX_LEASE_MS + 1), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_lease(l, INT64_MAX), WATCHLOCK_EINVAL);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_lease(l, INT64_MIN), WATCHLOCK_EINVAL);
+    CHECK_OK(watchlock_lock_set_lease(l, WATCHLOCK_MAX_LEASE_MS));
+    CHECK_OK(watchlock_lock_set_lease(l, 1));
+    CHECK_OK(watchlock_lock_set_lease(l, 3000));
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_renew_interval(l, -1), WATCHLOCK_EINVAL);
+    /* (The header says 1..lease-1; the core accepts an interval >= lease and
+     * then renews at lease/3, since the lease may change after the setter.
+     * test_watchdog checks that such a lock is still kept alive.) */
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_renew_interval(l, INT64_MAX), WATCHLOCK_EINVAL);
+    CHECK_OK(watchlock_lock_set_renew_interval(l, 2999));
+    CHECK_OK(watchlock_lock_set_renew_interval(l, 1));
+    CHECK_OK(watchlock_lock_set_renew_interval(l, 0));
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_max_renewals(l, -1), WATCHLOCK_EINVAL);
+    CHECK_OK(watchlock_lock_set_max_renewals(l, 0));
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_max_hold(l, -1), WATCHLOCK_EINVAL);
+    CHECK_OK(watchlock_lock_set_max_hold(l, 0));
+    CHECK_OK(watchlock_lock_set_on_lost(l, NULL, NULL));
+    /* The lock still works with the options it kept. */
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    long long t = rh_int(test_server(), "PTTL watchlock:{args}");
+    CHECK_INT(t, >, 2000);
+    CHECK_INT(t, <=, 3000);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void test_wrong_type_key(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    CHECK_EQ(rh_int(test_server(), "HSET watchlock:{hashed} field value"), 1);
+    watchlock_lock *l = new_lock(c, "hashed");
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(l, 0), WATCHLOCK_ESERVER);
+    testing_note("key holding a hash: %s", watchlock_last_error());
+    int64_t t0 = now_ms();
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(l, 2000), WATCHLOCK_ESERVER); /* an error, not a wait */
+    CHECK_INT(now_ms() - t0, <, 1500);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(watchlock_lock_hold_count(l), 0);
+    /* The hash is untouched. */
+    redisReply *r = rh_command(test_server(), "HGET watchlock:{hashed} field");
+    CHECK(r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "value") == 0);
+    freeReplyObject(r);
+    /* A list too. */
+    CHECK_EQ(rh_int(test_server(), "RPUSH watchlock:{listed} a"), 1);
+    watchlock_lock *m = new_lock(c, "listed");
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(m, -1), WATCHLOCK_ESERVER);
+    /* The client is still fine afterwards. */
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{hashed}"), 1);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_lock_free(m);
+    watchlock_client_close(c);
+}
+
+static void test_double_release(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "double");
+    CHECK_FAILS_WITH_MSG(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_FAILS_WITH_MSG(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    /* A second release must not delete a later owner's key. */
+    watchlock_lock *o = new_lock(c, "double");
+    CHECK_OK(watchlock_lock_acquire(o, 0));
+    CHECK_STATUS(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{double}"), 1);
+    CHECK_EQ(watchlock_lock_state(o), WATCHLOCK_HELD);
+    CHECK_OK(watchlock_lock_release(o));
+    watchlock_lock_free(o);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void test_state_and_remaining(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "state");
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(watchlock_lock_lost_reason(l), WATCHLOCK_LOST_NONE);
+    CHECK_EQ(watchlock_lock_remaining_ms(l), 0);
+    CHECK_EQ(watchlock_lock_fencing_token(l), 0);
+    CHECK_EQ(watchlock_lock_hold_count(l), 0);
+    CHECK_EQ(watchlock_lock_renewals(l), 0);
+    CHECK_OK(watchlock_lock_set_lease(l, 5000));
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    int64_t rem = watchlock_lock_remaining_ms(l);
+    CHECK_INT(rem, >, 5000 - (now_ms() - t0) - 200);
+    CHECK_INT(rem, <=, 5000);
+    /* Conservative: what the server has left is at least what we think. */
+    long long server_ttl = rh_int(test_server(), "PTTL watchlock:{state}");
+    CHECK_INT(watchlock_lock_remaining_ms(l), <=, server_ttl);
+    sleep_ms(200);
+    CHECK_INT(watchlock_lock_remaining_ms(l), <, rem); /* counts down */
+    CHECK_EQ(watchlock_lock_hold_count(l), 1);
+    CHECK_INT(watchlock_lock_fencing_token(l), >, 0);
+    int64_t fence = watchlock_lock_fencing_token(l);
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(watchlock_lock_remaining_ms(l), 0);
+    CHECK_EQ(watchlock_lock_hold_count(l), 0);
+    CHECK_EQ(watchlock_lock_fencing_token(l), fence);
+    /* Ids are unique per handle. */
+    watchlock_lock *m = new_lock(c, "state");
+    CHECK(watchlock_lock_id(l) != watchlock_lock_id(m));
+    CHECK(watchlock_lock_id(l) != 0);
+    watchlock_lock_free(m);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case tests[] = {
+        {"try_once", test_try_once, 0},
+        {"bounded_wait_times_out", test_bounded_wait_times_out, 0},
+        {"wait_forever_woken_by_release", test_wait_forever_woken_by_release, 0},
+        {"bounded_wait_woken_by_release", test_bounded_wait_woken_by_release, 0},
+        {"binary_name_waiter_woken", test_binary_name_waiter_woken, 0},
+        {"wait_bounded_by_crashed_holder", test_wait_bounded_by_crashed_holder, 0},
+        {"reentrant_no_round_trip", test_reentrant_no_round_trip, 0},
+        {"release_from_other_thread", test_release_from_other_thread, 0},
+        {"extend_sets_lease", test_extend_sets_lease, 0},
+        {"extend_does_not_touch_other_owner", test_extend_does_not_touch_other_owner, 0},
+        {"fencing_tokens", test_fencing_tokens, 0},
+        {"binary_names_distinct_keys", test_binary_names_distinct_keys, 0},
+        {"long_names", test_long_names, 0},
+        {"invalid_arguments", test_invalid_arguments, 0},
+        {"wrong_type_key", test_wrong_type_key, 0},
+        {"double_release", test_double_release, 0},
+        {"state_and_remaining", test_state_and_remaining, 0},
+        {NULL, NULL, 0},
+    };
+    return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);
+}

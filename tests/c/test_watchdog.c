@@ -1,0 +1,492 @@
+/*
+ * test_watchdog.c - the renewal thread: keeping a short lease alive
+ * (scenario a of issue 2), pipelined batching, the max-renewals and
+ * max-hold caps, LOST_TAKEN at once when the key is deleted or taken,
+ * LOST_CONNECTION at the local deadline when the server is stopped or
+ * frozen, LOST_EXPIRED without auto-renew, the lost-event queue.
+ */
+#include "testing.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+typedef struct lost_log {
+    atomic_int count;
+    atomic_int reason;
+    _Atomic int64_t at_ms;   /* CLOCK_MONOTONIC */
+    _Atomic int64_t wall_ms; /* CLOCK_REALTIME */
+    atomic_int release_rc;
+    atomic_int state_in_cb;
+    int release_in_cb;
+} lost_log;
+
+static void on_lost(watchlock_lock *l, int reason, void *data)
+{
+    lost_log *log = data;
+    atomic_store(&log->at_ms, now_ms());
+    atomic_store(&log->wall_ms, wall_ms());
+    atomic_store(&log->reason, reason);
+    atomic_store(&log->state_in_cb, watchlock_lock_state(l));
+    if (log->release_in_cb)
+        atomic_store(&log->release_rc, watchlock_lock_release(l));
+    atomic_fetch_add(&log->count, 1);
+}
+
+/* Scenario a: a holder keeps a 1 s lease for 5 s through the watchdog while
+ * another client keeps failing to acquire. */
+static void test_scenario_a_keeps_short_lease(void)
+{
+    watchlock_client *c1 = open_client(test_url(""));
+    watchlock_client *c2 = open_client(test_url(""));
+    watchlock_lock *holder = new_lock(c1, "scenario-a");
+    watchlock_lock *other = new_lock(c2, "scenario-a");
+    lost_log log = {0};
+    CHECK_OK(watchlock_lock_set_lease(holder, 1000));
+    CHECK_OK(watchlock_lock_set_on_lost(holder, on_lost, &log));
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    int64_t start = now_ms();
+    int attempts = 0;
+    while (now_ms() - start < 5000) {
+        CHECK_STATUS(watchlock_lock_acquire(other, attempts % 2 ? 150 : 0), WATCHLOCK_ETIMEDOUT);
+        CHECK_EQ(watchlock_lock_state(holder), WATCHLOCK_HELD);
+        long long t = rh_int(test_server(), "PTTL watchlock:{scenario-a}");
+        CHECK_MSG(t > 0 && t <= 1000, "PTTL %lld at %lld ms", t, (long long)(now_ms() - start));
+        attempts++;
+        sleep_ms(50);
+    }
+    int64_t renewals = watchlock_lock_renewals(holder);
+    testing_note("1 s lease held for 5 s: %lld renewals, %d failed attempts by the other client",
+                 (long long)renewals, attempts);
+    CHECK_INT(renewals, >=, 8); /* about 15 at lease/3 */
+    CHECK_EQ(atomic_load(&log.count), 0);
+    CHECK_OK(watchlock_lock_release(holder)); /* still the owner */
+    CHECK_OK(watchlock_lock_acquire(other, 0));
+    CHECK_OK(watchlock_lock_release(other));
+    watchlock_lock_free(holder);
+    watchlock_lock_free(other);
+    watchlock_client_close(c1);
+    watchlock_client_close(c2);
+}
+
+/* Renewals due together go out in one pipelined round trip. */
+static void test_renewals_pipelined(void)
+{
+    enum { N = 20 };
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *locks[N];
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "batch-%d", i);
+        locks[i] = new_lock(c, name);
+        CHECK_OK(watchlock_lock_set_lease(locks[i], 6000));
+        CHECK_OK(watchlock_lock_set_renew_interval(locks[i], 600));
+        CHECK_OK(watchlock_lock_acquire(locks[i], 0));
+    }
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS), N);
+    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_RENEWALS) >= 3 * N, 20000);
+    int64_t renewals = watchlock_client_stat(c, WATCHLOCK_STAT_RENEWALS);
+    int64_t rounds = watchlock_client_stat(c, WATCHLOCK_STAT_RENEW_ROUNDS);
+    int64_t trips = watchlock_client_stat(c, WATCHLOCK_STAT_RENEW_ROUNDTRIPS);
+    testing_note("%d locks: %lld renewals in %lld rounds, %lld round trips", N, (long long)renewals,
+                 (long long)rounds, (long long)trips);
+    CHECK_INT(renewals, >=, 3 * N);
+    CHECK_INT(trips, >=, rounds);
+    CHECK_INT(trips, >=, 1);
+    CHECK_MSG(trips * 4 <= renewals, "%lld round trips for %lld renewals: not batched", (long long)trips,
+              (long long)renewals);
+    int64_t per_lock = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(watchlock_lock_state(locks[i]), WATCHLOCK_HELD);
+        per_lock += watchlock_lock_renewals(locks[i]);
+    }
+    CHECK_INT(per_lock, <=, watchlock_client_stat(c, WATCHLOCK_STAT_RENEWALS));
+    CHECK_INT(watchlock_client_stat(c, WATCHLOCK_STAT_WATCHDOG_CPU_US), >, 0);
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(watchlock_lock_release(locks[i]));
+        watchlock_lock_free(locks[i]);
+    }
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS), 0);
+    watchlock_client_close(c);
+}
+
+static void test_renew_interval(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *fast = new_lock(c, "interval-fast");
+    watchlock_lock *big = new_lock(c, "interval-big");
+    CHECK_OK(watchlock_lock_set_lease(fast, 3000));
+    CHECK_OK(watchlock_lock_set_renew_interval(fast, 150));
+    /* An interval not below the lease must still keep the lock (lease/3). */
+    CHECK_OK(watchlock_lock_set_lease(big, 900));
+    CHECK_OK(watchlock_lock_set_renew_interval(big, 900));
+    CHECK_OK(watchlock_lock_acquire(fast, 0));
+    CHECK_OK(watchlock_lock_acquire(big, 0));
+    sleep_ms(1600);
+    CHECK_INT(watchlock_lock_renewals(fast), >=, 4); /* ~10 at 150 ms */
+    /* Renewed recently: the server's TTL stays near the full lease. */
+    CHECK_INT(rh_int(test_server(), "PTTL watchlock:{interval-fast}"), >, 2000);
+    CHECK_EQ(watchlock_lock_state(big), WATCHLOCK_HELD);
+    CHECK_INT(watchlock_lock_renewals(big), >=, 1);
+    CHECK_INT(rh_int(test_server(), "PTTL watchlock:{interval-big}"), >, 0);
+    CHECK_OK(watchlock_lock_release(fast));
+    CHECK_OK(watchlock_lock_release(big));
+    watchlock_lock_free(fast);
+    watchlock_lock_free(big);
+    watchlock_client_close(c);
+}
+
+static void test_max_renewals(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "max-renewals");
+    lost_log log = {.release_in_cb = 0};
+    CHECK_OK(watchlock_lock_set_lease(l, 600));
+    CHECK_OK(watchlock_lock_set_renew_interval(l, 150));
+    CHECK_OK(watchlock_lock_set_max_renewals(l, 3));
+    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    WAIT_FOR(atomic_load(&log.count) > 0, 10000);
+    CHECK_EQ(atomic_load(&log.count), 1);
+    CHECK_EQ(atomic_load(&log.reason), WATCHLOCK_LOST_MAX_RENEWALS);
+    CHECK_EQ(atomic_load(&log.state_in_cb), WATCHLOCK_LOST);
+    int64_t after = atomic_load(&log.at_ms) - t0;
+    testing_note("max_renewals=3 (interval 150, lease 600): lost after %lld ms", (long long)after);
+    /* Three renewals (each may go out up to a quarter interval early), then
+     * a full lease: clearly later than one unrenewed lease. */
+    CHECK_INT(after, >=, 600 + 3 * 150 / 2);
+    CHECK_EQ(watchlock_lock_renewals(l), 3);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    CHECK_EQ(watchlock_lock_lost_reason(l), WATCHLOCK_LOST_MAX_RENEWALS);
+    CHECK_EQ(watchlock_lock_remaining_ms(l), 0);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    /* The key runs out on the server too (it is not renewed any more). */
+    WAIT_FOR(rh_int(test_server(), "EXISTS watchlock:{max-renewals}") == 0, 2000);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{max-renewals}"), 0);
+    sleep_ms(300);
+    CHECK_EQ(atomic_load(&log.count), 1); /* once */
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void test_max_hold(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "max-hold");
+    lost_log log = {0};
+    CHECK_OK(watchlock_lock_set_lease(l, 600));
+    CHECK_OK(watchlock_lock_set_max_hold(l, 1500));
+    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    WAIT_FOR(atomic_load(&log.count) > 0, 10000);
+    CHECK_EQ(atomic_load(&log.count), 1);
+    CHECK_EQ(atomic_load(&log.reason), WATCHLOCK_LOST_MAX_HOLD);
+    int64_t after = atomic_load(&log.at_ms) - t0;
+    testing_note("max_hold=1500 (lease 600): lost after %lld ms, %lld renewals", (long long)after,
+                 (long long)watchlock_lock_renewals(l));
+    /* Held (renewed) up to about max_hold, never a lease past it. */
+    CHECK_INT(after, >=, 1500 - 600);
+    CHECK_INT(after, <=, 1500 + 600 + 1000);
+    CHECK_INT(watchlock_lock_renewals(l), >=, 1);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    CHECK_EQ(watchlock_lock_lost_reason(l), WATCHLOCK_LOST_MAX_HOLD);
+    CHECK_STATUS(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    watchlock_lock *o = new_lock(c, "max-hold");
+    CHECK_OK(watchlock_lock_acquire(o, 3000));
+    CHECK_OK(watchlock_lock_release(o));
+    watchlock_lock_free(o);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+/* "Not owner" on renewal: LOST_TAKEN at the next renewal, long before the
+ * lease would have run out. */
+static void check_lost_taken(const char *name, const char *sabotage)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, name);
+    lost_log log = {.release_in_cb = 1, .release_rc = -1};
+    CHECK_OK(watchlock_lock_set_lease(l, 4000));
+    CHECK_OK(watchlock_lock_set_renew_interval(l, 300));
+    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    sleep_ms(100);
+    int64_t t0 = now_ms();
+    redisReply *r = rh_command(test_server(), sabotage);
+    CHECK(r != NULL && r->type != REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    WAIT_FOR(atomic_load(&log.count) > 0, 6000);
+    CHECK_EQ(atomic_load(&log.count), 1);
+    CHECK_EQ(atomic_load(&log.reason), WATCHLOCK_LOST_TAKEN);
+    int64_t after = atomic_load(&log.at_ms) - t0;
+    testing_note("%s: LOST_TAKEN %lld ms later (renew interval 300, lease 4000)", sabotage, (long long)after);
+    CHECK_INT(after, <, 2000);
+    /* The callback may release: not owner, and the handle ends UNLOCKED. */
+    CHECK_EQ(atomic_load(&log.release_rc), WATCHLOCK_ENOTOWNER);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(watchlock_lock_hold_count(l), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void test_lost_taken_key_deleted(void)
+{
+    check_lost_taken("taken-del", "DEL watchlock:{taken-del}");
+}
+
+static void test_lost_taken_other_owner(void)
+{
+    check_lost_taken("taken-set", "SET watchlock:{taken-set} intruder PX 30000");
+    /* The intruder's key is untouched by the old holder. */
+    redisReply *r = rh_command(test_server(), "GET watchlock:{taken-set}");
+    CHECK(r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "intruder") == 0);
+    freeReplyObject(r);
+    CHECK_INT(rh_int(test_server(), "PTTL watchlock:{taken-set}"), >, 20000);
+}
+
+static void test_lost_taken_lost_handle_reacquires(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "taken-again");
+    lost_log log = {0};
+    CHECK_OK(watchlock_lock_set_lease(l, 3000));
+    CHECK_OK(watchlock_lock_set_renew_interval(l, 200));
+    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_acquire(l, 0)); /* count 2 */
+    int64_t f1 = watchlock_lock_fencing_token(l);
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{taken-again}"), 1);
+    WAIT_FOR(watchlock_lock_state(l) == WATCHLOCK_LOST, 5000);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    CHECK_EQ(watchlock_lock_lost_reason(l), WATCHLOCK_LOST_TAKEN);
+    CHECK_EQ(watchlock_lock_remaining_ms(l), 0);
+    /* Acquire on a LOST handle starts a fresh hold with count 1. */
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    CHECK_EQ(watchlock_lock_hold_count(l), 1);
+    CHECK_EQ(watchlock_lock_lost_reason(l), WATCHLOCK_LOST_NONE);
+    CHECK_INT(watchlock_lock_fencing_token(l), >, f1);
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(atomic_load(&log.count), 1);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+static void test_expired_without_auto_renew(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "no-renew");
+    lost_log log = {0};
+    CHECK_OK(watchlock_lock_set_auto_renew(l, 0));
+    CHECK_OK(watchlock_lock_set_lease(l, 700));
+    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    long long ttl0 = rh_int(test_server(), "PTTL watchlock:{no-renew}");
+    WAIT_FOR(atomic_load(&log.count) > 0, 5000);
+    CHECK_EQ(atomic_load(&log.reason), WATCHLOCK_LOST_EXPIRED);
+    int64_t after = atomic_load(&log.at_ms) - t0;
+    testing_note("auto-renew off, lease 700: LOST_EXPIRED after %lld ms", (long long)after);
+    CHECK_INT(after, >=, 600);
+    CHECK_INT(after, <=, 700 + 1000);
+    CHECK_INT(after, <=, ttl0 + (now_ms() - t0)); /* not after the lease */
+    CHECK_EQ(watchlock_lock_renewals(l), 0);
+    CHECK_STATUS(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+/* The server is stopped while a lock is held: renewals fail on the network
+ * until the local deadline, then LOST_CONNECTION, no later than one lease
+ * after the last renewal could have been sent. */
+static void test_lost_connection_server_stopped(void)
+{
+    rh_server *srv = rh_start(NULL);
+    CHECK(srv != NULL);
+    char url[200];
+    snprintf(url, sizeof url, "%s?connect_timeout=300ms&command_timeout=300ms", rh_url(srv));
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, "conn-stop");
+    lost_log log = {0};
+    CHECK_OK(watchlock_lock_set_lease(l, 1500));
+    CHECK_OK(watchlock_lock_set_renew_interval(l, 400));
+    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    WAIT_FOR(watchlock_lock_renewals(l) >= 1, 5000);
+    CHECK_INT(watchlock_lock_renewals(l), >=, 1);
+    int64_t t_stop = now_ms();
+    CHECK(rh_stop(srv) == 0);
+    int64_t t_stopped = now_ms();
+    WAIT_FOR(atomic_load(&log.count) > 0, 10000);
+    CHECK_EQ(atomic_load(&log.count), 1);
+    CHECK_EQ(atomic_load(&log.reason), WATCHLOCK_LOST_CONNECTION);
+    int64_t after = atomic_load(&log.at_ms) - t_stop;
+    testing_note("server stopped (took %lld ms): LOST_CONNECTION %lld ms after the stop began (lease 1500)",
+                 (long long)(t_stopped - t_stop), (long long)after);
+    /* Renewals kept the lock until the stop, so the loss cannot come before
+     * (deadline - interval) and must come within the lease. */
+    CHECK_INT(after, >=, 1500 - 400 - 50);
+    CHECK_INT(after, <=, 1500 + 150);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    CHECK_EQ(watchlock_lock_remaining_ms(l), 0);
+    /* Release while the server is down: not owner (it was lost). */
+    CHECK_STATUS(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    /* Acquire while the server is down: a connection error with a message. */
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(l, 0), WATCHLOCK_ECONN);
+    /* And everything works again after a restart on the same port. */
+    CHECK(rh_restart(srv) == 0);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    rh_free(srv);
+}
+
+/* The server is frozen (SIGSTOP): renewals hang in I/O. The lock must still
+ * be declared LOST by the local timer before the server-side lease ends
+ * (DESIGN.md safety notes). The lease end is read with PEXPIRETIME right
+ * after a renewal and before the freeze. */
+static void test_lost_connection_server_frozen(void)
+{
+    rh_server *srv = rh_start(NULL);
+    CHECK(srv != NULL);
+    watchlock_client *c = open_client(rh_url(srv)); /* default 2 s command timeout, longer than the lease */
+    watchlock_lock *l = new_lock(c, "conn-freeze");
+    lost_log log = {0};
+    const int64_t lease = 3000, interval = 1000;
+    CHECK_OK(watchlock_lock_set_lease(l, lease));
+    CHECK_OK(watchlock_lock_set_renew_interval(l, interval));
+    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    /* Just after a renewal, the next one is ~1 s away: time to read the
+     * lease end and freeze the server without a renewal in between. */
+    WAIT_FOR(watchlock_lock_renewals(l) >= 1, 5000);
+    int64_t seen = now_ms();
+    long long lease_end = rh_int(srv, "PEXPIRETIME watchlock:{conn-freeze}");
+    CHECK(rh_pause(srv) == 0);
+    int64_t frozen_at = now_ms();
+    CHECK_MSG(frozen_at - seen < interval / 2, "took %lld ms to freeze the server",
+              (long long)(frozen_at - seen));
+    CHECK_INT(lease_end, >, 0);
+    WAIT_FOR(atomic_load(&log.count) > 0, 10000);
+    CHECK_EQ(atomic_load(&log.count), 1);
+    int64_t lost_wall = atomic_load(&log.wall_ms);
+    CHECK(rh_resume(srv) == 0);
+    CHECK_EQ(atomic_load(&log.reason), WATCHLOCK_LOST_CONNECTION);
+    testing_note("server frozen: LOST_CONNECTION %lld ms after the freeze, %lld ms before the server's lease end",
+                 (long long)(atomic_load(&log.at_ms) - frozen_at), (long long)(lease_end - lost_wall));
+    CHECK_MSG(lost_wall < lease_end, "lost reported %lld ms after the server-side lease ended",
+              (long long)(lost_wall - lease_end));
+    CHECK_INT(atomic_load(&log.at_ms) - frozen_at, <=, lease);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    CHECK_STATUS(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    /* After the thaw the client works again. */
+    CHECK_OK(watchlock_lock_acquire(l, 5000));
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    rh_free(srv);
+}
+
+typedef struct event_waiter {
+    watchlock_client *client;
+    int rc;
+    atomic_int started;
+} event_waiter;
+
+static void *event_waiter_main(void *arg)
+{
+    event_waiter *w = arg;
+    uint64_t id;
+    int reason;
+    atomic_store(&w->started, 1);
+    w->rc = watchlock_client_next_lost_event(w->client, -1, &id, &reason);
+    return NULL;
+}
+
+static void test_lost_event_queue(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    uint64_t id = 0;
+    int reason = -1;
+    /* Off by default: losses are not queued. */
+    watchlock_lock *quiet = new_lock(c, "events-quiet");
+    CHECK_OK(watchlock_lock_set_lease(quiet, 3000));
+    CHECK_OK(watchlock_lock_set_renew_interval(quiet, 150));
+    CHECK_OK(watchlock_lock_acquire(quiet, 0));
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{events-quiet}"), 1);
+    WAIT_FOR(watchlock_lock_state(quiet) == WATCHLOCK_LOST, 5000);
+    CHECK_EQ(watchlock_lock_state(quiet), WATCHLOCK_LOST);
+    CHECK_OK(watchlock_client_enable_lost_events(c, 1));
+    CHECK_STATUS(watchlock_client_next_lost_event(c, 0, &id, &reason), WATCHLOCK_ETIMEDOUT);
+
+    lost_log log = {0};
+    watchlock_lock *a = new_lock(c, "events-a");
+    watchlock_lock *b = new_lock(c, "events-b");
+    CHECK_OK(watchlock_lock_set_on_lost(a, on_lost, &log));
+    CHECK_OK(watchlock_lock_set_lease(a, 3000));
+    CHECK_OK(watchlock_lock_set_renew_interval(a, 150));
+    CHECK_OK(watchlock_lock_set_auto_renew(b, 0));
+    CHECK_OK(watchlock_lock_set_lease(b, 600));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{events-a}"), 1);
+    CHECK_OK(watchlock_client_next_lost_event(c, 5000, &id, &reason));
+    CHECK_EQ(id, watchlock_lock_id(a));
+    CHECK_EQ(reason, WATCHLOCK_LOST_TAKEN);
+    CHECK_OK(watchlock_client_next_lost_event(c, 5000, &id, &reason));
+    CHECK_EQ(id, watchlock_lock_id(b));
+    CHECK_EQ(reason, WATCHLOCK_LOST_EXPIRED);
+    /* The callback ran as well. */
+    WAIT_FOR(atomic_load(&log.count) > 0, 2000);
+    CHECK_EQ(atomic_load(&log.count), 1);
+    /* Nothing more: poll and a bounded wait time out. */
+    CHECK_STATUS(watchlock_client_next_lost_event(c, 0, &id, &reason), WATCHLOCK_ETIMEDOUT);
+    int64_t t0 = now_ms();
+    CHECK_STATUS(watchlock_client_next_lost_event(c, 200, &id, &reason), WATCHLOCK_ETIMEDOUT);
+    CHECK_INT(now_ms() - t0, >=, 190);
+    /* Disabled again: not queued. */
+    CHECK_OK(watchlock_client_enable_lost_events(c, 0));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{events-a}"), 1);
+    WAIT_FOR(watchlock_lock_state(a) == WATCHLOCK_LOST, 5000);
+    CHECK_EQ(watchlock_lock_state(a), WATCHLOCK_LOST);
+    CHECK_OK(watchlock_client_enable_lost_events(c, 1));
+    CHECK_STATUS(watchlock_client_next_lost_event(c, 0, &id, &reason), WATCHLOCK_ETIMEDOUT);
+    /* A waiter blocked forever is woken by close with ECLOSED. */
+    event_waiter w = {.client = c, .rc = -1};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, event_waiter_main, &w) == 0);
+    WAIT_FOR(atomic_load(&w.started), 5000);
+    sleep_ms(200);
+    watchlock_client_close(c);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK_STATUS(w.rc, WATCHLOCK_ECLOSED);
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_lock_free(quiet);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case tests[] = {
+        {"scenario_a_keeps_short_lease", test_scenario_a_keeps_short_lease, 0},
+        {"renewals_pipelined", test_renewals_pipelined, 0},
+        {"renew_interval", test_renew_interval, 0},
+        {"max_renewals", test_max_renewals, 0},
+        {"max_hold", test_max_hold, 0},
+        {"lost_taken_key_deleted", test_lost_taken_key_deleted, 0},
+        {"lost_taken_other_owner", test_lost_taken_other_owner, 0},
+        {"lost_taken_lost_handle_reacquires", test_lost_taken_lost_handle_reacquires, 0},
+        {"expired_without_auto_renew", test_expired_without_auto_renew, 0},
+        {"lost_connection_server_stopped", test_lost_connection_server_stopped, 0},
+        {"lost_connection_server_frozen", test_lost_connection_server_frozen, 0},
+        {"lost_event_queue", test_lost_event_queue, 0},
+        {NULL, NULL, 0},
+    };
+    return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);
+}
