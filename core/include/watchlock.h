@@ -76,7 +76,7 @@ enum {
 WATCHLOCK_API const char *watchlock_strerror(int status);
 
 /* Detail message for the calling thread's last failed call, e.g.
- * "connection refused (127.0.0.1:6390)". Never NULL ("" when none). Borrowed:
+ * "cannot connect to 127.0.0.1:6390: Connection refused". Never NULL ("" when none). Borrowed:
  * valid until the next watchlock call on this thread. Not cleared by
  * successful calls. */
 WATCHLOCK_API const char *watchlock_last_error(void);
@@ -223,7 +223,9 @@ WATCHLOCK_API void watchlock_lock_free(watchlock_lock *lock);
 WATCHLOCK_API int watchlock_lock_set_lease(watchlock_lock *lock, int64_t lease_ms);
 /* on: 1 = the watchdog renews while held (default), 0 = the lease just runs. */
 WATCHLOCK_API int watchlock_lock_set_auto_renew(watchlock_lock *lock, int on);
-/* interval_ms: 0 = lease/3 (default); else 1..lease-1. */
+/* interval_ms: 0 = lease/3 (default); else 1..lease-1 (checked against the
+ * lease set at the time: set the lease first). If a later, shorter lease
+ * makes the interval >= the lease, lease/3 is used. */
 WATCHLOCK_API int watchlock_lock_set_renew_interval(watchlock_lock *lock, int64_t interval_ms);
 /* max: 0 = unlimited (default); else renewals stop after that many and the
  * lock runs out (LOST_MAX_RENEWALS). */

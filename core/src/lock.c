@@ -158,10 +158,19 @@ int watchlock_lock_set_auto_renew(watchlock_lock *l, int on)
 
 int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
 {
-    if (l != NULL && (interval_ms < 0 || interval_ms > WATCHLOCK_MAX_LEASE_MS))
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: renew interval must be 0 (lease/3) or a positive duration",
-                       l->quoted);
-    WITH_LOCK_STATE(l, l->interval_ms = interval_ms);
+    int rc = wl_check_lock(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    pthread_mutex_lock(&l->client->mu);
+    int64_t lease = l->lease_ms;
+    if (interval_ms >= 0 && interval_ms < lease)
+        l->interval_ms = interval_ms;
+    pthread_mutex_unlock(&l->client->mu);
+    if (interval_ms < 0 || interval_ms >= lease)
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "lock %s: renew interval must be 0 (lease/3) or 1 .. %" PRId64 " ms (below the lease)",
+                       l->quoted, lease - 1);
+    return WATCHLOCK_OK;
 }
 
 int watchlock_lock_set_max_renewals(watchlock_lock *l, int64_t max)
