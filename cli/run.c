@@ -596,6 +596,8 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
 
 /* ---- the subcommand ----------------------------------------------------------- */
 
+static int run_locked(const struct run_opts *o, struct run_state *st);
+
 int cli_cmd_run(int argc, char **argv)
 {
     struct run_opts o;
@@ -613,23 +615,34 @@ int cli_cmd_run(int argc, char **argv)
     snapshot_fds(&st);
     if (setup_signals(&st) != 0) {
         cli_error("cannot set up signal handling: %s", strerror(errno));
-        return CLI_EXIT_OSERR;
+        rc = CLI_EXIT_OSERR;
+    } else {
+        rc = run_locked(&o, &st);
     }
+    free(st.startup_fds);
+    return rc;
+}
+
+/* Opens the client, takes the lock, runs COMMAND under it, releases it.
+ * Returns the exit code. */
+static int run_locked(const struct run_opts *o, struct run_state *st)
+{
+    int rc;
 
     /* From here on, the client's threads inherit the blocked mask. */
-    const char *url = cli_pick_url(o.url);
+    const char *url = cli_pick_url(o->url);
     watchlock_client *client = NULL;
     if ((rc = cli_open_client(&client, url)) != 0)
         return rc;
 
     watchlock_lock *lock = NULL;
-    int st_code = watchlock_lock_new(&lock, client, o.name, strlen(o.name));
+    int st_code = watchlock_lock_new(&lock, client, o->name, strlen(o->name));
     if (st_code == WATCHLOCK_OK)
-        st_code = watchlock_lock_set_lease(lock, o.ttl_ms);
-    if (st_code == WATCHLOCK_OK && o.max_hold_ms > 0)
-        st_code = watchlock_lock_set_max_hold(lock, o.max_hold_ms);
+        st_code = watchlock_lock_set_lease(lock, o->ttl_ms);
+    if (st_code == WATCHLOCK_OK && o->max_hold_ms > 0)
+        st_code = watchlock_lock_set_max_hold(lock, o->max_hold_ms);
     if (st_code == WATCHLOCK_OK)
-        st_code = watchlock_lock_set_on_lost(lock, on_lost, &st.lost_pipe[1]);
+        st_code = watchlock_lock_set_on_lost(lock, on_lost, &st->lost_pipe[1]);
     if (st_code != WATCHLOCK_OK) {
         int code = st_code == WATCHLOCK_EINVAL
                        ? cli_usage_error("run", "invalid lock name or option: %s",
@@ -642,22 +655,22 @@ int cli_cmd_run(int argc, char **argv)
     }
 
     int signo = 0;
-    st_code = acquire_lock(&st, &client, lock, &o, &signo);
+    st_code = acquire_lock(st, &client, lock, o, &signo);
     if (signo) {
         cli_verbose("interrupted by signal %d (%s) while waiting for '%s'", signo,
-                    strsignal(signo), o.name);
+                    strsignal(signo), o->name);
         watchlock_lock_free(lock);
         watchlock_client_close(client);
         die_by_signal(signo);
     }
     if (st_code == WATCHLOCK_ETIMEDOUT) {
-        if (o.wait_ms == 0) {
-            cli_info("lock '%s' is held by another owner; not running '%s'", o.name, o.command[0]);
+        if (o->wait_ms == 0) {
+            cli_info("lock '%s' is held by another owner; not running '%s'", o->name, o->command[0]);
         } else {
             char waitbuf[32];
-            cli_format_duration(waitbuf, sizeof waitbuf, o.wait_ms);
-            cli_info("lock '%s' still held by another owner after %s; not running '%s'", o.name,
-                     waitbuf, o.command[0]);
+            cli_format_duration(waitbuf, sizeof waitbuf, o->wait_ms);
+            cli_info("lock '%s' still held by another owner after %s; not running '%s'", o->name,
+                     waitbuf, o->command[0]);
         }
         watchlock_lock_free(lock);
         watchlock_client_close(client);
@@ -665,7 +678,7 @@ int cli_cmd_run(int argc, char **argv)
     }
     if (st_code != WATCHLOCK_OK) {
         char what[256];
-        snprintf(what, sizeof what, "cannot acquire lock '%s'", o.name);
+        snprintf(what, sizeof what, "cannot acquire lock '%s'", o->name);
         int code = cli_fail(st_code, what);
         watchlock_lock_free(lock);
         watchlock_client_close(client);
@@ -675,26 +688,26 @@ int cli_cmd_run(int argc, char **argv)
     int64_t fence = watchlock_lock_fencing_token(lock);
     {
         char ttlbuf[32];
-        cli_format_duration(ttlbuf, sizeof ttlbuf, o.ttl_ms);
-        cli_verbose("acquired '%s' (fencing token %lld, lease %s)", o.name, (long long)fence,
+        cli_format_duration(ttlbuf, sizeof ttlbuf, o->ttl_ms);
+        cli_verbose("acquired '%s' (fencing token %lld, lease %s)", o->name, (long long)fence,
                     ttlbuf);
     }
 
-    char **env = child_environment(o.name, fence);
+    char **env = child_environment(o->name, fence);
     pid_t pid = -1;
-    int spawn_err = env ? (cloexec_new_fds(&st), spawn_command(&st, o.command, env, &pid)) : ENOMEM;
+    int spawn_err = env ? (cloexec_new_fds(st), spawn_command(st, o->command, env, &pid)) : ENOMEM;
     free_child_environment(env);
 
     int exit_code;
     struct supervision sup = {0};
     if (spawn_err != 0) {
-        cli_error("%s: %s", o.command[0], strerror(spawn_err));
+        cli_error("%s: %s", o->command[0], strerror(spawn_err));
         exit_code = (spawn_err == ENOENT || spawn_err == ENOTDIR) ? CLI_EXIT_NOT_FOUND
                     : (spawn_err == EAGAIN || spawn_err == ENOMEM) ? CLI_EXIT_OSERR
                                                                    : CLI_EXIT_CANNOT_EXEC;
     } else {
-        cli_verbose("started '%s' (pid %ld)", o.command[0], (long)pid);
-        rc = supervise(&st, lock, &o, pid, &sup);
+        cli_verbose("started '%s' (pid %ld)", o->command[0], (long)pid);
+        rc = supervise(st, lock, o, pid, &sup);
         if (rc != 0) {
             /* Cannot watch COMMAND any more: do not leave it running unlocked. */
             kill(pid, SIGKILL);
@@ -703,10 +716,10 @@ int cli_cmd_run(int argc, char **argv)
         } else {
             exit_code = exit_code_of(sup.wstatus);
             if (WIFSIGNALED(sup.wstatus))
-                cli_verbose("'%s' was killed by signal %d (%s)", o.command[0],
+                cli_verbose("'%s' was killed by signal %d (%s)", o->command[0],
                             WTERMSIG(sup.wstatus), strsignal(WTERMSIG(sup.wstatus)));
             else
-                cli_verbose("'%s' exited with status %d", o.command[0], exit_code);
+                cli_verbose("'%s' exited with status %d", o->command[0], exit_code);
         }
     }
 
@@ -717,7 +730,7 @@ int cli_cmd_run(int argc, char **argv)
     }
     int rel = watchlock_lock_release(lock);
     if (rel == WATCHLOCK_OK) {
-        cli_verbose("released '%s'", o.name);
+        cli_verbose("released '%s'", o->name);
     } else if (rel == WATCHLOCK_ENOTOWNER) {
         if (!sup.lost) {
             sup.lost = 1;
@@ -727,17 +740,16 @@ int cli_cmd_run(int argc, char **argv)
         }
     } else {
         cli_error("could not release lock '%s' (%s%s%s); it expires by itself within its lease",
-                  o.name, watchlock_strerror(rel), *watchlock_last_error() ? ": " : "",
+                  o->name, watchlock_strerror(rel), *watchlock_last_error() ? ": " : "",
                   watchlock_last_error());
     }
 
     if (sup.lost && !sup.reported && spawn_err == 0)
-        cli_error("lock '%s' was lost (%s) before '%s' finished", o.name,
-                  watchlock_lost_reason_str(sup.lost_reason), o.command[0]);
+        cli_error("lock '%s' was lost (%s) before '%s' finished", o->name,
+                  watchlock_lost_reason_str(sup.lost_reason), o->command[0]);
 
     watchlock_lock_free(lock);
     watchlock_client_close(client);
-    free(st.startup_fds);
 
     if (sup.lost && spawn_err == 0)
         return CLI_EXIT_LOCK_LOST;
