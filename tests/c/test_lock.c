@@ -554,9 +554,8 @@ static void test_invalid_arguments(void)
     CHECK_OK(watchlock_lock_set_lease(l, 1));
     CHECK_OK(watchlock_lock_set_lease(l, 3000));
     CHECK_FAILS_WITH_MSG(watchlock_lock_set_renew_interval(l, -1), WATCHLOCK_EINVAL);
-    /* (The header says 1..lease-1; the core accepts an interval >= lease and
-     * then renews at lease/3, since the lease may change after the setter.
-     * test_watchdog checks that such a lock is still kept alive.) */
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_renew_interval(l, 3000), WATCHLOCK_EINVAL); /* 1..lease-1 */
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_renew_interval(l, 3001), WATCHLOCK_EINVAL);
     CHECK_FAILS_WITH_MSG(watchlock_lock_set_renew_interval(l, INT64_MAX), WATCHLOCK_EINVAL);
     CHECK_OK(watchlock_lock_set_renew_interval(l, 2999));
     CHECK_OK(watchlock_lock_set_renew_interval(l, 1));

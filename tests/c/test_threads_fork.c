@@ -219,6 +219,18 @@ static void fork_child(watchlock_client *inherited, watchlock_lock *held)
     watchlock_lock_free(held);
     watchlock_client_close(inherited);
     CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{forked}"), 1);
+#ifdef __SANITIZE_THREAD__
+    /* ThreadSanitizer keeps the parent's (now gone) threads in its registry;
+     * glibc hands their cached stacks, and so their pthread_t values, to the
+     * child's new threads, which TSan then rejects ("dup thread with used
+     * id"). A larger default stack makes the child's threads get fresh
+     * stacks. Not needed, nor done, without TSan. */
+    pthread_attr_t attr;
+    CHECK(pthread_attr_init(&attr) == 0);
+    CHECK(pthread_attr_setstacksize(&attr, 64u << 20) == 0);
+    CHECK(pthread_setattr_default_np(&attr) == 0);
+    pthread_attr_destroy(&attr);
+#endif
     /* The child has its own client, which sees the parent's lock as taken. */
     watchlock_client *own = open_client(test_url(""));
     watchlock_lock *mine = new_lock(own, "forked");
