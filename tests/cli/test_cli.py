@@ -599,10 +599,15 @@ def test_installed_binary_works_from_any_directory(cli, name, tmp_path):
     build_dir = Path(cli.exe).resolve().parent.parent
     if not (build_dir / "CMakeCache.txt").exists():
         pytest.fail(f"{cli.exe} is not in a CMake build tree; cannot test the install")
-    prefix = tmp_path / "prefix with space"
-    r = subprocess.run(["cmake", "--install", str(build_dir), "--prefix", str(prefix)],
-                       capture_output=True, text=True, timeout=600)
+    # DESTDIR keeps every file (even one with an absolute destination) under
+    # tmp_path; the tree then lives elsewhere than the prefix it was
+    # installed for, which the $ORIGIN rpath must handle.
+    destdir = tmp_path / "dest dir"
+    r = subprocess.run(["cmake", "--install", str(build_dir), "--prefix", "/opt/watchlock"],
+                       env=dict(os.environ, DESTDIR=str(destdir)), capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stderr
+    prefix = destdir / "opt" / "watchlock"
     exe = prefix / "bin" / "watchlock"
     assert exe.exists()
     assert (prefix / "share" / "man" / "man1" / "watchlock.1").exists()
