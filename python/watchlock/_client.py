@@ -308,6 +308,7 @@ def _close_all_at_exit() -> None:
     """Closes this process's clients before the interpreter goes away: held
     locks are released, watchdogs and dispatchers stop, no callback runs
     into a dying interpreter."""
+    _util.exiting = True
     for client in list(_live_clients):
         if client._pid == os.getpid():
             try:

@@ -271,6 +271,11 @@ class Lock:
             st = _native.lock_acquire(h, wait_ms)
             if st == OK:
                 return True
+            if st == _util.ECLOSED and _util.exiting and threading.current_thread().daemon:
+                # The interpreter is exiting and closed the clients: a daemon
+                # thread still waiting just stays parked, as Python stops
+                # daemon threads at exit, instead of failing noisily.
+                threading.Event().wait()
             if st != ETIMEDOUT:
                 _util.raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
             if deadline is not None and time.monotonic() >= deadline:
@@ -295,6 +300,8 @@ class Lock:
         h = self._handle()
         with self._cond:
             if self._count == 0:
+                if self._gen > 0 and self._lost_gen == self._gen:
+                    raise self._lost_error("cannot release")  # e.g. an on_lost callback released it
                 raise LockNotOwnedError(f"cannot release lock {fmt_name(self._name)}: not held",
                                         lock_name=self._name, status=ENOTOWNER)
             if _native.lock_state(h) == LOST:

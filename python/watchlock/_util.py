@@ -19,6 +19,9 @@ Seconds = Union[int, float, datetime.timedelta]
 MAX_LEASE_MS = 30 * 24 * 3600 * 1000  # WATCHLOCK_MAX_LEASE_MS
 MAX_NAME = _native.WATCHLOCK_MAX_NAME
 
+#: Set by the atexit hook that closes every client (see _client.py).
+exiting = False
+
 OK = _native.WATCHLOCK_OK
 ETIMEDOUT = _native.WATCHLOCK_ETIMEDOUT
 ENOTOWNER = _native.WATCHLOCK_ENOTOWNER

@@ -1,0 +1,38 @@
+"""Fixtures for the Python package's tests (real redis-servers come from
+tests/conftest.py: redis_server, fresh_redis, redis_url)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+
+import pytest
+
+import watchlock
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "harness"))
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture
+def client(redis_url):
+    c = watchlock.Client(redis_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def name(request):
+    """A lock name of the test's own (tests share one server)."""
+    return f"pytest:{request.node.name}:{uuid.uuid4().hex[:8]}"
+
+
+def wait_for(predicate, timeout=20.0, interval=0.01):
+    """Waits for a condition instead of sleeping a fixed time; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
