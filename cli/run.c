@@ -529,7 +529,8 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
                 kill_deadline = -1;
                 continue;
             }
-            timeout = (int)left;
+            /* poll() takes an int; --kill-after may be up to 30 days. */
+            timeout = left > 3600 * 1000 ? 3600 * 1000 : (int)left;
         }
         if (cli_verbosity >= 2 && (timeout < 0 || timeout > report_every))
             timeout = (int)report_every;
