@@ -325,10 +325,23 @@ int watchlock_lock_release(watchlock_lock *l)
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
     if (l->state == WATCHLOCK_LOST) {
-        if (l->hold_count > 0 && --l->hold_count == 0)
+        bool last = l->hold_count <= 1;
+        if (last)
             l->state = WATCHLOCK_UNLOCKED;
+        if (l->hold_count > 0)
+            l->hold_count--;
         int reason = l->lost_reason;
         pthread_mutex_unlock(&c->mu);
+        if (last && reason != WATCHLOCK_LOST_TAKEN) {
+            /* Declared lost by the local deadline: the key may still hold
+             * our token for the drift margin. Delete it if so (token-checked,
+             * so never someone else's) to wake waiters now. */
+            const char *argv[3] = {l->keys.lock, l->token, l->keys.channel};
+            size_t lens[3] = {l->keys.lock_len, 32, l->keys.channel_len};
+            redisReply *r;
+            if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, argv, lens, &r, "release") == WATCHLOCK_OK)
+                freeReplyObject(r);
+        }
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s was lost (%s) before release", l->quoted,
                        watchlock_lost_reason_str(reason));
