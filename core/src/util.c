@@ -119,13 +119,22 @@ int watchlock_parse_duration(int64_t *out_ms, const char *text)
         return wl_fail(WATCHLOCK_EINVAL, "duration: NULL argument");
     *out_ms = 0;
     const char *p = text;
-    if (!isdigit((unsigned char)*p) && *p != '.')
+    /* Plain decimal only: digits with at most one '.', then the unit
+     * (strtod alone would also take hex, exponents, "inf" and "nan"). */
+    size_t digits = 0, dots = 0, i = 0;
+    for (; isdigit((unsigned char)p[i]) || p[i] == '.'; i++) {
+        if (p[i] == '.')
+            dots++;
+        else
+            digits++;
+    }
+    if (digits == 0 || dots > 1)
         return wl_fail(WATCHLOCK_EINVAL, "bad duration '%.64s': expected a number such as 500ms, 30s, 5m, 1h",
                        text);
     errno = 0;
     char *end;
     double value = strtod(p, &end);
-    if (end == p || errno != 0 || !isfinite(value) || value < 0)
+    if (end != p + i || errno != 0 || !isfinite(value) || value < 0)
         return wl_fail(WATCHLOCK_EINVAL, "bad duration '%.64s'", text);
     double scale;
     if (strcmp(end, "ms") == 0)
