@@ -4,10 +4,12 @@
  * What it does: every held lock of the client sits in a min-heap keyed on
  * its next wake-up time: the next renewal (acquire or last renewal sent +
  * interval) while it is being renewed, else its local deadline. The thread
- * sleeps on wd_cond until the top entry is due, then takes every lock that
- * is due, or due within a quarter of its interval (early renewal is harmless:
- * it sets, never adds), and sends all their renewals in one pipeline on its
- * own connection: one round trip per round.
+ * sleeps on wd_cond until the top entry is due (or a quarter interval before
+ * its renewal), then takes every lock that is due, or whose renewal is due
+ * within half its interval (early renewal is harmless: it sets, never adds;
+ * and it makes locks acquired at different moments converge into one
+ * round), and sends all their renewals in one pipeline on its own
+ * connection: one round trip per round.
  *
  * Deadlines: a lock's local deadline is the CLOCK_MONOTONIC time at which
  * its last successful renewal (or the acquire) was *sent*, plus the lease,
@@ -313,7 +315,9 @@ static void collect(watchlock_client *c, int64_t now, vec *batch, vec *lost)
 {
     while (c->heap_len > 0) {
         watchlock_lock *l = c->heap[0];
-        bool due = l->wake_us <= now || (renewing(l) && l->renew_at_us - interval_us(l) / 4 <= now);
+        /* Piggyback renewals due within half an interval on this round, so
+         * locks acquired at different moments converge into one pipeline. */
+        bool due = l->wake_us <= now || (renewing(l) && l->renew_at_us - interval_us(l) / 2 <= now);
         if (!due)
             break;
         heap_remove_at(c, 0);
