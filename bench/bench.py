@@ -429,7 +429,8 @@ def evaluate(res: dict) -> list:
 
 
 def fmt(v, spec: str) -> str:
-    return "n/a" if v is None else format(v, spec)
+    width = "".join(ch for ch in spec.split(".")[0] if ch.isdigit())
+    return format("n/a", ">" + width) if v is None else format(v, spec)
 
 
 def table(res: dict) -> str:
@@ -475,13 +476,13 @@ def table(res: dict) -> str:
     lines.append(f"(c) Watchdog: one client holds {res['scale']['wd_locks']} locks, lease {WD_LEASE_MS} ms, "
                  f"for {res['scale']['wd_hold_s']:g} s")
     lines.append(f"| {'library':<18} | {'lost':>5} | {'renewals':>9} | {'round trips':>11} | {'renewals/RT':>11} | "
-                 f"{'scripts/round':>13} | {'renew CPU':>10} | {'memory/lock':>16} |")
-    lines.append(f"|{'-' * 20}|{'-' * 7}|{'-' * 11}|{'-' * 13}|{'-' * 13}|{'-' * 15}|{'-' * 12}|{'-' * 18}|")
+                 f"{'scripts/lease/3':>15} | {'renew CPU':>10} | {'memory/lock':>16} |")
+    lines.append(f"|{'-' * 20}|{'-' * 7}|{'-' * 11}|{'-' * 13}|{'-' * 13}|{'-' * 17}|{'-' * 12}|{'-' * 18}|")
     for lib, _ in LIBS:
         r = wd.get(lib)
         if r is None:
             why = st.get(lib) or wd["errors"].get(lib) or wd.get("n/a", {}).get(lib, "n/a")
-            lines.append(f"| {lib:<18} | {'n/a':>5} | {'n/a':>9} | {'n/a':>11} | {'n/a':>11} | {'n/a':>13} | "
+            lines.append(f"| {lib:<18} | {'n/a':>5} | {'n/a':>9} | {'n/a':>11} | {'n/a':>11} | {'n/a':>15} | "
                          f"{'n/a':>10} | {'n/a':>16} |  {why[:90]}")
             continue
         mem = f"{r['rss_per_lock_b']:.0f} B RSS"
@@ -489,7 +490,7 @@ def table(res: dict) -> str:
             mem = f"{r['heap_per_lock_b']:.0f} B heap"
         lines.append(f"| {lib:<18} | {r['lost']:>5} | {fmt(r.get('renewals'), '>9')} | "
                      f"{fmt(r.get('renew_roundtrips'), '>11')} | {fmt(r.get('renewals_per_roundtrip'), '>11.1f')} | "
-                     f"{r['script_calls_per_round']:>13.1f} | {r['renewal_cpu_pct']:>9.2f}% | {mem:>16} |")
+                     f"{r['script_calls_per_round']:>15.1f} | {r['renewal_cpu_pct']:>9.2f}% | {mem:>16} |")
     lines.append("")
     lines.append("Targets")
     lines.append(f"| {'target':<58} | {'measured':<40} | {'verdict':<7} |")
@@ -528,7 +529,20 @@ def main() -> int:
                    help="tiny N, seconds; installs no peers; writes to bench/.peers/smoke/")
     ap.add_argument("--out", help="output directory (default bench/results, smoke: bench/.peers/smoke)")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--report", metavar="JSON", help="only print the table and redraw the plots of a results file")
     args = ap.parse_args()
+    if args.report:
+        res = json.load(open(args.report))
+        res["targets"] = evaluate(res)
+        print(table(res))
+        out_dir = os.path.dirname(os.path.abspath(args.report))
+        with open(os.path.join(out_dir, "latest.md"), "w") as f:
+            f.write(table(res) + "\n")
+        if not args.no_plots:
+            r = run([VPY, os.path.join(BENCH, "plot.py"), args.report, out_dir], timeout=300)
+            if r.returncode != 0:
+                log(f"plots failed: {tail(r.stderr)}")
+        return 0
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     scale = SCALES[mode]
     out_dir = args.out or (os.path.join(PEERS_DIR, "smoke") if mode == "smoke" else os.path.join(BENCH, "results"))
@@ -546,6 +560,8 @@ def main() -> int:
                  "handoff_processes": HANDOFF_PROCS, "hold_us": HOLD_US, "watchdog_lease_ms": WD_LEASE_MS,
                  "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
     res["versions"] = versions(status)
+    r = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], timeout=30)
+    res["commit"] = r.stdout.strip() or "?"
     failed = any(v.startswith("FAILED") for k, v in status.items() if k.startswith("watchlock"))
 
     with RedisServer() as srv:
