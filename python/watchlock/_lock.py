@@ -19,6 +19,7 @@ released.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import ctypes
 import logging
 import os
@@ -404,16 +405,18 @@ class Lock:
         task = asyncio.current_task()
         owner = ("task", id(task)) if task is not None else ("thread", threading.get_ident())
         cancelled = threading.Event()
-        fut = loop.run_in_executor(_util.executor(), self._acquire, wait, owner, cancelled,
-                                   (loop, task) if task is not None else None, False)
+        cfut = _util.executor().submit(self._acquire, wait, owner, cancelled,
+                                       (loop, task) if task is not None else None, False)
         try:
-            return await asyncio.shield(fut)
+            return await asyncio.shield(asyncio.wrap_future(cfut, loop=loop))
         except asyncio.CancelledError:
             cancelled.set()
-            fut.add_done_callback(self._give_back_if_acquired)
+            # On the concurrent future, not the asyncio one: this runs even
+            # if the event loop is gone by the time the worker gets the lock.
+            cfut.add_done_callback(self._give_back_if_acquired)
             raise
 
-    def _give_back_if_acquired(self, fut: "asyncio.Future[bool]") -> None:
+    def _give_back_if_acquired(self, fut: "concurrent.futures.Future[bool]") -> None:
         if fut.cancelled() or fut.exception() is not None or not fut.result():
             return
         _util.executor().submit(self._release_quietly)
