@@ -163,6 +163,7 @@ struct watchlock_client {
     bool wd_started;
     bool wd_stop;
     pthread_cond_t wd_cond;
+    int64_t wd_sleep_until; /* when the sleeping thread looks next; 0 while awake */
     watchlock_lock **heap; /* held locks, min-heap on wake_us */
     size_t heap_len, heap_cap;
     redisContext *wd_conn; /* used by the watchdog thread only, outside mu */

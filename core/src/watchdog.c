@@ -36,7 +36,8 @@
 #include <string.h>
 #include <time.h>
 
-#define RETRY_US 100000 /* retry a failed renewal this soon (capped by the interval) */
+#define RETRY_US 100000      /* retry a failed renewal this soon (capped by the interval) */
+#define IDLE_TICK_US 1000000 /* with no lock held, look at the heap this often */
 
 /* ---- heap on wake_us ---- */
 
@@ -99,6 +100,16 @@ static bool renewing(const watchlock_lock *l)
     return l->auto_renew && l->stop_reason == WATCHLOCK_LOST_NONE;
 }
 
+/* When the thread must look at l next: its wake-up, or a quarter interval
+ * before its renewal (the start of the batching window). */
+static int64_t trigger_us(const watchlock_lock *l)
+{
+    if (!renewing(l))
+        return l->wake_us;
+    int64_t early = l->renew_at_us - interval_us(l) / 4;
+    return early < l->wake_us ? early : l->wake_us;
+}
+
 void wl_watchdog_unschedule(watchlock_client *c, watchlock_lock *l)
 {
     if (l->heap_idx != WL_NOT_IN_HEAP)
@@ -132,7 +143,11 @@ static void schedule_at(watchlock_client *c, watchlock_lock *l, int64_t renew_at
         c->heap_len++;
         sift_up(c, c->heap_len - 1);
     }
-    if (l->heap_idx == 0)
+    /* Wake the thread only if it would otherwise sleep past this lock's
+     * first moment of interest (it re-reads the heap after every round and
+     * every idle tick anyway): a plain acquire+release then costs no
+     * context switch. */
+    if (trigger_us(l) < c->wd_sleep_until)
         pthread_cond_signal(&c->wd_cond);
 }
 
@@ -403,18 +418,15 @@ static void *watchdog_main(void *arg)
     pthread_mutex_lock(&c->mu);
     while (!c->wd_stop) {
         int64_t now = wl_now_us();
-        if (c->heap_len == 0 || c->heap[0]->wake_us > now) {
-            int64_t at = c->heap_len == 0 ? -1 : c->heap[0]->wake_us;
-            /* Wake early for the first batchable renewal too. */
-            if (c->heap_len > 0 && renewing(c->heap[0])) {
-                int64_t early = c->heap[0]->renew_at_us - interval_us(c->heap[0]) / 4;
-                if (early < at)
-                    at = early;
-            }
-            if (at < 0 || at > now) {
-                wl_cond_wait_until(&c->wd_cond, &c->mu, at);
-                continue;
-            }
+        /* Sleep until the top lock needs a look; with nothing held, tick
+         * once per IDLE_TICK_US so that acquiring a long-lease lock need
+         * not wake the thread. */
+        int64_t at = c->heap_len == 0 ? now + IDLE_TICK_US : trigger_us(c->heap[0]);
+        if (at > now) {
+            c->wd_sleep_until = at;
+            wl_cond_wait_until(&c->wd_cond, &c->mu, at);
+            c->wd_sleep_until = 0;
+            continue;
         }
         batch.len = lost.len = 0;
         collect(c, now, &batch, &lost);
