@@ -275,8 +275,10 @@ WATCHLOCK_API int watchlock_lock_release(watchlock_lock *lock);
  */
 WATCHLOCK_API int watchlock_lock_extend(watchlock_lock *lock, int64_t lease_ms);
 
-/* WATCHLOCK_UNLOCKED, _HELD or _LOST. Never blocks (no I/O). A NULL or
- * forked handle reads as UNLOCKED. */
+/* WATCHLOCK_UNLOCKED, _HELD or _LOST. Never blocks (no I/O). A held lock
+ * past its local deadline reads as LOST at once, even before the watchdog
+ * has marked it (and fired the callback). A NULL or forked handle reads as
+ * UNLOCKED. */
 WATCHLOCK_API int watchlock_lock_state(const watchlock_lock *lock);
 /* Reason of the last loss (WATCHLOCK_LOST_*), NONE when not LOST. */
 WATCHLOCK_API int watchlock_lock_lost_reason(const watchlock_lock *lock);

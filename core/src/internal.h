@@ -228,5 +228,7 @@ void wl_watchdog_schedule(watchlock_client *c, watchlock_lock *l); /* (re)insert
 void wl_watchdog_unschedule(watchlock_client *c, watchlock_lock *l);
 void wl_watchdog_stop(watchlock_client *c); /* called without mu: joins */
 void wl_lock_mark_lost(watchlock_client *c, watchlock_lock *l, int reason);
+/* Why a held lock whose local deadline passed is lost. */
+int wl_lock_expiry_reason(const watchlock_lock *l);
 
 #endif

@@ -197,6 +197,20 @@ int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *us
 
 /* ---- acquire / release / extend ---- */
 
+static void release_on_fresh_connection(watchlock_lock *l)
+{
+    redisContext *ctx;
+    if (wl_server_connect(&l->client->server, 0, &ctx) != WATCHLOCK_OK)
+        return;
+    const char *argv[3] = {l->keys.lock, l->token, l->keys.channel};
+    size_t lens[3] = {l->keys.lock_len, 32, l->keys.channel_len};
+    void *reply = NULL;
+    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, argv, lens) == REDIS_OK &&
+        redisGetReply(ctx, &reply) == REDIS_OK)
+        freeReplyObject(reply);
+    redisFree(ctx);
+}
+
 /* One acquire round trip. OK: now held. ETIMEDOUT: someone else holds it,
  * *pttl_ms says for how long (-1 no expiry, -2 gone meanwhile). */
 static int attempt(watchlock_lock *l, int64_t *pttl_ms)
@@ -242,8 +256,12 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         return WATCHLOCK_ETIMEDOUT;
     }
     pthread_mutex_lock(&c->mu);
-    if (atomic_load(&c->closed)) { /* closed meanwhile: nobody would renew it; let the lease run out */
+    if (atomic_load(&c->closed)) {
+        /* Closed while our script was in flight: close has already released
+         * what it knew of, so give this one back too (best effort, on a
+         * connection of our own: the pool is shut). */
         pthread_mutex_unlock(&c->mu);
+        release_on_fresh_connection(l);
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ECLOSED, "%s: client closed", what);
     }
@@ -451,14 +469,40 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
         return v_;                                                                                 \
     } while (0)
 
+/* The state as the caller should see it: a HELD lock past its local
+ * deadline is LOST even if the watchdog (starved of CPU, or just resumed
+ * after SIGSTOP) has not marked it yet. */
+static int visible_state(const watchlock_lock *l, int *reason)
+{
+    if (l->state == WATCHLOCK_HELD && wl_now_us() >= l->deadline_us) {
+        *reason = wl_lock_expiry_reason(l);
+        return WATCHLOCK_LOST;
+    }
+    *reason = l->state == WATCHLOCK_LOST ? l->lost_reason : WATCHLOCK_LOST_NONE;
+    return l->state;
+}
+
+static int state_of(const watchlock_lock *l)
+{
+    int reason;
+    return visible_state(l, &reason);
+}
+
+static int lost_reason_of(const watchlock_lock *l)
+{
+    int reason;
+    visible_state(l, &reason);
+    return reason;
+}
+
 int watchlock_lock_state(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int, WATCHLOCK_UNLOCKED, l->state);
+    READ_LOCK_STATE(l, int, WATCHLOCK_UNLOCKED, state_of(l));
 }
 
 int watchlock_lock_lost_reason(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int, WATCHLOCK_LOST_NONE, l->state == WATCHLOCK_LOST ? l->lost_reason : WATCHLOCK_LOST_NONE);
+    READ_LOCK_STATE(l, int, WATCHLOCK_LOST_NONE, lost_reason_of(l));
 }
 
 static int64_t remaining(const watchlock_lock *l)

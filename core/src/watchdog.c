@@ -158,6 +158,13 @@ void wl_watchdog_schedule(watchlock_client *c, watchlock_lock *l)
     schedule_at(c, l, sent + interval_us(l));
 }
 
+int wl_lock_expiry_reason(const watchlock_lock *l)
+{
+    if (l->stop_reason != WATCHLOCK_LOST_NONE)
+        return l->stop_reason;
+    return l->renew_failing ? WATCHLOCK_LOST_CONNECTION : WATCHLOCK_LOST_EXPIRED;
+}
+
 void wl_lock_mark_lost(watchlock_client *c, watchlock_lock *l, int reason)
 {
     wl_watchdog_unschedule(c, l);
@@ -337,10 +344,7 @@ static void collect(watchlock_client *c, int64_t now, vec *batch, vec *lost)
             break;
         heap_remove_at(c, 0);
         if (now >= l->deadline_us) {
-            int reason = l->stop_reason != WATCHLOCK_LOST_NONE ? l->stop_reason
-                         : l->renew_failing                    ? WATCHLOCK_LOST_CONNECTION
-                                                               : WATCHLOCK_LOST_EXPIRED;
-            lose(c, l, reason, lost);
+            lose(c, l, wl_lock_expiry_reason(l), lost);
             continue;
         }
         if (!renewing(l)) {

@@ -302,6 +302,47 @@ static void test_expired_without_auto_renew(void)
     watchlock_client_close(c);
 }
 
+/* A slow on-lost callback keeps the watchdog thread busy; another lock
+ * passing its local deadline meanwhile must still read as LOST (expired)
+ * at once: state() does not wait for the watchdog to notice. */
+static atomic_int slow_cb_started;
+static void slow_on_lost(watchlock_lock *l, int reason, void *data)
+{
+    (void)l, (void)reason, (void)data;
+    atomic_store(&slow_cb_started, 1);
+    sleep_ms(2500);
+}
+
+static void test_state_lost_past_deadline_while_watchdog_busy(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *first = new_lock(c, "busy-wd-first");
+    watchlock_lock *second = new_lock(c, "busy-wd-second");
+    lost_log log = {0};
+    CHECK_OK(watchlock_lock_set_auto_renew(first, 0));
+    CHECK_OK(watchlock_lock_set_lease(first, 200));
+    CHECK_OK(watchlock_lock_set_on_lost(first, slow_on_lost, NULL));
+    CHECK_OK(watchlock_lock_set_auto_renew(second, 0));
+    CHECK_OK(watchlock_lock_set_lease(second, 800));
+    CHECK_OK(watchlock_lock_set_on_lost(second, on_lost, &log));
+    CHECK_OK(watchlock_lock_acquire(first, 0));
+    CHECK_OK(watchlock_lock_acquire(second, 0));
+    int64_t t0 = now_ms();
+    WAIT_FOR(atomic_load(&slow_cb_started), 5000);
+    CHECK_EQ(watchlock_lock_state(second), WATCHLOCK_HELD);
+    WAIT_FOR(watchlock_lock_state(second) == WATCHLOCK_LOST, 5000);
+    int64_t seen = now_ms() - t0;
+    testing_note("second lock (lease 800) read LOST after %lld ms, watchdog still in a callback: %s",
+                 (long long)seen, atomic_load(&log.count) == 0 ? "yes" : "no");
+    CHECK_EQ(atomic_load(&log.count), 0); /* the watchdog has not got to it yet */
+    CHECK_EQ(watchlock_lock_lost_reason(second), WATCHLOCK_LOST_EXPIRED);
+    CHECK_EQ(watchlock_lock_remaining_ms(second), 0);
+    WAIT_FOR(atomic_load(&log.count) == 1, 10000); /* and the callback still comes */
+    watchlock_lock_free(first);
+    watchlock_lock_free(second);
+    watchlock_client_close(c);
+}
+
 /* The server is stopped while a lock is held: renewals fail on the network
  * until the local deadline, then LOST_CONNECTION, no later than one lease
  * after the last renewal could have been sent. */
@@ -485,6 +526,7 @@ int main(int argc, char **argv)
         {"lost_taken_other_owner", test_lost_taken_other_owner, 0},
         {"lost_taken_lost_handle_reacquires", test_lost_taken_lost_handle_reacquires, 0},
         {"expired_without_auto_renew", test_expired_without_auto_renew, 0},
+        {"state_lost_past_deadline_while_watchdog_busy", test_state_lost_past_deadline_while_watchdog_busy, 0},
         {"lost_connection_server_stopped", test_lost_connection_server_stopped, 0},
         {"lost_connection_server_frozen", test_lost_connection_server_frozen, 0},
         {"lost_event_queue", test_lost_event_queue, 0},
