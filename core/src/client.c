@@ -136,8 +136,9 @@ void watchlock_client_close(watchlock_client *c)
     redisContext *ctx = NULL;
     if (k > 0 && wl_server_connect(&c->server, 0, &ctx) == WATCHLOCK_OK) {
         for (size_t i = 0; i < k; i++) {
-            const char *argv[3] = {held[i]->keys.lock, held[i]->token, held[i]->keys.channel};
-            size_t lens[3] = {held[i]->keys.lock_len, 32, held[i]->keys.channel_len};
+            const char *argv[3];
+            size_t lens[3];
+            wl_release_args(held[i], argv, lens);
             wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, argv, lens);
         }
         for (size_t i = 0; i < k; i++) {
@@ -176,22 +177,30 @@ int64_t wl_reply_i64(const redisReply *r)
     return 0;
 }
 
-int watchlock_client_inspect(watchlock_client *c, const void *name, size_t name_len, int *held,
-                             int64_t *remaining_ms, int64_t *fence)
+/* Runs an admin script on a name's keys: inspect gets (lock, fence),
+ * force-release gets (lock) and the channel as its argument. */
+static int run_admin_script(watchlock_client *c, const void *name, size_t name_len, int script, const char *what,
+                            redisReply **out)
 {
     int rc = wl_check_client(c);
     if (rc == WATCHLOCK_OK)
         rc = wl_check_name(name, name_len);
-    if (rc != WATCHLOCK_OK)
-        return rc;
     wl_keys keys;
-    if ((rc = wl_keys_make(&keys, name, name_len)) != WATCHLOCK_OK)
+    if (rc != WATCHLOCK_OK || (rc = wl_keys_make(&keys, name, name_len)) != WATCHLOCK_OK)
         return rc;
-    const char *argv[2] = {keys.lock, keys.fence};
-    size_t lens[2] = {keys.lock_len, keys.fence_len};
-    redisReply *r;
-    rc = wl_run_script(&c->server, WL_SCRIPT_INSPECT, 2, 0, argv, lens, &r, "inspect failed");
+    bool inspect = script == WL_SCRIPT_INSPECT;
+    const char *argv[2] = {keys.lock, inspect ? keys.fence : keys.channel};
+    size_t lens[2] = {keys.lock_len, inspect ? keys.fence_len : keys.channel_len};
+    rc = wl_run_script(&c->server, script, inspect ? 2 : 1, inspect ? 0 : 1, argv, lens, out, what);
     wl_keys_clear(&keys);
+    return rc;
+}
+
+int watchlock_client_inspect(watchlock_client *c, const void *name, size_t name_len, int *held,
+                             int64_t *remaining_ms, int64_t *fence)
+{
+    redisReply *r;
+    int rc = run_admin_script(c, name, name_len, WL_SCRIPT_INSPECT, "inspect failed", &r);
     if (rc != WATCHLOCK_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
@@ -212,19 +221,8 @@ int watchlock_client_inspect(watchlock_client *c, const void *name, size_t name_
 
 int watchlock_client_force_release(watchlock_client *c, const void *name, size_t name_len, int *released)
 {
-    int rc = wl_check_client(c);
-    if (rc == WATCHLOCK_OK)
-        rc = wl_check_name(name, name_len);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    wl_keys keys;
-    if ((rc = wl_keys_make(&keys, name, name_len)) != WATCHLOCK_OK)
-        return rc;
-    const char *argv[2] = {keys.lock, keys.channel};
-    size_t lens[2] = {keys.lock_len, keys.channel_len};
     redisReply *r;
-    rc = wl_run_script(&c->server, WL_SCRIPT_FORCE_RELEASE, 1, 1, argv, lens, &r, "force release failed");
-    wl_keys_clear(&keys);
+    int rc = run_admin_script(c, name, name_len, WL_SCRIPT_FORCE_RELEASE, "force release failed", &r);
     if (rc != WATCHLOCK_OK)
         return rc;
     if (released)

@@ -218,6 +218,8 @@ struct watchlock_lock {
 int wl_check_client(const watchlock_client *c);
 int wl_check_lock(const watchlock_lock *l);
 int wl_check_name(const void *name, size_t len);
+/* KEYS and ARGV of the release script for this lock (1 key, 2 args). */
+void wl_release_args(const watchlock_lock *l, const char *argv[3], size_t lens[3]);
 int64_t wl_reply_i64(const redisReply *r); /* integer or decimal string reply */
 void wl_client_unref(watchlock_client *c);
 void wl_lock_unref(watchlock_lock *l);

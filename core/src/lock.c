@@ -197,13 +197,24 @@ int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *us
 
 /* ---- acquire / release / extend ---- */
 
+void wl_release_args(const watchlock_lock *l, const char *argv[3], size_t lens[3])
+{
+    argv[0] = l->keys.lock;
+    lens[0] = l->keys.lock_len;
+    argv[1] = l->token;
+    lens[1] = sizeof l->token - 1;
+    argv[2] = l->keys.channel;
+    lens[2] = l->keys.channel_len;
+}
+
 static void release_on_fresh_connection(watchlock_lock *l)
 {
     redisContext *ctx;
     if (wl_server_connect(&l->client->server, 0, &ctx) != WATCHLOCK_OK)
         return;
-    const char *argv[3] = {l->keys.lock, l->token, l->keys.channel};
-    size_t lens[3] = {l->keys.lock_len, 32, l->keys.channel_len};
+    const char *argv[3];
+    size_t lens[3];
+    wl_release_args(l, argv, lens);
     void *reply = NULL;
     if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, argv, lens) == REDIS_OK &&
         redisGetReply(ctx, &reply) == REDIS_OK)
@@ -354,8 +365,9 @@ int watchlock_lock_release(watchlock_lock *l)
             /* Declared lost by the local deadline: the key may still hold
              * our token for the drift margin. Delete it if so (token-checked,
              * so never someone else's) to wake waiters now. */
-            const char *argv[3] = {l->keys.lock, l->token, l->keys.channel};
-            size_t lens[3] = {l->keys.lock_len, 32, l->keys.channel_len};
+            const char *argv[3];
+            size_t lens[3];
+            wl_release_args(l, argv, lens);
             redisReply *r;
             if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, argv, lens, &r, "release") == WATCHLOCK_OK)
                 freeReplyObject(r);
@@ -382,8 +394,9 @@ int watchlock_lock_release(watchlock_lock *l)
     wl_watchdog_unschedule(c, l);
     pthread_mutex_unlock(&c->mu);
 
-    const char *argv[3] = {l->keys.lock, l->token, l->keys.channel};
-    size_t lens[3] = {l->keys.lock_len, 32, l->keys.channel_len};
+    const char *argv[3];
+    size_t lens[3];
+    wl_release_args(l, argv, lens);
     char what[160];
     snprintf(what, sizeof what, "release %s", l->quoted);
     redisReply *r;
