@@ -9,6 +9,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,11 @@ int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, redisContext **out
         redisFree(ctx);
         return rc;
     }
+    /* hiredis 0.14 opens sockets without close-on-exec: keep them out of
+     * programs the application execs. */
+    int fdflags = fcntl(ctx->fd, F_GETFD);
+    if (fdflags >= 0)
+        fcntl(ctx->fd, F_SETFD, fdflags | FD_CLOEXEC);
     if (!ep->unix_path && ep->keepalive)
         redisEnableKeepAlive(ctx);
     redisSetTimeout(ctx, ms_to_tv(cmd));

@@ -10,6 +10,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* EXISTS key in database db of srv. */
 static long long exists_in_db(rh_server *srv, int db, const char *key)
@@ -551,6 +556,50 @@ static void test_stats(void)
     watchlock_client_close(c);
 }
 
+/* Marks the socket descriptors open now in seen[]. */
+static void mark_sockets(bool *seen, int max)
+{
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        struct stat st;
+        if (fd > 0 && fd < max && fd != dirfd(d) && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
+            seen[fd] = true;
+    }
+    closedir(d);
+}
+
+/* Every socket the library opens (pool, watchdog, subscriber) is
+ * close-on-exec, so programs the application runs do not inherit them. */
+static void test_sockets_close_on_exec(void)
+{
+    enum { MAX_FD = 4096 };
+    static bool before[MAX_FD], after[MAX_FD];
+    mark_sockets(before, MAX_FD);
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *a = new_lock(c, "cloexec");
+    watchlock_lock *b = new_lock(c, "cloexec");
+    CHECK_OK(watchlock_lock_set_lease(a, 900));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_STATUS(watchlock_lock_acquire(b, 100), WATCHLOCK_ETIMEDOUT); /* subscriber connection */
+    WAIT_FOR(watchlock_lock_renewals(a) >= 1, 5000);                  /* watchdog connection */
+    mark_sockets(after, MAX_FD);
+    int fresh = 0;
+    for (int fd = 0; fd < MAX_FD; fd++) {
+        if (!after[fd] || before[fd])
+            continue;
+        fresh++;
+        CHECK_MSG(fcntl(fd, F_GETFD) & FD_CLOEXEC, "socket fd %d opened by the library is not close-on-exec", fd);
+    }
+    CHECK_INT(fresh, >=, 3);
+    CHECK_OK(watchlock_lock_release(a));
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(c);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -566,6 +615,7 @@ int main(int argc, char **argv)
         {"free_lock_releases", test_free_lock_releases, 0},
         {"inspect_and_force_release", test_inspect_and_force_release, 0},
         {"stats", test_stats, 0},
+        {"sockets_close_on_exec", test_sockets_close_on_exec, 0},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);
