@@ -250,7 +250,8 @@ WATCHLOCK_API int watchlock_lock_set_on_lost(watchlock_lock *lock, watchlock_los
  * up to that many milliseconds. Waiting is woken by the holder's release
  * (pub/sub) and never sleeps longer than the holder's remaining lease.
  * On a held handle: increments the hold count, no round trip.
- * On a LOST handle: starts a fresh hold (the hold count restarts at 1).
+ * On a LOST handle (or a held one past its local deadline, which reads as
+ * LOST): starts a fresh hold (the hold count restarts at 1).
  * Errors: ETIMEDOUT (not acquired in time), ECONN, EAUTH, ESERVER (e.g. the
  * key holds a non-string value), ECLOSED, EFORKED, EINVAL.
  * Blocking. Thread-safe.

@@ -222,6 +222,13 @@ static void release_on_fresh_connection(watchlock_lock *l)
     redisFree(ctx);
 }
 
+/* With client->mu: held, and within the local deadline. A hold past its
+ * deadline is lost even before the watchdog notices (see visible_state). */
+static bool held_now(const watchlock_lock *l)
+{
+    return l->state == WATCHLOCK_HELD && wl_now_us() < l->deadline_us;
+}
+
 /* One acquire round trip. OK: now held. ETIMEDOUT: someone else holds it,
  * *pttl_ms says for how long (-1 no expiry, -2 gone meanwhile). */
 static int attempt(watchlock_lock *l, int64_t *pttl_ms)
@@ -229,12 +236,14 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     watchlock_client *c = l->client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
-    if (l->state == WATCHLOCK_HELD) { /* another thread got this handle meanwhile */
+    if (held_now(l)) { /* another thread got this handle meanwhile */
         l->hold_count++;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
         return WATCHLOCK_OK;
     }
+    if (l->state == WATCHLOCK_HELD) /* past its deadline, not yet noticed by the watchdog */
+        wl_lock_mark_lost(c, l, wl_lock_expiry_reason(l));
     int64_t lease = l->lease_ms;
     pthread_mutex_unlock(&c->mu);
 
@@ -301,7 +310,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         return rc;
     watchlock_client *c = l->client;
     pthread_mutex_lock(&c->mu);
-    if (l->state == WATCHLOCK_HELD) { /* reentrant: no round trip */
+    if (held_now(l)) { /* reentrant: no round trip */
         l->hold_count++;
         pthread_mutex_unlock(&c->mu);
         return WATCHLOCK_OK;
