@@ -387,7 +387,13 @@ static void apply(watchlock_client *c, round_entry *es, size_t n, vec *lost)
             if (es[i].result == RENEWED) {
                 l->renewals++;
                 c->renewals++;
-                l->deadline_us = es[i].sent + es[i].ms * 1000 - wl_drift_us(es[i].ms);
+                int64_t deadline = es[i].sent + es[i].ms * 1000 - wl_drift_us(es[i].ms);
+                /* An extend() to a shorter lease while this renewal was in
+                 * flight may have reached the server after it: never trust
+                 * the longer lease then. */
+                if (l->lease_ms < es[i].ms && l->deadline_us < deadline)
+                    deadline = l->deadline_us;
+                l->deadline_us = deadline;
                 l->renew_failing = false;
                 if (l->max_renewals > 0 && l->renewals >= l->max_renewals)
                     l->stop_reason = WATCHLOCK_LOST_MAX_RENEWALS;
