@@ -463,7 +463,13 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
         pthread_mutex_lock(&c->mu);
         if (gen == l->hold_gen && l->state == WATCHLOCK_HELD) {
             if (renewed) {
-                l->deadline_us = sent + lease * 1000 - wl_drift_us(lease);
+                int64_t deadline = sent + lease * 1000 - wl_drift_us(lease);
+                /* A watchdog renewal in flight (the lock is out of the heap)
+                 * may reach the server after us with the old lease: do not
+                 * count on the new one until the watchdog's reply is in. */
+                if (l->heap_idx == WL_NOT_IN_HEAP && deadline > l->deadline_us)
+                    deadline = l->deadline_us;
+                l->deadline_us = deadline;
                 l->renew_failing = false;
                 wl_watchdog_schedule(c, l);
             } else {
