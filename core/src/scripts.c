@@ -49,6 +49,23 @@ static const char renew_lua[] =
     "end\n"
     "return 0\n";
 
+/* The watchdog's batch renewal. KEYS: n lock keys. ARGV: token1, ms1,
+ * token2, ms2, ... -> {1 or 0 per key}. GET runs under pcall so that one
+ * key overwritten with another type (WRONGTYPE) reads as "not ours"
+ * instead of failing the whole batch. All keys must live on one server
+ * (one slot per call under Cluster). */
+static const char renew_many_lua[] =
+    "local out = {}\n"
+    "for i = 1, #KEYS do\n"
+    "  if redis.pcall('GET', KEYS[i]) == ARGV[2 * i - 1] then\n"
+    "    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])\n"
+    "    out[i] = 1\n"
+    "  else\n"
+    "    out[i] = 0\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
 /* KEYS: lock. ARGV: channel. -> number of keys deleted; wakes waiters. */
 static const char force_release_lua[] =
     "local n = redis.call('DEL', KEYS[1])\n"
@@ -64,6 +81,7 @@ wl_script wl_scripts[WL_SCRIPT_COUNT] = {
     [WL_SCRIPT_ACQUIRE] = {acquire_lua, ""},
     [WL_SCRIPT_RELEASE] = {release_lua, ""},
     [WL_SCRIPT_RENEW] = {renew_lua, ""},
+    [WL_SCRIPT_RENEW_MANY] = {renew_many_lua, ""},
     [WL_SCRIPT_FORCE_RELEASE] = {force_release_lua, ""},
     [WL_SCRIPT_INSPECT] = {inspect_lua, ""},
 };

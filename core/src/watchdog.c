@@ -38,6 +38,7 @@
 
 #define RETRY_US 100000      /* retry a failed renewal this soon (capped by the interval) */
 #define IDLE_TICK_US 1000000 /* with no lock held, look at the heap this often */
+#define RENEW_CHUNK 100      /* locks renewed by one script call */
 
 /* ---- heap on wake_us ---- */
 
@@ -182,6 +183,7 @@ typedef struct round_entry {
     watchlock_lock *lock;
     uint64_t gen;
     int64_t ms;      /* the lease this renewal sets */
+    char ms_s[24];   /* ms as the script's argument */
     bool final_hold; /* the last renewal allowed by max_hold */
     int64_t sent;
     int result;
@@ -245,40 +247,77 @@ static struct timeval ms_tv(int64_t ms)
     return tv;
 }
 
-/* Sends one pipeline of renewals (EVALSHA, or EVAL for use_eval entries
- * only). Returns false when the connection failed. */
+/* Appends one batch-renewal script call for es[from, to). */
+static int append_chunk(redisContext *ctx, round_entry *es, size_t from, size_t to, bool use_eval)
+{
+    size_t n = to - from, argc = 3 + 3 * n;
+    const char **argv = malloc(argc * sizeof *argv);
+    size_t *lens = malloc(argc * sizeof *lens);
+    int rc = REDIS_ERR;
+    if (argv != NULL && lens != NULL) {
+        char nkeys[24];
+        snprintf(nkeys, sizeof nkeys, "%zu", n);
+        const wl_script *script = &wl_scripts[WL_SCRIPT_RENEW_MANY];
+        argv[0] = use_eval ? "EVAL" : "EVALSHA";
+        argv[1] = use_eval ? script->body : script->sha;
+        argv[2] = nkeys;
+        for (size_t k = 0; k < 3; k++)
+            lens[k] = strlen(argv[k]);
+        for (size_t i = 0; i < n; i++) {
+            round_entry *e = &es[from + i];
+            argv[3 + i] = e->lock->keys.lock;
+            lens[3 + i] = e->lock->keys.lock_len;
+            argv[3 + n + 2 * i] = e->lock->token;
+            lens[3 + n + 2 * i] = sizeof e->lock->token - 1;
+            argv[3 + n + 2 * i + 1] = e->ms_s;
+            lens[3 + n + 2 * i + 1] = strlen(e->ms_s);
+        }
+        rc = redisAppendCommandArgv(ctx, (int)argc, argv, lens);
+    }
+    free(argv);
+    free(lens);
+    return rc;
+}
+
+/* Sends one pipeline of renewals: one script call per RENEW_CHUNK locks
+ * (EVALSHA, or EVAL for the chunks the server had no script for). Returns
+ * false when the connection failed. */
 static bool send_pipeline(redisContext *ctx, round_entry *es, size_t n, bool use_eval)
 {
-    char ms_s[24];
     int64_t sent = wl_now_us();
-    size_t queued = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (use_eval && !es[i].need_eval)
+    for (size_t from = 0; from < n; from += RENEW_CHUNK) {
+        size_t to = from + RENEW_CHUNK < n ? from + RENEW_CHUNK : n;
+        if (use_eval && !es[from].need_eval)
             continue;
-        watchlock_lock *l = es[i].lock;
-        snprintf(ms_s, sizeof ms_s, "%" PRId64, es[i].ms);
-        const char *argv[3] = {l->keys.lock, l->token, ms_s};
-        size_t lens[3] = {l->keys.lock_len, 32, strlen(ms_s)};
-        if (wl_append_script(ctx, WL_SCRIPT_RENEW, use_eval, 1, 2, argv, lens) != REDIS_OK)
+        if (append_chunk(ctx, es, from, to, use_eval) != REDIS_OK)
             return false;
-        es[i].sent = sent;
-        queued++;
+        for (size_t i = from; i < to; i++)
+            es[i].sent = sent;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (use_eval && !es[i].need_eval)
+    for (size_t from = 0; from < n; from += RENEW_CHUNK) {
+        size_t to = from + RENEW_CHUNK < n ? from + RENEW_CHUNK : n;
+        if (use_eval && !es[from].need_eval)
             continue;
         void *reply = NULL;
         if (redisGetReply(ctx, &reply) != REDIS_OK)
             return false;
         redisReply *r = reply;
-        es[i].need_eval = !use_eval && wl_reply_is_noscript(r);
-        if (!es[i].need_eval)
-            /* An error reply (e.g. WRONGTYPE: someone overwrote the key) means
-             * the key is not ours any more. */
-            es[i].result = r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? RENEWED : RENEW_NOT_OWNER;
+        bool noscript = !use_eval && wl_reply_is_noscript(r);
+        bool well_formed = r->type == REDIS_REPLY_ARRAY && r->elements == to - from;
+        for (size_t i = from; i < to; i++) {
+            es[i].need_eval = noscript;
+            if (noscript)
+                continue;
+            /* An unexpected reply (an error for the whole script, such as
+             * OOM) says nothing about ownership: retry until the deadline. */
+            const redisReply *one = well_formed ? r->element[i - from] : NULL;
+            es[i].result = one == NULL                                           ? RENEW_CONN_FAILED
+                           : one->type == REDIS_REPLY_INTEGER && one->integer == 1 ? RENEWED
+                                                                                  : RENEW_NOT_OWNER;
+        }
         freeReplyObject(r);
     }
-    return queued > 0 || n == 0 || use_eval;
+    return true;
 }
 
 /* Without mu: renews es[0..n) on the watchdog connection, ending all network
@@ -374,6 +413,7 @@ static void collect(watchlock_client *c, int64_t now, vec *batch, vec *lost)
         }
         atomic_fetch_add(&l->refs, 1);
         *e = (round_entry){.lock = l, .gen = l->hold_gen, .ms = ms, .final_hold = final_hold};
+        snprintf(e->ms_s, sizeof e->ms_s, "%" PRId64, ms);
     }
 }
 

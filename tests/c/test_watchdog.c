@@ -249,6 +249,33 @@ static void test_lost_taken_other_owner(void)
     CHECK_INT(rh_int(test_server(), "PTTL watchlock:{taken-set}"), >, 20000);
 }
 
+/* A key overwritten with another type is "not ours" for that lock only:
+ * the other locks renewed in the same batch script stay held. */
+static void test_lost_taken_wrong_type_in_batch(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *victim = new_lock(c, "batch-victim");
+    watchlock_lock *other = new_lock(c, "batch-other");
+    lost_log log = {0};
+    CHECK_OK(watchlock_lock_set_lease(victim, 3000));
+    CHECK_OK(watchlock_lock_set_lease(other, 3000));
+    CHECK_OK(watchlock_lock_set_on_lost(victim, on_lost, &log));
+    CHECK_OK(watchlock_lock_acquire(victim, 0));
+    CHECK_OK(watchlock_lock_acquire(other, 0));
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{batch-victim}"), 1);
+    CHECK_EQ(rh_int(test_server(), "HSET watchlock:{batch-victim} field value"), 1);
+    WAIT_FOR(atomic_load(&log.count) > 0, 6000);
+    CHECK_EQ(atomic_load(&log.reason), WATCHLOCK_LOST_TAKEN);
+    int64_t renewed = watchlock_lock_renewals(other);
+    WAIT_FOR(watchlock_lock_renewals(other) > renewed, 6000);
+    CHECK_EQ(watchlock_lock_state(other), WATCHLOCK_HELD);
+    CHECK_OK(watchlock_lock_release(other));
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{batch-victim}"), 1); /* the hash is left alone */
+    watchlock_lock_free(victim);
+    watchlock_lock_free(other);
+    watchlock_client_close(c);
+}
+
 static void test_lost_taken_lost_handle_reacquires(void)
 {
     watchlock_client *c = open_client(test_url(""));
@@ -533,6 +560,7 @@ int main(int argc, char **argv)
         {"max_hold", test_max_hold, 0},
         {"lost_taken_key_deleted", test_lost_taken_key_deleted, 0},
         {"lost_taken_other_owner", test_lost_taken_other_owner, 0},
+        {"lost_taken_wrong_type_in_batch", test_lost_taken_wrong_type_in_batch, 0},
         {"lost_taken_lost_handle_reacquires", test_lost_taken_lost_handle_reacquires, 0},
         {"expired_without_auto_renew", test_expired_without_auto_renew, 0},
         {"state_lost_past_deadline_while_watchdog_busy", test_state_lost_past_deadline_while_watchdog_busy, 0},
