@@ -5,12 +5,6 @@ local H = require("helpers")
 local name, key, n = arg[1], arg[2], tonumber(arg[3])
 local c = assert(watchlock.connect())
 local lock = c:lock(name, { ttl = 10 })
-for _ = 1, n do
-  assert(watchlock.with_lock(lock, function()
-    local v = tonumber(H.redis("GET", key)) or 0
-    H.redis("SET", key, tostring(v + 1))
-    return true
-  end))
-end
+H.guarded_increments(watchlock, lock, key, n)
 c:close()
 io.write("worker done\n")

@@ -69,6 +69,18 @@ function H.raises(fn, ...)
   return tostring(err)
 end
 
+-- Increments the plain GET/SET counter `key` n times, each time under
+-- `lock` (through watchlock.with_lock). Used by both counter processes.
+function H.guarded_increments(watchlock, lock, key, n)
+  for _ = 1, n do
+    assert(watchlock.with_lock(lock, function()
+      local v = tonumber(H.redis("GET", key)) or 0
+      H.redis("SET", key, tostring(v + 1))
+      return true
+    end))
+  end
+end
+
 function H.eq(actual, expected, what)
   if actual ~= expected then
     error(("%s: expected %s, got %s"):format(what or "value", tostring(expected), tostring(actual)), 2)

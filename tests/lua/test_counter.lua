@@ -16,13 +16,7 @@ T[1] = { "two processes x " .. N .. " guarded increments -> exact count", functi
   local child = assert(io.popen(cmd))
   local c = assert(watchlock.connect())
   local lock = c:lock(name, { ttl = 10 })
-  for _ = 1, N do
-    assert(watchlock.with_lock(lock, function()
-      local v = tonumber(H.redis("GET", key)) or 0
-      H.redis("SET", key, tostring(v + 1))
-      return true
-    end))
-  end
+  H.guarded_increments(watchlock, lock, key, N)
   local out = child:read("*a")
   local ok, how, code = child:close()
   H.match(out, "worker done", "worker output")
