@@ -12,6 +12,18 @@ end
 H.lua = os.getenv("WATCHLOCK_LUA") or arg and arg[-1] or "lua5.4"
 H.is_54 = _VERSION == "Lua 5.4"
 
+-- A test file's list and the function that appends to it:
+--   local T, test = H.suite()   ...   return T
+function H.suite()
+  local T = {}
+  return T, function(name, fn) T[#T + 1] = { name, fn } end
+end
+
+-- A client on the harness's server (WATCHLOCK_URL).
+function H.client()
+  return assert(require("watchlock").connect())
+end
+
 function H.quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end

@@ -3,8 +3,7 @@
 local watchlock = require("watchlock")
 local H = require("helpers")
 
-local T = {}
-local function test(name, fn) T[#T + 1] = { name, fn } end
+local T, test = H.suite()
 
 test("an unreachable server returns nil plus a connection message", function()
   -- Port 1 on loopback: nothing listens there, the connection is refused.

@@ -2,12 +2,9 @@
 local watchlock = require("watchlock")
 local H = require("helpers")
 
-local T = {}
-local function test(name, fn) T[#T + 1] = { name, fn } end
+local T, test = H.suite()
 
-local function client()
-  return assert(watchlock.connect())
-end
+local client = H.client
 
 test("with_lock returns fn's results and holds the lock while fn runs", function()
   local c = client()

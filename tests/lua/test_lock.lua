@@ -2,12 +2,9 @@
 local watchlock = require("watchlock")
 local H = require("helpers")
 
-local T = {}
-local function test(name, fn) T[#T + 1] = { name, fn } end
+local T, test = H.suite()
 
-local function client()
-  return assert(watchlock.connect())
-end
+local client = H.client
 
 test("connect uses WATCHLOCK_URL and returns a client", function()
   local c = client()
