@@ -254,6 +254,7 @@ static void test_reconnect_after_restart(void)
 
 typedef struct waiter {
     watchlock_lock *lock;
+    int64_t wait_ms; /* 0 (unset) waits forever */
     int rc;
     _Atomic int64_t done_at;
     atomic_int started;
@@ -263,7 +264,7 @@ static void *waiter_main(void *arg)
 {
     waiter *w = arg;
     atomic_store(&w->started, 1);
-    w->rc = watchlock_lock_acquire(w->lock, -1);
+    w->rc = watchlock_lock_acquire(w->lock, w->wait_ms ? w->wait_ms : -1);
     atomic_store(&w->done_at, now_ms());
     return NULL;
 }
@@ -371,15 +372,6 @@ static void test_script_flush(void)
     watchlock_client_close(c);
 }
 
-static void *blocked_acquire_main(void *arg)
-{
-    waiter *w = arg;
-    atomic_store(&w->started, 1);
-    w->rc = watchlock_lock_acquire(w->lock, 60000);
-    atomic_store(&w->done_at, now_ms());
-    return NULL;
-}
-
 static void test_close_with_held_locks(void)
 {
     rh_server *srv = test_server();
@@ -403,9 +395,9 @@ static void test_close_with_held_locks(void)
     CHECK_OK(watchlock_lock_acquire(e, 0));
     /* A thread blocked in acquire on this client. */
     CHECK_OK(watchlock_lock_acquire(holder, 0));
-    waiter w = {.lock = blocked, .rc = -1};
+    waiter w = {.lock = blocked, .wait_ms = 60000, .rc = -1};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, blocked_acquire_main, &w) == 0);
+    CHECK(pthread_create(&th, NULL, waiter_main, &w) == 0);
     WAIT_FOR(atomic_load(&w.started), 5000);
     sleep_ms(300);
     CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS), 3);
