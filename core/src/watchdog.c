@@ -386,10 +386,8 @@ static void collect(watchlock_client *c, int64_t now, vec *batch, vec *lost)
             lose(c, l, wl_lock_expiry_reason(l), lost);
             continue;
         }
-        if (!renewing(l)) {
+        if (!renewing(l)) { /* auto-renew turned off while held: wait for the deadline */
             schedule_at(c, l, l->renew_at_us);
-            if (l->heap_idx == 0 && l->wake_us > now)
-                break;
             continue;
         }
         int64_t ms = l->lease_ms;
