@@ -10,10 +10,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <dirent.h>
 #include <stdbool.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* EXISTS key in database db of srv. */
@@ -592,6 +594,42 @@ static void test_sockets_close_on_exec(void)
     watchlock_client_close(c);
 }
 
+/* Sockets the client opens that were not in `before`, in fds[]. */
+static int new_sockets(const bool *before, int *fds, int max_fds)
+{
+    enum { MAX_FD = 4096 };
+    static bool now[MAX_FD];
+    memset(now, 0, sizeof now);
+    mark_sockets(now, MAX_FD);
+    int n = 0;
+    for (int fd = 0; fd < MAX_FD && n < max_fds; fd++)
+        if (now[fd] && !before[fd])
+            fds[n++] = fd;
+    return n;
+}
+
+/* TCP keepalive is on by default and off with keepalive=0. */
+static void test_tcp_keepalive(void)
+{
+    enum { MAX_FD = 4096 };
+    for (int on = 1; on >= 0; on--) {
+        static bool before[MAX_FD];
+        memset(before, 0, sizeof before);
+        mark_sockets(before, MAX_FD);
+        watchlock_client *c = open_client(test_url(on ? "" : "?keepalive=0"));
+        int fds[8];
+        int n = new_sockets(before, fds, 8);
+        CHECK_INT(n, >=, 1);
+        for (int i = 0; i < n; i++) {
+            int v = -1;
+            socklen_t len = sizeof v;
+            CHECK(getsockopt(fds[i], SOL_SOCKET, SO_KEEPALIVE, &v, &len) == 0);
+            CHECK_MSG((v != 0) == on, "keepalive=%d in the URL, SO_KEEPALIVE=%d on fd %d", on, v, fds[i]);
+        }
+        watchlock_client_close(c);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -608,6 +646,7 @@ int main(int argc, char **argv)
         {"inspect_and_force_release", test_inspect_and_force_release, 0},
         {"stats", test_stats, 0},
         {"sockets_close_on_exec", test_sockets_close_on_exec, 0},
+        {"tcp_keepalive", test_tcp_keepalive, 0},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);
