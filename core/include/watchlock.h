@@ -69,7 +69,8 @@ enum {
     WATCHLOCK_ESERVER = 7,    /* the server answered with an error (e.g. the key holds a non-string value) */
     WATCHLOCK_ECLOSED = 8,    /* the client was closed */
     WATCHLOCK_EFORKED = 9,    /* handle inherited across fork(); only the parent may use it */
-    WATCHLOCK_EINTERNAL = 10  /* a bug or an unexpected system failure */
+    WATCHLOCK_EINTERNAL = 10, /* a bug or an unexpected system failure */
+    WATCHLOCK_EPERM = 11      /* the server's ACL denies a command, key or channel (NOPERM) */
 };
 
 /* Static, never NULL ("unknown status" for codes this version does not know). */

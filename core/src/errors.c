@@ -34,6 +34,7 @@ const char *watchlock_strerror(int status)
     case WATCHLOCK_ECLOSED: return "client closed";
     case WATCHLOCK_EFORKED: return "handle inherited across fork";
     case WATCHLOCK_EINTERNAL: return "internal error";
+    case WATCHLOCK_EPERM: return "permission denied by ACL";
     default: return "unknown status";
     }
 }
