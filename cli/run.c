@@ -16,11 +16,26 @@
  *                  on_lost(), which only writes to the pipe: no locks, no
  *                  allocation, no stdio on that thread.
  *
- * COMMAND is started with posix_spawnp(): glibc implements it with
- * clone(CLONE_VM|CLONE_VFORK), which is safe in a multi-threaded process,
- * restores the signal mask and dispositions in the child before exec, and
- * returns exec's errno to the parent, so "not found" (127) and "not
- * executable" (126) are told apart without a pipe of our own.
+ * COMMAND is started with fork() + execve() from the main thread, because it
+ * must die with watchlock ("COMMAND never outlives the CLI"): if watchlock
+ * is killed, even by SIGKILL, a COMMAND left running would work without the
+ * lock while the next `watchlock run` acquires it one lease later. The child
+ * asks for PR_SET_PDEATHSIG(SIGKILL) before exec, then checks getppid()
+ * against the pid recorded before the fork, so that a watchlock that died
+ * in between is not missed. posix_spawn() cannot make that prctl() call.
+ * The death signal fires when the *thread* that forked exits, so only the
+ * main thread, which lives until watchlock exits, may fork. It is not
+ * inherited by COMMAND's own children, and the kernel clears it when
+ * COMMAND is a set-user-ID/set-group-ID or file-capability program.
+ *
+ * Between fork() and exec the child makes only async-signal-safe calls (the
+ * process has other threads, which may hold malloc's lock at that moment);
+ * the PATH search is prepared in the parent. The child restores the signal
+ * mask watchlock started with and the default disposition of the signals
+ * watchlock changed or handles, marks close-on-exec every descriptor that
+ * was not open at startup (the library's sockets), and reports exec's errno
+ * on a close-on-exec pipe (EOF means exec succeeded), so that "not found"
+ * (127) and "not executable" (126) are told apart as with posix_spawnp().
  *
  * Waiting for the lock is one blocking acquire on a helper thread, so that
  * SIGINT/SIGTERM/SIGHUP still interrupt a long wait although they are
@@ -36,11 +51,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -101,7 +117,8 @@ static void on_lost(watchlock_lock *lock, int reason, void *userdata)
 
 /* Remembers which descriptors the caller gave us, so that the ones the
  * library opens later (hiredis does not set close-on-exec) can be kept from
- * COMMAND while descriptors passed on purpose (`3>file`) are inherited. */
+ * COMMAND (see cloexec_new_fds_in_child()) while descriptors passed on
+ * purpose (`3>file`) are inherited. */
 static void snapshot_fds(struct run_state *st)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -125,37 +142,6 @@ static void snapshot_fds(struct run_state *st)
             cap *= 2;
         }
         st->startup_fds[st->n_startup_fds++] = fd;
-    }
-    closedir(d);
-}
-
-static int was_open_at_startup(const struct run_state *st, int fd)
-{
-    for (size_t i = 0; i < st->n_startup_fds; i++) {
-        if (st->startup_fds[i] == fd)
-            return 1;
-    }
-    return 0;
-}
-
-static void cloexec_new_fds(const struct run_state *st)
-{
-    if (!st->startup_fds)
-        return;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return;
-    int self = dirfd(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
-            continue;
-        int fd = atoi(e->d_name);
-        if (fd <= 2 || fd == self || was_open_at_startup(st, fd))
-            continue;
-        int flags = fcntl(fd, F_GETFD);
-        if (flags >= 0 && !(flags & FD_CLOEXEC))
-            fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
     }
     closedir(d);
 }
@@ -272,28 +258,251 @@ static void free_child_environment(char **env)
     free(env);
 }
 
-/* Returns 0 and sets *pid, or an errno value. */
+/* Everything the child needs between fork() and exec, prepared beforehand:
+ * the CLI is multi-threaded (the library's watchdog and subscriber threads),
+ * so the child may only make async-signal-safe calls (another thread may have
+ * held malloc's or stdio's lock at the moment of the fork). */
+struct spawn_plan {
+    char **paths;          /* what to execve, in PATH order (NULL-terminated) */
+    char **argv;
+    char **envp;
+    sigset_t mask;         /* the mask COMMAND starts with */
+    sigset_t defaults;     /* signals whose disposition COMMAND gets as SIG_DFL */
+    pid_t parent;          /* watchlock's pid, taken before fork() */
+    int err_fd;            /* write end of the close-on-exec error pipe */
+    const int *keep_fds;   /* descriptors open at startup; NULL: inherit all */
+    size_t n_keep_fds;
+};
+
+/* The candidates execvp()/posix_spawnp() would try for `file`, in order:
+ * `file` itself if it contains a slash, else each $PATH entry (an empty
+ * entry is the current directory; no $PATH means "/bin:/usr/bin", as
+ * glibc's). NULL without memory. */
+static char **exec_candidates(const char *file)
+{
+    if (strchr(file, '/')) {
+        char **one = calloc(2, sizeof *one);
+        if (one && !(one[0] = strdup(file))) {
+            free(one);
+            return NULL;
+        }
+        return one;
+    }
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/bin:/usr/bin";
+    size_t n = 1;
+    for (const char *c = path; *c; c++)
+        n += *c == ':';
+    char **out = calloc(n + 1, sizeof *out);
+    if (!out)
+        return NULL;
+    size_t flen = strlen(file), k = 0;
+    for (const char *dir = path;; ) {
+        size_t dlen = strcspn(dir, ":");
+        char *cand = malloc(dlen + 1 + flen + 1);
+        if (!cand)
+            goto oom;
+        if (dlen == 0) {
+            memcpy(cand, file, flen + 1);
+        } else {
+            memcpy(cand, dir, dlen);
+            cand[dlen] = '/';
+            memcpy(cand + dlen + 1, file, flen + 1);
+        }
+        out[k++] = cand;
+        if (dir[dlen] == '\0')
+            break;
+        dir += dlen + 1;
+    }
+    return out;
+oom:
+    for (size_t i = 0; i < k; i++)
+        free(out[i]);
+    free(out);
+    return NULL;
+}
+
+static void free_candidates(char **paths)
+{
+    if (!paths)
+        return;
+    for (size_t i = 0; paths[i]; i++)
+        free(paths[i]);
+    free(paths);
+}
+
+/* What the kernel's getdents64 returns (glibc before 2.30 has no wrapper). */
+struct linux_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+/* In the child: marks close-on-exec every descriptor above 2 that was not
+ * open when watchlock started (the library's sockets: hiredis does not set
+ * close-on-exec), so that COMMAND inherits only what it was given. Done here
+ * rather than in the parent so that a connection a library thread opens
+ * just before the fork is covered too. Async-signal-safe: open, getdents64,
+ * fcntl, close. */
+static void cloexec_new_fds_in_child(const struct spawn_plan *p)
+{
+    if (!p->keep_fds)
+        return; /* no snapshot of the startup descriptors: inherit as before */
+    int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    _Alignas(struct linux_dirent64) char buf[2048];
+    for (;;) {
+        long n = syscall(SYS_getdents64, dfd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (long off = 0; off < n;) {
+            const struct linux_dirent64 *e = (const struct linux_dirent64 *)(buf + off);
+            off += e->d_reclen;
+            int fd = 0;
+            const char *c = e->d_name;
+            if (*c < '0' || *c > '9')
+                continue;
+            for (; *c >= '0' && *c <= '9'; c++)
+                fd = fd * 10 + (*c - '0');
+            if (fd <= 2 || fd == dfd)
+                continue;
+            int keep = 0;
+            for (size_t i = 0; i < p->n_keep_fds && !keep; i++)
+                keep = p->keep_fds[i] == fd;
+            if (keep)
+                continue;
+            int flags = fcntl(fd, F_GETFD);
+            if (flags >= 0 && !(flags & FD_CLOEXEC))
+                fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+        }
+    }
+    close(dfd);
+}
+
+/* The child's side of spawn_command(): only async-signal-safe calls. */
+static _Noreturn void exec_child(const struct spawn_plan *p)
+{
+    int err;
+    /* Die with watchlock: if it is killed (even by SIGKILL), the kernel
+     * kills COMMAND, which would otherwise run on without the lock. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+        err = errno;
+        goto fail;
+    }
+    /* watchlock may have died between fork() and prctl(): then no death
+     * signal will come, and nobody holds the lock for us. */
+    if (getppid() != p->parent)
+        _exit(CLI_EXIT_SOFTWARE);
+
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sigismember(&p->defaults, sig) == 1)
+            sigaction(sig, &dfl, NULL);
+    }
+    cloexec_new_fds_in_child(p);
+    sigprocmask(SIG_SETMASK, &p->mask, NULL);
+
+    /* execvp()'s search (which POSIX does not list as async-signal-safe)
+     * over the candidates made before the fork: go on after "not here"
+     * errors, remember EACCES, stop at anything else. Like posix_spawnp(),
+     * ENOEXEC is an error, not a reason to try /bin/sh. */
+    int got_eacces = 0;
+    err = ENOENT;
+    for (size_t i = 0; p->paths[i]; i++) {
+        execve(p->paths[i], p->argv, p->envp);
+        err = errno;
+        switch (err) {
+        case EACCES:
+            got_eacces = 1;
+            continue;
+        case ENOENT:
+        case ENOTDIR:
+        case ESTALE:
+        case ENODEV:
+        case ETIMEDOUT:
+            continue;
+        default:
+            goto fail;
+        }
+    }
+    if (got_eacces)
+        err = EACCES;
+fail:;
+    ssize_t n = write(p->err_fd, &err, sizeof err);
+    (void)n;
+    _exit(CLI_EXIT_NOT_FOUND);
+}
+
+/* Starts COMMAND from the calling thread, which must be the main thread:
+ * PR_SET_PDEATHSIG fires when the *thread* that forked exits, and only the
+ * main thread lives until watchlock exits. Returns 0 and sets *pid, or an
+ * errno value (exec's, reported by the child on a close-on-exec pipe that
+ * reads EOF once exec succeeded). */
 static int spawn_command(const struct run_state *st, char **command, char **env, pid_t *pid)
 {
-    posix_spawnattr_t attr;
-    int rc = posix_spawnattr_init(&attr);
-    if (rc != 0)
-        return rc;
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGCHLD);
+    if (command[0][0] == '\0')
+        return ENOENT;
+    struct spawn_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.argv = command;
+    plan.envp = env;
+    plan.mask = st->saved_mask;
+    plan.keep_fds = st->startup_fds;
+    plan.n_keep_fds = st->n_startup_fds;
+    sigemptyset(&plan.defaults);
+    sigaddset(&plan.defaults, SIGCHLD);
     if (st->sigpipe_was_default)
-        sigaddset(&defaults, SIGPIPE);
+        sigaddset(&plan.defaults, SIGPIPE);
     for (int i = 0; i < N_FORWARDED; i++) {
         if (st->forward[i])
-            sigaddset(&defaults, forwarded_signals[i]);
+            sigaddset(&plan.defaults, forwarded_signals[i]);
     }
-    posix_spawnattr_setsigmask(&attr, &st->saved_mask);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    rc = posix_spawnp(pid, command[0], NULL, &attr, command, env);
-    posix_spawnattr_destroy(&attr);
-    return rc;
+    plan.paths = exec_candidates(command[0]);
+    if (!plan.paths)
+        return ENOMEM;
+
+    int errpipe[2];
+    if (pipe2(errpipe, O_CLOEXEC) != 0) {
+        int e = errno;
+        free_candidates(plan.paths);
+        return e;
+    }
+    plan.err_fd = errpipe[1];
+    plan.parent = getpid();
+
+    pid_t child = fork();
+    if (child == 0)
+        exec_child(&plan);
+    int e = errno;
+    close(errpipe[1]);
+    free_candidates(plan.paths);
+    if (child < 0) {
+        close(errpipe[0]);
+        return e;
+    }
+
+    int child_err = 0;
+    ssize_t n;
+    do {
+        n = read(errpipe[0], &child_err, sizeof child_err);
+    } while (n < 0 && errno == EINTR);
+    close(errpipe[0]);
+    if (n == (ssize_t)sizeof child_err) {
+        /* exec failed; the child has exited or is about to */
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+            ;
+        return child_err ? child_err : ENOEXEC;
+    }
+    /* EOF: exec succeeded and closed the pipe. */
+    *pid = child;
+    return 0;
 }
 
 static int exit_code_of(int wstatus)
@@ -696,7 +905,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
 
     char **env = child_environment(o->name, fence);
     pid_t pid = -1;
-    int spawn_err = env ? (cloexec_new_fds(st), spawn_command(st, o->command, env, &pid)) : ENOMEM;
+    int spawn_err = env ? spawn_command(st, o->command, env, &pid) : ENOMEM;
     free_child_environment(env);
 
     int exit_code;

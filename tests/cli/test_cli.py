@@ -368,6 +368,66 @@ def test_ignored_signal_stays_ignored(cli, name, tmp_path):
     assert proc.returncode == 9
 
 
+# ---- COMMAND never outlives watchlock -----------------------------------------------------
+
+
+def process_running(pid: int) -> bool:
+    """True while `pid` exists and has not exited. A zombie (exited, not yet
+    reaped by whoever inherited it: PID 1 of a container may never reap)
+    counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state not in ("Z", "X")
+
+
+def test_command_dies_when_watchlock_is_killed(cli, name, tmp_path):
+    """SIGKILL to watchlock alone (not its process group): COMMAND must not
+    keep running without the lock while the next holder gets in one lease
+    later. COMMAND appends a line every 20 ms; after the kill the file must
+    stop growing and COMMAND's process must be gone."""
+    ticks = tmp_path / "ticks"
+    pidfile = tmp_path / "pid"
+    script = (
+        "import os, time\n"
+        f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+        "while True:\n"
+        f"    with open({str(ticks)!r}, 'a') as f: f.write('tick\\n')\n"
+        "    time.sleep(0.02)\n")
+    # No pipes: a surviving COMMAND would hold them open.
+    proc = cli.popen("run", "--ttl", "1s", name, "--", sys.executable, "-c", script,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid = None
+    try:
+        wait_for(lambda: (ticks.exists() and ticks.stat().st_size >= 3 * len("tick\n"))
+                 or proc.poll() is not None, "the command to start writing")
+        assert proc.poll() is None, proc.returncode
+        pid = int(pidfile.read_text())
+        proc.kill()  # SIGKILL to watchlock's pid only
+        proc.wait(timeout=LONG)
+
+        def stopped_growing():
+            before = ticks.stat().st_size
+            time.sleep(0.2)  # ten of COMMAND's 20 ms periods
+            return ticks.stat().st_size == before
+
+        wait_for(stopped_growing, "the command to stop writing after watchlock was killed",
+                 timeout=5, interval=0)
+        wait_for(lambda: not process_running(pid), f"the command (pid {pid}) to be gone",
+                 timeout=5)
+        # The killed holder's lease (1s) runs out; the next run gets the lock.
+        r = cli.run("run", "--ttl", "1s", "--wait", "30s", name, "--", "true")
+        assert r.returncode == 0, r.stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pid is not None and process_running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 # ---- status and release -----------------------------------------------------------------
 
 
