@@ -182,13 +182,18 @@ WATCHLOCK_API int watchlock_client_next_lost_event(watchlock_client *client, int
  *                                   (one per round unless scripts had to be reloaded)
  *   WATCHLOCK_STAT_RENEWALS         successful renewals
  *   WATCHLOCK_STAT_WATCHDOG_CPU_US  CPU time used by the watchdog thread (us)
+ *   WATCHLOCK_STAT_SUBSCRIBE_DENIED wake-up subscriptions the server refused
+ *                                   (the ACL user may not SUBSCRIBE to the lock's
+ *                                   channel): waiters then wait for the holder's
+ *                                   lease to end instead of its release
  */
 enum {
     WATCHLOCK_STAT_HELD_LOCKS = 0,
     WATCHLOCK_STAT_RENEW_ROUNDS = 1,
     WATCHLOCK_STAT_RENEW_ROUNDTRIPS = 2,
     WATCHLOCK_STAT_RENEWALS = 3,
-    WATCHLOCK_STAT_WATCHDOG_CPU_US = 4
+    WATCHLOCK_STAT_WATCHDOG_CPU_US = 4,
+    WATCHLOCK_STAT_SUBSCRIBE_DENIED = 5
 };
 WATCHLOCK_API int64_t watchlock_client_stat(watchlock_client *client, int which);
 

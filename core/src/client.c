@@ -4,6 +4,7 @@
  */
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,8 +29,11 @@ static void client_free(watchlock_client *c)
         c->ev_head = e->next;
         free(e);
     }
-    free(c->heap);
+    wl_heap_free(&c->renew_heap);
+    wl_heap_free(&c->deadline_heap);
     pthread_cond_destroy(&c->wd_cond);
+    pthread_cond_destroy(&c->tm_cond);
+    pthread_cond_destroy(&c->cb_cond);
     pthread_cond_destroy(&c->ev_cond);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -71,7 +75,10 @@ int watchlock_client_open(watchlock_client **out, const char *url)
         free(c);
         return rc;
     }
-    if (pthread_mutex_init(&c->mu, NULL) != 0 || wl_cond_init(&c->wd_cond) != 0 || wl_cond_init(&c->ev_cond) != 0) {
+    wl_heap_init(&c->renew_heap, offsetof(watchlock_lock, wake_us), offsetof(watchlock_lock, heap_idx));
+    wl_heap_init(&c->deadline_heap, offsetof(watchlock_lock, deadline_us), offsetof(watchlock_lock, dl_idx));
+    if (pthread_mutex_init(&c->mu, NULL) != 0 || wl_cond_init(&c->wd_cond) != 0 || wl_cond_init(&c->ev_cond) != 0 ||
+        wl_cond_init(&c->tm_cond) != 0 || wl_cond_init(&c->cb_cond) != 0) {
         wl_server_destroy(&c->server);
         free(c);
         return wl_fail(WATCHLOCK_EINTERNAL, "cannot initialise mutexes");
@@ -102,26 +109,31 @@ void watchlock_client_close(watchlock_client *c)
     if (atomic_exchange(&c->closed, true))
         return;
 
-    /* Take every held lock out of the watchdog's hands. */
-    enum { MAX_BATCH = 256 };
+    /* Take every held lock out of the watchdog's hands, and wait for
+     * callbacks that already run (none starts from now on). */
     pthread_mutex_lock(&c->mu);
+    wl_wait_callbacks(c, NULL);
     c->wd_stop = true;
     pthread_cond_broadcast(&c->wd_cond);
+    pthread_cond_broadcast(&c->tm_cond);
     pthread_cond_broadcast(&c->ev_cond);
     size_t n = 0;
     for (watchlock_lock *l = c->locks; l; l = l->next)
         if (l->state == WATCHLOCK_HELD)
             n++;
     watchlock_lock **held = n ? calloc(n, sizeof *held) : NULL;
+    wl_release_args *args = n ? calloc(n, sizeof *args) : NULL;
     size_t k = 0;
     for (watchlock_lock *l = c->locks; l; l = l->next) {
         if (l->state != WATCHLOCK_UNLOCKED) {
-            if (held && l->state == WATCHLOCK_HELD && k < n) {
+            if (held && args && l->state == WATCHLOCK_HELD && k < n) {
                 atomic_fetch_add(&l->refs, 1);
+                wl_release_args_make(l, &args[k]);
                 held[k++] = l;
             }
-            wl_watchdog_unschedule(c, l);
+            wl_unschedule_all(c, l);
             l->state = WATCHLOCK_UNLOCKED;
+            l->releasing = false;
             l->hold_count = 0;
             l->hold_gen++;
         }
@@ -130,17 +142,14 @@ void watchlock_client_close(watchlock_client *c)
     pthread_mutex_unlock(&c->mu);
 
     wl_watchdog_stop(c);
+    wl_timer_stop(c);
     wl_subscriber_stop(c->sub);
 
     /* Release what was held, best effort, pipelined. */
     redisContext *ctx = NULL;
     if (k > 0 && wl_server_connect(&c->server, 0, &ctx) == WATCHLOCK_OK) {
-        for (size_t i = 0; i < k; i++) {
-            const char *argv[3];
-            size_t lens[3];
-            wl_release_args(held[i], argv, lens);
-            wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, argv, lens);
-        }
+        for (size_t i = 0; i < k; i++)
+            wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, args[i].argv, args[i].lens);
         for (size_t i = 0; i < k; i++) {
             void *reply = NULL;
             if (redisGetReply(ctx, &reply) != REDIS_OK)
@@ -152,6 +161,7 @@ void watchlock_client_close(watchlock_client *c)
     for (size_t i = 0; i < k; i++)
         wl_lock_unref(held[i]);
     free(held);
+    free(args);
     wl_server_close(&c->server);
     wl_client_unref(c);
 }
@@ -249,7 +259,7 @@ int watchlock_client_next_lost_event(watchlock_client *c, int64_t timeout_ms, ui
     if (c->fork_gen != wl_fork_generation())
         return wl_fail(WATCHLOCK_EFORKED, "client was opened by the parent process before fork()");
     atomic_fetch_add(&c->refs, 1); /* stay alive while waiting, even across close */
-    int64_t until = timeout_ms < 0 ? -1 : wl_now_us() + timeout_ms * 1000;
+    int64_t until = wl_deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&c->mu);
     while (c->ev_head == NULL && !atomic_load(&c->closed) && (until < 0 || wl_now_us() < until))
         wl_cond_wait_until(&c->ev_cond, &c->mu, until);
@@ -280,6 +290,8 @@ int64_t watchlock_client_stat(watchlock_client *c, int which)
     int64_t v = -1;
     if (which == WATCHLOCK_STAT_WATCHDOG_CPU_US)
         return atomic_load(&c->wd_cpu_us);
+    if (which == WATCHLOCK_STAT_SUBSCRIBE_DENIED)
+        return wl_sub_denied(c->sub); /* subscriber.mu: never under client.mu */
     pthread_mutex_lock(&c->mu);
     switch (which) {
     case WATCHLOCK_STAT_HELD_LOCKS: v = c->held; break;

@@ -76,11 +76,17 @@ int wl_reply_error(const wl_server *srv, const redisReply *reply, const char *wh
     if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
         return WATCHLOCK_OK;
     const char *s = reply->str ? reply->str : "";
-    if (strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 || strncmp(s, "NOPERM", 6) == 0 ||
+    /* Errors raised inside a script end in " script: <sha>, on
+     * @user_script:N.": not for people. */
+    const char *tail = strstr(s, " script: ");
+    int len = tail ? (int)(tail - s) : (int)strlen(s);
+    if (strncmp(s, "NOPERM", 6) == 0)
+        return wl_fail(WATCHLOCK_EPERM, "%s: denied by the server's ACL: %.*s (%s)", what, len, s, srv->ep.label);
+    if (strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 ||
         strncasecmp(s, "ERR invalid password", 20) == 0 || strncmp(s, "ERR AUTH", 8) == 0 ||
         strstr(s, "without any password configured") != NULL)
-        return wl_fail(WATCHLOCK_EAUTH, "%s: %s (%s)", what, s, srv->ep.label);
-    return wl_fail(WATCHLOCK_ESERVER, "%s: server error: %s", what, s);
+        return wl_fail(WATCHLOCK_EAUTH, "%s: %.*s (%s)", what, len, s, srv->ep.label);
+    return wl_fail(WATCHLOCK_ESERVER, "%s: %.*s", what, len, s);
 }
 
 bool wl_reply_is_noscript(const redisReply *reply)
@@ -192,7 +198,7 @@ void wl_server_put(wl_server *srv, redisContext *ctx)
         redisFree(ctx);
 }
 
-int wl_append_script(redisContext *ctx, int script, bool use_body, int nkeys, int nargs, const char **argv,
+int wl_append_script(redisContext *ctx, int script, bool use_body, int nkeys, int nargs, const char *const *argv,
                      const size_t *argvlen)
 {
     enum { MAX_ARGS = 8 };
@@ -217,7 +223,7 @@ int wl_append_script(redisContext *ctx, int script, bool use_body, int nkeys, in
 }
 
 /* One script call on ctx: EVALSHA, then EVAL when the server lost its cache. */
-static int script_once(wl_server *srv, redisContext *ctx, int script, int nkeys, int nargs, const char **argv,
+static int script_once(wl_server *srv, redisContext *ctx, int script, int nkeys, int nargs, const char *const *argv,
                        const size_t *argvlen, redisReply **out, const char *what)
 {
     for (int use_body = 0; use_body < 2; use_body++) {
@@ -241,7 +247,7 @@ static int script_once(wl_server *srv, redisContext *ctx, int script, int nkeys,
     return wl_fail(WATCHLOCK_EINTERNAL, "%s: script missing after EVAL", what);
 }
 
-int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char **argv, const size_t *argvlen,
+int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv, const size_t *argvlen,
                   redisReply **out, const char *what)
 {
     *out = NULL;
@@ -260,6 +266,11 @@ int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *
                      (ctx->err == REDIS_ERR_EOF ||
                       (ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE)));
         wl_server_put(srv, ctx);
+        if (rc == WATCHLOCK_ESERVER && nkeys > 0) { /* name the key the server objected to */
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+            return wl_fail(rc, "%s (key %.*s)", msg, (int)(argvlen[0] < 200 ? argvlen[0] : 200), argv[0]);
+        }
         if (!stale)
             return rc;
     }

@@ -4,13 +4,13 @@
  *
  * Lock order (never take an earlier one while holding a later one):
  *   1. watchlock_lock.io_mu   serializes one handle's acquire/release/extend round trips
- *   2. watchlock_client.mu    lock states, the watchdog heap, lost events, stats
+ *   2. watchlock_client.mu    lock states, both heaps, lost events, callbacks, stats
  *   3. wl_server.mu           the idle connection pool
  *   wl_subscriber.mu is a leaf: nothing else is taken while holding it, and
  *   it is never taken while holding client.mu.
  * No network I/O is done while holding client.mu or a pool/subscriber mutex,
  * except the subscriber thread's non-blocking reads/writes of small commands
- * on its own socket.
+ * on its own socket. No user callback runs while any library mutex is held.
  */
 #ifndef WATCHLOCK_INTERNAL_H
 #define WATCHLOCK_INTERNAL_H
@@ -41,8 +41,10 @@ int wl_random_bytes(void *buf, size_t len);
 unsigned wl_fork_generation(void);
 /* Makes a printable label of bytes for messages: 'name' (truncated, escaped). */
 void wl_quote_name(char *out, size_t out_size, const void *name, size_t len);
-/* Drift margin subtracted from every local deadline: 1% of the lease + 2 ms. */
-int64_t wl_drift_us(int64_t lease_ms);
+/* Now + ms, saturating (never overflows); ms < 0 gives -1 ("no limit"). */
+int64_t wl_deadline_after_ms(int64_t ms);
+/* Hex text of 16 random bytes into out[33]; -1 when getrandom fails. */
+int wl_random_token(char out[33]);
 
 /* ---- URL (url.c) ---- */
 typedef struct wl_endpoint {
@@ -55,9 +57,12 @@ typedef struct wl_endpoint {
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
     int keepalive;
+    int64_t safety_margin_ms; /* fixed part of the margin taken off every local deadline */
     char label[300]; /* "host:port" or the socket path, for messages */
 } wl_endpoint;
 
+#define WL_DEFAULT_SAFETY_MARGIN_MS 10
+#define WL_MAX_SAFETY_MARGIN_MS 60000
 int wl_endpoint_parse(wl_endpoint *ep, const char *url);
 void wl_endpoint_clear(wl_endpoint *ep);
 
@@ -78,8 +83,7 @@ void wl_keys_clear(wl_keys *keys);
 enum {
     WL_SCRIPT_ACQUIRE,
     WL_SCRIPT_RELEASE,
-    WL_SCRIPT_RENEW,
-    WL_SCRIPT_RENEW_MANY,
+    WL_SCRIPT_RENEW, /* n holds at once: the watchdog's batches and extend (n = 1) */
     WL_SCRIPT_FORCE_RELEASE,
     WL_SCRIPT_INSPECT,
     WL_SCRIPT_COUNT
@@ -121,11 +125,11 @@ bool wl_reply_is_noscript(const redisReply *reply);
  * retries once on a fresh connection when a reused one turns out dead.
  * argv holds the script's keys followed by its arguments. On OK *out is the
  * (non-error) reply, freed by the caller with freeReplyObject. */
-int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char **argv,
+int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
                   const size_t *argvlen, redisReply **out, const char *what);
 /* Appends EVALSHA (or EVAL when use_body) of a script to ctx's output buffer. */
 int wl_append_script(redisContext *ctx, int script, bool use_body, int nkeys, int nargs,
-                     const char **argv, const size_t *argvlen);
+                     const char *const *argv, const size_t *argvlen);
 
 /* ---- subscriber (subscriber.c) ---- */
 typedef struct wl_subscriber wl_subscriber;
@@ -141,8 +145,11 @@ void wl_sub_leave(wl_subscriber *sub, wl_sub_entry *entry);
  * down, or at_us. Returns the channel's wake-up generation and whether
  * wake-ups can be relied on (*live). */
 uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bool *live);
-/* Waits until the generation moves past `gen`, the subscriber stops, or at_us. */
-void wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t at_us);
+/* Waits until the generation moves past `gen`, the subscriber stops, or
+ * at_us. True when woken (not timed out). */
+bool wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t at_us);
+uint64_t wl_sub_generation(wl_subscriber *sub, wl_sub_entry *entry);
+int64_t wl_sub_denied(wl_subscriber *sub); /* refused SUBSCRIBEs so far */
 
 /* ---- client and lock (client.c, lock.c, watchdog.c) ---- */
 typedef struct wl_lost_event {
@@ -150,6 +157,19 @@ typedef struct wl_lost_event {
     int reason;
     struct wl_lost_event *next;
 } wl_lost_event;
+
+/* Min-heap of lock handles on an int64_t field (heap.c); callers hold client->mu. */
+typedef struct wl_heap {
+    watchlock_lock **items;
+    size_t len, cap;
+    size_t key_off, idx_off; /* offsetof the key and of the handle's index in this heap */
+} wl_heap;
+void wl_heap_init(wl_heap *h, size_t key_off, size_t idx_off);
+void wl_heap_free(wl_heap *h);
+int wl_heap_update(wl_heap *h, watchlock_lock *l); /* insert or re-sift; -1 out of memory */
+void wl_heap_remove(wl_heap *h, watchlock_lock *l);
+bool wl_heap_contains(const wl_heap *h, const watchlock_lock *l);
+watchlock_lock *wl_heap_top(const wl_heap *h);
 
 struct watchlock_client {
     atomic_int refs;  /* the user's reference + one per lock handle */
@@ -159,15 +179,23 @@ struct watchlock_client {
 
     pthread_mutex_t mu; /* guards everything below */
     watchlock_lock *locks; /* every live handle (doubly linked) */
-    /* watchdog */
+    /* watchdog: renewals */
     pthread_t wd_thread;
     bool wd_started;
     bool wd_stop;
     pthread_cond_t wd_cond;
     int64_t wd_sleep_until; /* when the sleeping thread looks next; 0 while awake */
-    watchlock_lock **heap; /* held locks, min-heap on wake_us */
-    size_t heap_len, heap_cap;
-    redisContext *wd_conn; /* used by the watchdog thread only, outside mu */
+    wl_heap renew_heap;     /* held locks being renewed, on wake_us */
+    redisContext *wd_conn;  /* used by the watchdog thread only, outside mu */
+    /* loss timer: declares holds lost at their local deadline (loss.c) */
+    pthread_t tm_thread;
+    bool tm_started;
+    pthread_cond_t tm_cond;
+    int64_t tm_sleep_until;
+    wl_heap deadline_heap; /* held locks, on deadline_us */
+    /* on-lost callbacks: one detached thread per loss (loss.c) */
+    int cb_running; /* callbacks started and not yet returned */
+    pthread_cond_t cb_cond;
     /* lost events */
     bool events_on;
     wl_lost_event *ev_head, *ev_tail;
@@ -184,14 +212,13 @@ struct watchlock_client {
 
 struct watchlock_lock {
     watchlock_client *client; /* counted reference */
-    atomic_int refs;          /* the user's + the watchdog's while in flight */
+    atomic_int refs;          /* the user's + the watchdog's while in flight + one per pending callback */
     uint64_t id;
     unsigned fork_gen;
     char *name; /* NUL-terminated copy */
     size_t name_len;
     char quoted[96]; /* the name, printable, for messages */
     wl_keys keys;
-    char token[33]; /* 128 random bits, hex */
     pthread_mutex_t io_mu;
 
     /* guarded by client->mu */
@@ -204,23 +231,50 @@ struct watchlock_lock {
     int lost_reason;
     int64_t hold_count;
     uint64_t hold_gen; /* bumped at every acquire and final release */
+    /* Hold identity (see docs/design.md): the key holds "<token>.<epoch>".
+     * token is fresh for every hold (made when the previous one ended, and
+     * kept across failed attempts so that a retried acquire finds its own
+     * key); the epoch changes whenever a write sets a different lease. */
+    char token[33];
+    int64_t epoch;    /* the server holds this epoch or a later one of ours */
+    int64_t epoch_to; /* the epoch our newest write installs (== epoch when none pending) */
+    int64_t epoch_ms; /* the lease that goes with epoch_to */
     int64_t fence;
     int64_t renewals;
     int64_t acquired_us;  /* when the acquiring script was sent */
     int64_t deadline_us;  /* local deadline of the current lease */
     int64_t renew_at_us;  /* next renewal due */
-    int64_t wake_us;      /* heap key */
+    int64_t wake_us;      /* renew_heap key */
     int stop_reason;      /* MAX_RENEWALS / MAX_HOLD once renewal stopped */
     bool renew_failing;   /* the last renewal failed on the network */
-    size_t heap_idx;
+    bool releasing;       /* release() could not confirm: not renewed, kept until confirmed or expired */
+    bool freed;           /* watchlock_lock_free() has begun: no callback may start */
+    bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */
+    int64_t token_lease_ms; /* lease of the attempts made with token */
+    int64_t confirmed_us; /* when the newest confirmed write of the hold was sent */
+    int cb_running;       /* this lock's callbacks now running */
+    size_t heap_idx;      /* index in client->renew_heap */
+    size_t dl_idx;        /* index in client->deadline_heap */
+    /* a wait that timed out, resumed by the next acquire (see acquire) */
+    wl_sub_entry *wait_entry;
+    uint64_t wait_gen;
+    int64_t wait_until_us;
 };
 
 /* Checks shared by every entry point: NULL, forked, closed. */
 int wl_check_client(const watchlock_client *c);
 int wl_check_lock(const watchlock_lock *l);
 int wl_check_name(const void *name, size_t len);
-/* KEYS and ARGV of the release script for this lock (1 key, 2 args). */
-void wl_release_args(const watchlock_lock *l, const char *argv[3], size_t lens[3]);
+/* KEYS and ARGV of the release script for this lock's hold (1 key, 2
+ * args), made with client->mu held (it reads the token). argv points into
+ * the struct: do not copy it. */
+#define WL_IDENT_SIZE 56
+typedef struct wl_release_args {
+    char prefix[WL_IDENT_SIZE];
+    const char *argv[3];
+    size_t lens[3];
+} wl_release_args;
+void wl_release_args_make(const watchlock_lock *l, wl_release_args *a);
 int64_t wl_reply_i64(const redisReply *r); /* integer or decimal string reply */
 void wl_client_unref(watchlock_client *c);
 void wl_lock_unref(watchlock_lock *l);
@@ -230,8 +284,44 @@ int wl_watchdog_ensure_started(watchlock_client *c);
 void wl_watchdog_schedule(watchlock_client *c, watchlock_lock *l); /* (re)insert with fresh wake_us */
 void wl_watchdog_unschedule(watchlock_client *c, watchlock_lock *l);
 void wl_watchdog_stop(watchlock_client *c); /* called without mu: joins */
-void wl_lock_mark_lost(watchlock_client *c, watchlock_lock *l, int reason);
 /* Why a held lock whose local deadline passed is lost. */
 int wl_lock_expiry_reason(const watchlock_lock *l);
+
+/* Hold writes (lock.c): renewals and extend send (token, epoch, epoch_to,
+ * ms). wl_write_prepare picks the epoch for a write setting lease `ms` and
+ * lowers the local deadline to what that write may leave on the server;
+ * wl_write_applied takes its reply. With client->mu held. */
+typedef struct wl_write {
+    uint64_t gen;     /* hold the write is for */
+    int64_t from, to; /* epochs the script accepts / installs */
+    int64_t ms;       /* lease it sets */
+    int64_t sent;     /* when it was sent (CLOCK_MONOTONIC us) */
+} wl_write;
+enum { WL_WRITE_OK = 1, WL_WRITE_NOT_OWNER = 0, WL_WRITE_STALE = 2, WL_WRITE_FAILED = -1 };
+void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w);
+/* Returns true when the hold is still HELD afterwards. Lost holds are
+ * reported through wl_lose (fire = callbacks and events). */
+bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire);
+/* The margin taken off a lease for the local deadline, in us. */
+int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms);
+/* Sets deadline_us and keeps the deadline heap in order. */
+void wl_set_deadline(watchlock_client *c, watchlock_lock *l, int64_t deadline_us);
+/* The hold identity "<token>.<epoch>" into buf (WL_IDENT_SIZE bytes); epoch < 0
+ * gives the prefix "<token>." that names the hold whatever its epoch.
+ * Returns the length. With client->mu held. */
+size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf);
+
+/* Loss (loss.c). With client->mu held. */
+int wl_timer_ensure_started(watchlock_client *c);
+void wl_timer_stop(watchlock_client *c); /* without mu: joins */
+/* Marks the hold LOST (sticky). fire: queue the lost event and start the
+ * on-lost callback (off every timing path). A hold that was being released
+ * ends UNLOCKED instead, silently. */
+void wl_lose(watchlock_client *c, watchlock_lock *l, int reason, bool fire);
+/* Takes a hold out of both heaps (release, loss, free, close). */
+void wl_unschedule_all(watchlock_client *c, watchlock_lock *l);
+/* Waits until no callback of `l` (or, l NULL, of the client) runs, except
+ * one the calling thread is running itself. */
+void wl_wait_callbacks(watchlock_client *c, watchlock_lock *l);
 
 #endif

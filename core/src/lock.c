@@ -1,10 +1,17 @@
 /*
  * lock.c - lock handles: create/free, options, acquire (with pub/sub
- * waiting), release, extend and state queries.
+ * waiting), release, extend, the hold writes shared with the watchdog, and
+ * state queries.
  *
  * A handle's state lives under client->mu; io_mu serializes the handle's own
  * round trips so that a release and a re-acquire of one handle from two
  * threads cannot cross on the wire. Waiting happens outside both.
+ *
+ * Hold identity (docs/design.md): every hold has its own random token; the
+ * key holds "<token>.<epoch>", and every write that sets a different lease
+ * moves to a new epoch. Renewals and extend name the epochs they accept, so
+ * a write delayed on the wire never acts on a later hold nor shortens a
+ * lease a later write set. Release names the hold (any epoch).
  */
 #include "internal.h"
 
@@ -15,8 +22,7 @@
 
 #define DEFAULT_LEASE_MS 30000
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
-#define NO_TTL_POLL_US 1000000   /* a key without expiry: re-check this often */
-#define NOT_LIVE_POLL_US 100000  /* no pub/sub: poll this often */
+#define NO_TTL_POLL_US 1000000   /* a key without expiry (not ours): re-check this often */
 
 static atomic_uint_fast64_t next_lock_id = 1;
 
@@ -52,14 +58,11 @@ int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *na
     l->name[name_len] = '\0';
     l->name_len = name_len;
     wl_quote_name(l->quoted, sizeof l->quoted, name, name_len);
-    unsigned char raw[16];
-    if (wl_random_bytes(raw, sizeof raw) != 0) {
+    if (wl_random_token(l->token) != 0) {
         free(l->name);
         free(l);
         return wl_fail(WATCHLOCK_EINTERNAL, "getrandom failed");
     }
-    for (int i = 0; i < 16; i++)
-        snprintf(l->token + 2 * i, 3, "%02x", raw[i]);
     if ((rc = wl_keys_make(&l->keys, name, name_len)) != WATCHLOCK_OK) {
         free(l->name);
         free(l);
@@ -79,6 +82,7 @@ int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *na
     l->auto_renew = true;
     l->state = WATCHLOCK_UNLOCKED;
     l->heap_idx = WL_NOT_IN_HEAP;
+    l->dl_idx = WL_NOT_IN_HEAP;
     atomic_fetch_add(&c->refs, 1);
     pthread_mutex_lock(&c->mu);
     l->next = c->locks;
@@ -102,21 +106,26 @@ void wl_lock_unref(watchlock_lock *l)
     wl_client_unref(c);
 }
 
+static void forget_wait(watchlock_lock *l);
+
 void watchlock_lock_free(watchlock_lock *l)
 {
     if (l == NULL || l->fork_gen != wl_fork_generation())
         return; /* forked child: never release or touch the parent's lock */
     watchlock_client *c = l->client;
     pthread_mutex_lock(&c->mu);
+    l->freed = true; /* no callback starts from now on */
     l->on_lost = NULL;
+    wl_wait_callbacks(c, l);
     bool held = l->state == WATCHLOCK_HELD;
     if (held)
         l->hold_count = 1;
     pthread_mutex_unlock(&c->mu);
-    if (held)
+    if (held && !atomic_load(&c->closed))
         watchlock_lock_release(l);
+    forget_wait(l);
     pthread_mutex_lock(&c->mu);
-    wl_watchdog_unschedule(c, l);
+    wl_unschedule_all(c, l);
     if (l->state == WATCHLOCK_HELD)
         c->held--;
     l->state = WATCHLOCK_UNLOCKED;
@@ -153,6 +162,8 @@ int watchlock_lock_set_lease(watchlock_lock *l, int64_t lease_ms)
 
 int watchlock_lock_set_auto_renew(watchlock_lock *l, int on)
 {
+    if (l != NULL && on != 0 && on != 1)
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: auto-renew must be 0 or 1, got %d", l->quoted, on);
     WITH_LOCK_STATE(l, l->auto_renew = on != 0);
 }
 
@@ -166,10 +177,14 @@ int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
     if (interval_ms >= 0 && interval_ms < lease)
         l->interval_ms = interval_ms;
     pthread_mutex_unlock(&l->client->mu);
+    if ((interval_ms < 0 || interval_ms >= lease) && lease < 2)
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "lock %s: a lease of %" PRId64 " ms leaves no room for a renew interval (only 0 = lease/3)",
+                       l->quoted, lease);
     if (interval_ms < 0 || interval_ms >= lease)
         return wl_fail(WATCHLOCK_EINVAL,
-                       "lock %s: renew interval must be 0 (lease/3) or 1 .. %" PRId64 " ms (below the lease)",
-                       l->quoted, lease - 1);
+                       "lock %s: renew interval must be 0 (lease/3) or 1 .. %" PRId64 " ms (below the lease), got %" PRId64,
+                       l->quoted, lease - 1, interval_ms);
     return WATCHLOCK_OK;
 }
 
@@ -195,38 +210,107 @@ int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *us
     });
 }
 
-/* ---- acquire / release / extend ---- */
+/* ---- hold identity and writes (shared with the watchdog) ---- */
 
-void wl_release_args(const watchlock_lock *l, const char *argv[3], size_t lens[3])
+int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms)
 {
-    argv[0] = l->keys.lock;
-    lens[0] = l->keys.lock_len;
-    argv[1] = l->token;
-    lens[1] = sizeof l->token - 1;
-    argv[2] = l->keys.channel;
-    lens[2] = l->keys.channel_len;
+    /* 1% of the lease + the fixed safety margin (URL option safety_margin),
+     * never more than half the lease. */
+    int64_t margin = lease_ms * 10 + c->server.ep.safety_margin_ms * 1000;
+    int64_t half = lease_ms * 500;
+    return margin < half ? margin : half;
 }
 
-static void release_on_fresh_connection(watchlock_lock *l)
+size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf)
+{
+    int n = epoch < 0 ? snprintf(buf, WL_IDENT_SIZE, "%s.", l->token)
+                      : snprintf(buf, WL_IDENT_SIZE, "%s.%" PRId64, l->token, epoch);
+    return n > 0 ? (size_t)n : 0;
+}
+
+void wl_release_args_make(const watchlock_lock *l, wl_release_args *a)
+{
+    a->argv[0] = l->keys.lock;
+    a->lens[0] = l->keys.lock_len;
+    a->lens[1] = wl_ident(l, -1, a->prefix);
+    a->argv[1] = a->prefix;
+    a->argv[2] = l->keys.channel;
+    a->lens[2] = l->keys.channel_len;
+}
+
+void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w)
+{
+    if (ms != l->epoch_ms) { /* a different lease: a new epoch */
+        l->epoch_to++;
+        l->epoch_ms = ms;
+    }
+    *w = (wl_write){.gen = l->hold_gen, .from = l->epoch, .to = l->epoch_to, .ms = ms, .sent = sent};
+    /* From now on this write may land at any moment, and leave `ms` from
+     * then on: never count on more than that. */
+    int64_t d = sent + ms * 1000 - wl_margin_us(c, ms);
+    if (d < l->deadline_us)
+        wl_set_deadline(c, l, d);
+}
+
+bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire)
+{
+    if (l->hold_gen != w->gen || l->state != WATCHLOCK_HELD)
+        return false; /* that hold is over */
+    if (wl_now_us() >= l->deadline_us) {
+        /* Too late: the hold was LOST at its deadline (state() may already
+         * have said so), and LOST stays LOST whatever the reply says. */
+        wl_lose(c, l, wl_lock_expiry_reason(l), fire);
+        return false;
+    }
+    switch (result) {
+    case WL_WRITE_OK:
+        if (w->to > l->epoch)
+            l->epoch = w->to;
+        if (w->to == l->epoch_to) { /* the newest lease: count on it */
+            int64_t d = w->sent + w->ms * 1000 - wl_margin_us(c, w->ms);
+            if (d > l->deadline_us)
+                wl_set_deadline(c, l, d);
+            if (w->sent > l->confirmed_us)
+                l->confirmed_us = w->sent;
+        }
+        l->renew_failing = false;
+        return true;
+    case WL_WRITE_STALE: /* a newer write of ours is on the server */
+        if (w->to < l->epoch_to)
+            return true;
+        break; /* cannot happen for the newest epoch: treat as not ours */
+    case WL_WRITE_NOT_OWNER:
+        if (l->releasing)
+            return true; /* our own release got there first */
+        break;
+    default:
+        l->renew_failing = true;
+        return true;
+    }
+    wl_lose(c, l, WATCHLOCK_LOST_TAKEN, fire);
+    return false;
+}
+
+/* ---- acquire ---- */
+
+/* With client->mu: held, not being released, and within the local
+ * deadline. A hold past its deadline is lost even before the loss timer
+ * marks it (see visible_state). */
+static bool held_now(const watchlock_lock *l)
+{
+    return l->state == WATCHLOCK_HELD && !l->releasing && wl_now_us() < l->deadline_us;
+}
+
+static void release_on_fresh_connection(watchlock_client *c, const wl_release_args *a)
 {
     redisContext *ctx;
-    if (wl_server_connect(&l->client->server, 0, &ctx) != WATCHLOCK_OK)
+    if (wl_server_connect(&c->server, 0, &ctx) != WATCHLOCK_OK)
         return;
-    const char *argv[3];
-    size_t lens[3];
-    wl_release_args(l, argv, lens);
     void *reply = NULL;
-    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, argv, lens) == REDIS_OK &&
+    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, a->argv, a->lens) == REDIS_OK &&
         redisGetReply(ctx, &reply) == REDIS_OK)
         freeReplyObject(reply);
     redisFree(ctx);
-}
-
-/* With client->mu: held, and within the local deadline. A hold past its
- * deadline is lost even before the watchdog notices (see visible_state). */
-static bool held_now(const watchlock_lock *l)
-{
-    return l->state == WATCHLOCK_HELD && wl_now_us() < l->deadline_us;
 }
 
 /* One acquire round trip. OK: now held. ETIMEDOUT: someone else holds it,
@@ -242,17 +326,44 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         pthread_mutex_unlock(&l->io_mu);
         return WATCHLOCK_OK;
     }
-    if (l->state == WATCHLOCK_HELD) /* past its deadline, not yet noticed by the watchdog */
-        wl_lock_mark_lost(c, l, wl_lock_expiry_reason(l));
+    if (l->state == WATCHLOCK_HELD && !l->releasing) /* past its deadline, not yet marked */
+        wl_lose(c, l, wl_lock_expiry_reason(l), true);
+    /* A hold lost by its local deadline may still have its key for the
+     * safety margin: delete it (checked, never someone else's) so that the
+     * new hold, which has a new token, need not wait for it. */
+    bool drop_old = l->state == WATCHLOCK_LOST && l->lost_reason != WATCHLOCK_LOST_TAKEN && l->token_used;
+    wl_release_args old;
+    if (drop_old)
+        wl_release_args_make(l, &old);
     int64_t lease = l->lease_ms;
+    /* A new hold gets a new token. Failed attempts keep theirs, so that a
+     * retry after a lost reply finds its own key; a different lease gets a
+     * new one too, so that an old attempt landing late never sets a lease
+     * this hold does not count on. */
+    if (l->token_used || l->token_lease_ms != lease) {
+        if (wl_random_token(l->token) != 0) {
+            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(&l->io_mu);
+            return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->quoted);
+        }
+        l->token_used = false;
+        l->token_lease_ms = lease;
+    }
+    char ident[WL_IDENT_SIZE];
+    size_t ident_len = wl_ident(l, 1, ident);
     pthread_mutex_unlock(&c->mu);
+    if (drop_old) {
+        redisReply *r;
+        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, old.argv, old.lens, &r, "release") == WATCHLOCK_OK)
+            freeReplyObject(r);
+    }
 
     char lease_s[24], fence_ttl_s[24];
     int64_t fence_ttl = lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS;
     snprintf(lease_s, sizeof lease_s, "%" PRId64, lease);
     snprintf(fence_ttl_s, sizeof fence_ttl_s, "%" PRId64, fence_ttl);
-    const char *argv[5] = {l->keys.lock, l->keys.fence, l->token, lease_s, fence_ttl_s};
-    size_t lens[5] = {l->keys.lock_len, l->keys.fence_len, 32, strlen(lease_s), strlen(fence_ttl_s)};
+    const char *argv[5] = {l->keys.lock, l->keys.fence, ident, lease_s, fence_ttl_s};
+    size_t lens[5] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
     char what[160];
     snprintf(what, sizeof what, "acquire %s", l->quoted);
     int64_t sent = wl_now_us();
@@ -276,32 +387,91 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         return WATCHLOCK_ETIMEDOUT;
     }
     pthread_mutex_lock(&c->mu);
+    l->token_used = true;
     if (atomic_load(&c->closed)) {
         /* Closed while our script was in flight: close has already released
          * what it knew of, so give this one back too (best effort, on a
          * connection of our own: the pool is shut). */
+        wl_release_args a;
+        wl_release_args_make(l, &a);
         pthread_mutex_unlock(&c->mu);
-        release_on_fresh_connection(l);
+        release_on_fresh_connection(c, &a);
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ECLOSED, "%s: client closed", what);
     }
     l->state = WATCHLOCK_HELD;
     l->hold_count = 1;
     l->hold_gen++;
+    l->epoch = l->epoch_to = 1;
+    l->epoch_ms = lease;
     l->fence = value;
     l->renewals = 0;
     l->lost_reason = WATCHLOCK_LOST_NONE;
     l->stop_reason = WATCHLOCK_LOST_NONE;
     l->renew_failing = false;
-    l->acquired_us = sent;
-    l->deadline_us = sent + lease * 1000 - wl_drift_us(lease);
+    l->releasing = false;
+    l->acquired_us = l->confirmed_us = sent;
     c->held++;
-    wl_watchdog_schedule(c, l);
+    wl_set_deadline(c, l, sent + lease * 1000 - wl_margin_us(c, lease));
+    if (l->state == WATCHLOCK_HELD)
+        wl_watchdog_schedule(c, l);
     rc = wl_watchdog_ensure_started(c);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_timer_ensure_started(c);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&l->io_mu);
     return rc;
 }
+
+/* A wait that timed out while the holder's lease still ran is kept on the
+ * handle (subscription, wake-up generation, end of the holder's lease), so
+ * that the next acquire with a wait resumes it instead of sending another
+ * acquire that would fail the same way. Bindings that wait in slices (to
+ * stay interruptible) therefore never poll the server. */
+static void save_wait(watchlock_lock *l, wl_sub_entry *entry, uint64_t gen, int64_t until_us)
+{
+    watchlock_client *c = l->client;
+    pthread_mutex_lock(&c->mu);
+    wl_sub_entry *old = l->wait_entry;
+    l->wait_entry = entry;
+    l->wait_gen = gen;
+    l->wait_until_us = until_us;
+    pthread_mutex_unlock(&c->mu);
+    if (old != NULL)
+        wl_sub_leave(c->sub, old);
+}
+
+static wl_sub_entry *take_wait(watchlock_lock *l, uint64_t *gen, int64_t *until_us)
+{
+    watchlock_client *c = l->client;
+    pthread_mutex_lock(&c->mu);
+    wl_sub_entry *entry = l->wait_entry;
+    *gen = l->wait_gen;
+    *until_us = l->wait_until_us;
+    l->wait_entry = NULL;
+    pthread_mutex_unlock(&c->mu);
+    return entry;
+}
+
+static void forget_wait(watchlock_lock *l)
+{
+    uint64_t gen;
+    int64_t until;
+    wl_sub_entry *entry = take_wait(l, &gen, &until);
+    if (entry != NULL)
+        wl_sub_leave(l->client->sub, entry);
+}
+
+/* When the holder's lease ends, by the PTTL an attempt saw. */
+static int64_t holder_end(int64_t pttl_ms)
+{
+    int64_t now = wl_now_us();
+    if (pttl_ms > 0)
+        return now + pttl_ms * 1000 + 1000;
+    return pttl_ms == -1 ? now + NO_TTL_POLL_US : now;
+}
+
+static int finish_pending_release(watchlock_lock *l);
 
 int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
 {
@@ -315,43 +485,165 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         pthread_mutex_unlock(&c->mu);
         return WATCHLOCK_OK;
     }
+    bool releasing = l->state == WATCHLOCK_HELD && l->releasing;
     pthread_mutex_unlock(&c->mu);
+    if (releasing && (rc = finish_pending_release(l)) != WATCHLOCK_OK)
+        return rc;
 
-    int64_t until = wait_ms < 0 ? -1 : wl_now_us() + wait_ms * 1000;
-    int64_t pttl = 0;
-    rc = attempt(l, &pttl);
-    if (rc == WATCHLOCK_ETIMEDOUT && wait_ms != 0) {
-        wl_sub_entry *entry;
-        rc = wl_sub_join(c->sub, l->keys.channel, l->keys.channel_len, &entry);
-        if (rc != WATCHLOCK_OK)
+    int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
+    uint64_t gen = 0;
+    int64_t lease_end = 0, pttl = 0;
+    wl_sub_entry *entry = NULL;
+    bool resume = false;
+    if (wait_ms != 0) {
+        entry = take_wait(l, &gen, &lease_end);
+        resume = entry != NULL && wl_sub_generation(c->sub, entry) == gen && wl_now_us() < lease_end;
+    }
+    if (entry == NULL) {
+        rc = attempt(l, &pttl);
+        if (rc != WATCHLOCK_ETIMEDOUT || wait_ms == 0)
+            goto out;
+        if ((rc = wl_sub_join(c->sub, l->keys.channel, l->keys.channel_len, &entry)) != WATCHLOCK_OK)
             return rc;
-        for (;;) {
+        lease_end = holder_end(pttl);
+    }
+    rc = WATCHLOCK_ETIMEDOUT;
+    for (;;) {
+        if (!resume) {
+            /* Subscribed before trying, so a release after the try wakes us. */
             bool live;
-            uint64_t gen = wl_sub_ready(c->sub, entry, until, &live);
+            int64_t ready_by = until >= 0 && until < lease_end ? until : lease_end;
+            gen = wl_sub_ready(c->sub, entry, ready_by, &live);
             if (atomic_load(&c->closed)) {
                 rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->quoted);
                 break;
             }
             rc = attempt(l, &pttl);
-            int64_t now = wl_now_us();
-            if (rc != WATCHLOCK_ETIMEDOUT || (until >= 0 && now >= until))
+            if (rc != WATCHLOCK_ETIMEDOUT)
                 break;
-            /* Sleep until woken by a release, but never past the holder's lease. */
-            int64_t bound = pttl > 0 ? pttl * 1000 + 1000 : pttl == -1 ? NO_TTL_POLL_US : 0;
-            if (!live && bound > NOT_LIVE_POLL_US)
-                bound = NOT_LIVE_POLL_US;
-            int64_t at = now + bound;
-            if (until >= 0 && until < at)
-                at = until;
-            if (bound > 0)
-                wl_sub_wait(c->sub, entry, gen, at);
+            lease_end = holder_end(pttl);
         }
-        wl_sub_leave(c->sub, entry);
+        resume = false;
+        /* Sleep until woken by a release, but never past the holder's lease. */
+        int64_t at = until >= 0 && until < lease_end ? until : lease_end;
+        bool woken = at > wl_now_us() && wl_sub_wait(c->sub, entry, gen, at);
+        if (!woken && until >= 0 && wl_now_us() >= until) {
+            if (wl_now_us() < lease_end) { /* keep the wait for the next call */
+                save_wait(l, entry, gen, lease_end);
+                entry = NULL;
+            }
+            rc = WATCHLOCK_ETIMEDOUT;
+            break;
+        }
     }
+    if (entry != NULL)
+        wl_sub_leave(c->sub, entry);
+out:
     if (rc == WATCHLOCK_ETIMEDOUT)
         return wl_fail(rc, "lock %s is held by another owner%s", l->quoted,
                        wait_ms == 0 ? "" : " and was not released in time");
     return rc;
+}
+
+/* ---- release ---- */
+
+/* The release script once more, on a fresh connection whose timeouts end
+ * by the hold's deadline. */
+static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t deadline_us, redisReply **out,
+                         const char *what)
+{
+    int64_t cap_ms = (deadline_us - wl_now_us()) / 1000;
+    if (cap_ms < 1)
+        return wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what);
+    redisContext *ctx;
+    int rc = wl_server_connect(&c->server, cap_ms, &ctx);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    void *reply = NULL;
+    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, a->argv, a->lens) != REDIS_OK ||
+        redisGetReply(ctx, &reply) != REDIS_OK) {
+        rc = wl_conn_error(&c->server, ctx, what);
+    } else {
+        rc = wl_reply_error(&c->server, reply, what);
+        if (rc == WATCHLOCK_OK)
+            *out = reply;
+        else
+            freeReplyObject(reply);
+    }
+    redisFree(ctx);
+    return rc;
+}
+
+/* With io_mu held, for a hold whose count reached 0 and that is marked
+ * releasing (no longer renewed): deletes the key if it still holds this
+ * hold. A first try whose outcome is unknown (the connection failed) is
+ * tried once more on a fresh connection while the lease lasts; a retry that
+ * finds no key means the earlier try ran. If nothing is confirmed, the hold
+ * stays (HELD, releasing, not renewed) until a later release confirms it or
+ * its lease runs out. */
+static int release_hold(watchlock_lock *l, bool retry)
+{
+    watchlock_client *c = l->client;
+    wl_release_args a;
+    pthread_mutex_lock(&c->mu);
+    wl_release_args_make(l, &a);
+    int64_t deadline = l->deadline_us;
+    uint64_t gen = l->hold_gen;
+    pthread_mutex_unlock(&c->mu);
+
+    char what[160];
+    snprintf(what, sizeof what, "release %s", l->quoted);
+    redisReply *r = NULL;
+    int rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, a.argv, a.lens, &r, what);
+    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
+        retry = true;
+        rc = release_fresh(c, &a, deadline, &r, what);
+    }
+    int64_t result = 0;
+    if (r != NULL) {
+        result = wl_reply_i64(r);
+        freeReplyObject(r);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (gen != l->hold_gen || l->state != WATCHLOCK_HELD) {
+        /* Ended meanwhile: its lease ran out (the key is gone by expiry),
+         * or the client was closed (close released it). */
+        pthread_mutex_unlock(&c->mu);
+        return WATCHLOCK_OK;
+    }
+    if (rc != WATCHLOCK_OK) {
+        pthread_mutex_unlock(&c->mu);
+        return rc == WATCHLOCK_ECONN
+                   ? wl_fail(rc, "%s: not confirmed by the server (%s); the hold is kept, not renewed, until a "
+                                 "later release confirms it or its lease runs out", what, watchlock_last_error())
+                   : rc;
+    }
+    bool released = result == 1 || (result == 0 && retry);
+    wl_unschedule_all(c, l);
+    c->held--;
+    l->state = WATCHLOCK_UNLOCKED;
+    l->hold_count = 0;
+    l->hold_gen++;
+    l->releasing = false;
+    if (!released)
+        l->lost_reason = WATCHLOCK_LOST_TAKEN;
+    pthread_mutex_unlock(&c->mu);
+    if (!released)
+        return wl_fail(WATCHLOCK_ENOTOWNER,
+                       "lock %s was lost before release (its lease ran out or another owner took it)", l->quoted);
+    return WATCHLOCK_OK;
+}
+
+/* acquire() on a handle whose last release is not confirmed: finish it first. */
+static int finish_pending_release(watchlock_lock *l)
+{
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&l->client->mu);
+    bool pending = l->state == WATCHLOCK_HELD && l->releasing;
+    pthread_mutex_unlock(&l->client->mu);
+    int rc = pending ? release_hold(l, true) : WATCHLOCK_OK;
+    pthread_mutex_unlock(&l->io_mu);
+    return rc == WATCHLOCK_ENOTOWNER ? WATCHLOCK_OK : rc;
 }
 
 int watchlock_lock_release(watchlock_lock *l)
@@ -362,6 +654,8 @@ int watchlock_lock_release(watchlock_lock *l)
     watchlock_client *c = l->client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
+    if (l->state == WATCHLOCK_HELD && !l->releasing && wl_now_us() >= l->deadline_us)
+        wl_lose(c, l, wl_lock_expiry_reason(l), true); /* past its deadline: LOST, as state() says */
     if (l->state == WATCHLOCK_LOST) {
         bool last = l->hold_count <= 1;
         if (last)
@@ -369,16 +663,15 @@ int watchlock_lock_release(watchlock_lock *l)
         if (l->hold_count > 0)
             l->hold_count--;
         int reason = l->lost_reason;
+        wl_release_args a;
+        wl_release_args_make(l, &a);
         pthread_mutex_unlock(&c->mu);
         if (last && reason != WATCHLOCK_LOST_TAKEN) {
             /* Declared lost by the local deadline: the key may still hold
-             * our token for the drift margin. Delete it if so (token-checked,
-             * so never someone else's) to wake waiters now. */
-            const char *argv[3];
-            size_t lens[3];
-            wl_release_args(l, argv, lens);
+             * this hold for the safety margin. Delete it if so (checked, so
+             * never someone else's) to wake waiters now. */
             redisReply *r;
-            if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, argv, lens, &r, "release") == WATCHLOCK_OK)
+            if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, a.argv, a.lens, &r, "release") == WATCHLOCK_OK)
                 freeReplyObject(r);
         }
         pthread_mutex_unlock(&l->io_mu);
@@ -390,40 +683,22 @@ int watchlock_lock_release(watchlock_lock *l)
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s is not held by this handle", l->quoted);
     }
-    if (l->hold_count > 1) {
+    if (l->hold_count > 1 && !l->releasing) {
         l->hold_count--;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
         return WATCHLOCK_OK;
     }
-    l->state = WATCHLOCK_UNLOCKED;
-    l->hold_count = 0;
-    l->hold_gen++;
-    c->held--;
-    wl_watchdog_unschedule(c, l);
+    bool retry = l->releasing; /* an earlier release's outcome is unknown */
+    l->releasing = true;
+    wl_heap_remove(&c->renew_heap, l); /* no more renewals; the deadline still ends it */
     pthread_mutex_unlock(&c->mu);
-
-    const char *argv[3];
-    size_t lens[3];
-    wl_release_args(l, argv, lens);
-    char what[160];
-    snprintf(what, sizeof what, "release %s", l->quoted);
-    redisReply *r;
-    rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, argv, lens, &r, what);
-    if (rc == WATCHLOCK_OK) {
-        bool released = wl_reply_i64(r) == 1;
-        freeReplyObject(r);
-        if (!released) {
-            pthread_mutex_lock(&c->mu);
-            l->lost_reason = WATCHLOCK_LOST_TAKEN;
-            pthread_mutex_unlock(&c->mu);
-            rc = wl_fail(WATCHLOCK_ENOTOWNER,
-                         "lock %s was lost before release (its lease ran out or another owner took it)", l->quoted);
-        }
-    }
+    rc = release_hold(l, retry);
     pthread_mutex_unlock(&l->io_mu);
     return rc;
 }
+
+/* ---- extend ---- */
 
 int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
 {
@@ -431,57 +706,58 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     if (rc != WATCHLOCK_OK)
         return rc;
     if (lease_ms < 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS)
-        return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days", l->quoted);
+        return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days, got %" PRId64,
+                       l->quoted, lease_ms);
     watchlock_client *c = l->client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
-    if (l->state != WATCHLOCK_HELD) {
-        bool lost = l->state == WATCHLOCK_LOST;
+    if (!held_now(l)) {
+        if (l->state == WATCHLOCK_HELD && !l->releasing)
+            wl_lose(c, l, wl_lock_expiry_reason(l), false); /* past its deadline */
+        const char *why = l->state == WATCHLOCK_LOST ? "the lock was lost"
+                          : l->state == WATCHLOCK_HELD ? "the lock is being released"
+                                                       : "not held by this handle";
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->quoted,
-                       lost ? "the lock was lost" : "not held by this handle");
+        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->quoted, why);
     }
     if (lease_ms > 0)
         l->lease_ms = lease_ms;
-    int64_t lease = l->lease_ms;
-    uint64_t gen = l->hold_gen;
+    wl_write w;
+    wl_write_prepare(c, l, l->lease_ms, wl_now_us(), &w);
+    char prefix[WL_IDENT_SIZE], from_s[24], to_s[24], ms_s[24];
+    size_t prefix_len = wl_ident(l, -1, prefix);
+    snprintf(from_s, sizeof from_s, "%" PRId64, w.from);
+    snprintf(to_s, sizeof to_s, "%" PRId64, w.to);
+    snprintf(ms_s, sizeof ms_s, "%" PRId64, w.ms);
     pthread_mutex_unlock(&c->mu);
 
-    char lease_s[24];
-    snprintf(lease_s, sizeof lease_s, "%" PRId64, lease);
-    const char *argv[3] = {l->keys.lock, l->token, lease_s};
-    size_t lens[3] = {l->keys.lock_len, 32, strlen(lease_s)};
+    const char *argv[5] = {l->keys.lock, prefix, from_s, to_s, ms_s};
+    size_t lens[5] = {l->keys.lock_len, prefix_len, strlen(from_s), strlen(to_s), strlen(ms_s)};
     char what[160];
     snprintf(what, sizeof what, "extend %s", l->quoted);
-    int64_t sent = wl_now_us();
     redisReply *r;
-    rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 2, argv, lens, &r, what);
+    rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 4, argv, lens, &r, what);
+    int result = WL_WRITE_FAILED;
     if (rc == WATCHLOCK_OK) {
-        bool renewed = wl_reply_i64(r) == 1;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1)
+            result = (int)wl_reply_i64(r->element[0]);
         freeReplyObject(r);
-        pthread_mutex_lock(&c->mu);
-        if (gen == l->hold_gen && l->state == WATCHLOCK_HELD) {
-            if (renewed) {
-                int64_t deadline = sent + lease * 1000 - wl_drift_us(lease);
-                /* A watchdog renewal in flight (the lock is out of the heap)
-                 * may reach the server after us with the old lease: do not
-                 * count on the new one until the watchdog's reply is in. */
-                if (l->heap_idx == WL_NOT_IN_HEAP && deadline > l->deadline_us)
-                    deadline = l->deadline_us;
-                l->deadline_us = deadline;
-                l->renew_failing = false;
-                wl_watchdog_schedule(c, l);
-            } else {
-                wl_lock_mark_lost(c, l, WATCHLOCK_LOST_TAKEN);
-            }
-        }
-        pthread_mutex_unlock(&c->mu);
-        if (!renewed)
-            rc = wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: the lock was lost (another owner or no key)", l->quoted);
+        if (result == WL_WRITE_FAILED)
+            rc = wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
     }
+    pthread_mutex_lock(&c->mu);
+    bool held = wl_write_applied(c, l, &w, result, false);
+    if (held && result == WL_WRITE_OK)
+        wl_watchdog_schedule(c, l);
+    pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&l->io_mu);
-    return rc;
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (!held)
+        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: the lock was lost (another owner, no key, or its lease ran out)",
+                       l->quoted);
+    return WATCHLOCK_OK;
 }
 
 /* ---- queries (no I/O) ---- */
@@ -503,8 +779,9 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
 static int visible_state(const watchlock_lock *l, int *reason)
 {
     if (l->state == WATCHLOCK_HELD && wl_now_us() >= l->deadline_us) {
-        *reason = wl_lock_expiry_reason(l);
-        return WATCHLOCK_LOST;
+        /* a hold being released just ends when its lease runs out */
+        *reason = l->releasing ? WATCHLOCK_LOST_NONE : wl_lock_expiry_reason(l);
+        return l->releasing ? WATCHLOCK_UNLOCKED : WATCHLOCK_LOST;
     }
     *reason = l->state == WATCHLOCK_LOST ? l->lost_reason : WATCHLOCK_LOST_NONE;
     return l->state;

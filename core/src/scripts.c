@@ -2,7 +2,7 @@
  * scripts.c - the Lua scripts behind every state change, and their SHA1s.
  *
  * Each script touches one name's keys only (one hash tag, one slot), checks
- * the owner token where it must, and never writes before a command that
+ * the hold identity where it must, and never writes before a command that
  * could fail (Redis does not roll back a script that errors halfway).
  * Fencing tokens are kept as decimal strings: max(counter + 1, server time in
  * microseconds), so they keep increasing after the counter key expires.
@@ -12,56 +12,69 @@
 #include <stdio.h>
 #include <string.h>
 
-/* KEYS: lock, fence. ARGV: token, lease ms, fence ttl ms.
- * -> {1, fence} acquired (or already ours), {0, pttl} held by someone else. */
+/* KEYS: lock, fence. ARGV: hold identity "<token>.1", lease ms, fence ttl ms.
+ * -> {1, fence} acquired, {0, pttl} held by someone else.
+ * The key already holding this very identity is a retry of an acquire
+ * whose reply was lost: it counts as acquired, with a fresh fencing token
+ * (never the stored one, which may be gone: tokens never repeat or go
+ * back). Fence = max(counter + 1, server TIME in us). */
 static const char acquire_lua[] =
     "local c = redis.call('GET', KEYS[2])\n"
-    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-    "  local t = redis.call('TIME')\n"
-    "  local n = (tonumber(c) or 0) + 1\n"
-    "  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "  if now > n then n = now end\n"
-    "  local s = string.format('%.0f', n)\n"
-    "  redis.call('SET', KEYS[2], s, 'PX', ARGV[3])\n"
-    "  return {1, s}\n"
-    "end\n"
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+    "  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+    "    return {0, redis.call('PTTL', KEYS[1])}\n"
+    "  end\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  return {1, c or '0'}\n"
     "end\n"
-    "return {0, redis.call('PTTL', KEYS[1])}\n";
+    "local t = redis.call('TIME')\n"
+    "local n = (tonumber(c) or 0) + 1\n"
+    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "if now > n then n = now end\n"
+    "local s = string.format('%.0f', n)\n"
+    "redis.call('SET', KEYS[2], s, 'PX', ARGV[3])\n"
+    "return {1, s}\n";
 
-/* KEYS: lock. ARGV: token, channel. -> 1 released, 0 not owner. */
+/* KEYS: lock. ARGV: "<token>." (the hold, any epoch), channel.
+ * -> 1 released, 0 no key, -1 another owner (or not a string).
+ * PUBLISH runs under pcall after the DEL: a user whose ACL denies the
+ * channel still releases (Redis would not undo the DEL anyway); waiters
+ * then get in when the holder's lease would have ended. */
 static const char release_lua[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "  redis.call('PUBLISH', ARGV[2], '')\n"
-    "  return 1\n"
-    "end\n"
-    "return 0\n";
+    "local v = redis.pcall('GET', KEYS[1])\n"
+    "if not v then return 0 end\n"
+    "if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return -1 end\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "redis.pcall('PUBLISH', ARGV[2], '')\n"
+    "return 1\n";
 
-/* KEYS: lock. ARGV: token, lease ms. Sets (never adds) the lease.
- * -> 1 renewed, 0 not owner. */
+/* Renewal and extend, for n holds at once. KEYS: n lock keys. ARGV per
+ * key: "<token>.", from epoch, to epoch, lease ms.
+ * -> {r1, r2, ...}: 1 renewed (the key now holds "<token>.<to>" with the
+ * full lease), 0 not ours (another owner, no key, or another type), 2 stale
+ * (a later write of ours already installed a newer epoch: nothing done).
+ * A key at epoch `to` gets PEXPIRE; one at an epoch in [from, to) is moved
+ * to `to`. Writes that set different leases carry different epochs, so a
+ * write delayed on the wire can never shorten a lease a later write set
+ * (docs/design.md, "Hold identity"). GET runs under pcall so that one key
+ * of another type fails only its own entry. All keys live on one server. */
 static const char renew_lua[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  return 1\n"
-    "end\n"
-    "return 0\n";
-
-/* The watchdog's batch renewal. KEYS: n lock keys. ARGV: token1, ms1,
- * token2, ms2, ... -> {1 or 0 per key}. GET runs under pcall so that one
- * key overwritten with another type (WRONGTYPE) reads as "not ours"
- * instead of failing the whole batch. All keys must live on one server
- * (one slot per call under Cluster). */
-static const char renew_many_lua[] =
     "local out = {}\n"
     "for i = 1, #KEYS do\n"
-    "  if redis.pcall('GET', KEYS[i]) == ARGV[2 * i - 1] then\n"
-    "    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])\n"
-    "    out[i] = 1\n"
-    "  else\n"
+    "  local p, a = ARGV[4 * i - 3], 4 * i\n"
+    "  local v = redis.pcall('GET', KEYS[i])\n"
+    "  if type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
     "    out[i] = 0\n"
+    "  else\n"
+    "    local e, to = tonumber(string.sub(v, #p + 1)), tonumber(ARGV[a - 1])\n"
+    "    if e == to then\n"
+    "      redis.call('PEXPIRE', KEYS[i], ARGV[a])\n"
+    "      out[i] = 1\n"
+    "    elseif e and e >= tonumber(ARGV[a - 2]) and e < to then\n"
+    "      redis.call('SET', KEYS[i], p .. ARGV[a - 1], 'PX', ARGV[a])\n"
+    "      out[i] = 1\n"
+    "    else\n"
+    "      out[i] = 2\n"
+    "    end\n"
     "  end\n"
     "end\n"
     "return out\n";
@@ -69,7 +82,7 @@ static const char renew_many_lua[] =
 /* KEYS: lock. ARGV: channel. -> number of keys deleted; wakes waiters. */
 static const char force_release_lua[] =
     "local n = redis.call('DEL', KEYS[1])\n"
-    "redis.call('PUBLISH', ARGV[1], '')\n"
+    "redis.pcall('PUBLISH', ARGV[1], '')\n"
     "return n\n";
 
 /* KEYS: lock, fence. -> {exists, pttl, fence}. */
@@ -81,7 +94,6 @@ wl_script wl_scripts[WL_SCRIPT_COUNT] = {
     [WL_SCRIPT_ACQUIRE] = {acquire_lua, ""},
     [WL_SCRIPT_RELEASE] = {release_lua, ""},
     [WL_SCRIPT_RENEW] = {renew_lua, ""},
-    [WL_SCRIPT_RENEW_MANY] = {renew_many_lua, ""},
     [WL_SCRIPT_FORCE_RELEASE] = {force_release_lua, ""},
     [WL_SCRIPT_INSPECT] = {inspect_lua, ""},
 };

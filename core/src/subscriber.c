@@ -12,9 +12,11 @@
  * eventfd that joiners poke; it sends SUBSCRIBE for new entries and
  * UNSUBSCRIBE for entries nobody used for LINGER_US (so a busy name does not
  * re-subscribe for every wait). When the connection fails every waiter is
- * woken (generation bump) and `live` turns false, so waiters fall back to
- * short polls bounded by the holder's lease until the thread reconnects and
- * resubscribes.
+ * woken (generation bump) and `live` turns false; waiters then sleep until
+ * the holder's lease ends or the thread reconnects and resubscribes (which
+ * wakes them again). A SUBSCRIBE the server refuses (ACL) marks the entry
+ * denied: its waiters are bounded by the holder's lease alone, and the
+ * client's WATCHLOCK_STAT_SUBSCRIBE_DENIED counts it.
  *
  * Locking: sub->mu guards the entries and flags. The thread holds it while
  * handling replies and queueing commands; socket writes of these small
@@ -40,6 +42,7 @@ struct wl_sub_entry {
     uint64_t gen;
     bool subscribed; /* confirmed by the server */
     bool requested;  /* SUBSCRIBE sent on the current connection */
+    bool denied;     /* the server refused SUBSCRIBE (ACL): no wake-ups on this connection */
     int64_t idle_since;
     pthread_cond_t cond;
     wl_sub_entry *next;
@@ -53,6 +56,7 @@ struct wl_subscriber {
     bool live;   /* connected and able to deliver wake-ups */
     bool failed; /* the last connection attempt failed */
     int efd;
+    int64_t denied; /* SUBSCRIBEs the server refused (WATCHLOCK_STAT_SUBSCRIBE_DENIED) */
     wl_sub_entry *entries;
     redisContext *ctx; /* thread only */
 };
@@ -104,7 +108,7 @@ static void drop_connection(wl_subscriber *sub)
     }
     sub->live = false;
     for (wl_sub_entry *e = sub->entries; e; e = e->next)
-        e->subscribed = e->requested = false;
+        e->subscribed = e->requested = e->denied = false;
     wake_all(sub);
 }
 
@@ -125,7 +129,7 @@ static void sync_subscriptions(wl_subscriber *sub, int64_t now)
             send_command(sub, "SUBSCRIBE", e);
             e->requested = true;
         } else if (e->refs == 0 && now - e->idle_since > LINGER_US) {
-            if (e->requested)
+            if (e->requested && !e->denied)
                 send_command(sub, "UNSUBSCRIBE", e);
             *pp = e->next;
             free_entry(e);
@@ -146,6 +150,20 @@ static wl_sub_entry *find_entry(wl_subscriber *sub, const char *ch, size_t len)
 /* With mu held: one reply from the server. */
 static void handle_reply(wl_subscriber *sub, redisReply *r)
 {
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* A refused SUBSCRIBE (NOPERM: the ACL user may not use the
+         * channel). The reply does not say which channel, so every request
+         * still unconfirmed is marked: its waiters stop waiting for a
+         * confirmation and sleep until the holder's lease ends instead. */
+        for (wl_sub_entry *e = sub->entries; e; e = e->next) {
+            if (e->requested && !e->subscribed && !e->denied) {
+                e->denied = true;
+                sub->denied++;
+                pthread_cond_broadcast(&e->cond);
+            }
+        }
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING)
         return;
@@ -157,7 +175,10 @@ static void handle_reply(wl_subscriber *sub, redisReply *r)
         e->gen++;
         pthread_cond_broadcast(&e->cond);
     } else if (strcmp(kind, "subscribe") == 0) {
+        /* Also a wake-up: a release may have gone unheard while the
+         * channel was not subscribed (first join, or after a reconnect). */
         e->subscribed = true;
+        e->gen++;
         pthread_cond_broadcast(&e->cond);
     }
 }
@@ -324,7 +345,8 @@ void wl_sub_leave(wl_subscriber *sub, wl_sub_entry *entry)
 uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bool *live)
 {
     pthread_mutex_lock(&sub->mu);
-    while (!entry->subscribed && !sub->failed && !sub->stop && (at_us < 0 || wl_now_us() < at_us))
+    while (!entry->subscribed && !entry->denied && !sub->failed && !sub->stop &&
+           (at_us < 0 || wl_now_us() < at_us))
         wl_cond_wait_until(&entry->cond, &sub->mu, at_us);
     *live = entry->subscribed && sub->live;
     uint64_t gen = entry->gen;
@@ -332,10 +354,28 @@ uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bo
     return gen;
 }
 
-void wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t at_us)
+bool wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t at_us)
 {
     pthread_mutex_lock(&sub->mu);
     while (entry->gen == gen && !sub->stop && (at_us < 0 || wl_now_us() < at_us))
         wl_cond_wait_until(&entry->cond, &sub->mu, at_us);
+    bool woken = entry->gen != gen || sub->stop;
     pthread_mutex_unlock(&sub->mu);
+    return woken;
+}
+
+uint64_t wl_sub_generation(wl_subscriber *sub, wl_sub_entry *entry)
+{
+    pthread_mutex_lock(&sub->mu);
+    uint64_t gen = entry->gen;
+    pthread_mutex_unlock(&sub->mu);
+    return gen;
+}
+
+int64_t wl_sub_denied(wl_subscriber *sub)
+{
+    pthread_mutex_lock(&sub->mu);
+    int64_t n = sub->denied;
+    pthread_mutex_unlock(&sub->mu);
+    return n;
 }

@@ -126,6 +126,18 @@ static int parse_option(wl_endpoint *ep, const char *opt, size_t len)
             ep->command_timeout_ms = ms;
         return WATCHLOCK_OK;
     }
+    if (KEY_IS("safety_margin")) {
+        int64_t ms;
+        if (vlen >= sizeof vbuf)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: safety_margin value too long");
+        memcpy(vbuf, val, vlen);
+        vbuf[vlen] = '\0';
+        if (watchlock_parse_duration(&ms, vbuf) != WATCHLOCK_OK || ms > WL_MAX_SAFETY_MARGIN_MS)
+            return wl_fail(WATCHLOCK_EINVAL,
+                           "malformed URL: safety_margin must be a duration of 0 .. 60s (e.g. 10ms), got '%s'", vbuf);
+        ep->safety_margin_ms = ms;
+        return WATCHLOCK_OK;
+    }
 #undef KEY_IS
     return wl_fail(WATCHLOCK_EINVAL, "malformed URL: unknown option '%.*s'", (int)klen, opt);
 }
@@ -220,6 +232,7 @@ int wl_endpoint_parse(wl_endpoint *ep, const char *url)
     ep->connect_timeout_ms = 2000;
     ep->command_timeout_ms = 2000;
     ep->keepalive = 1;
+    ep->safety_margin_ms = WL_DEFAULT_SAFETY_MARGIN_MS;
     if (url == NULL || *url == '\0')
         url = DEFAULT_URL;
     if (strlen(url) > 4096)

@@ -108,9 +108,28 @@ void wl_quote_name(char *out, size_t out_size, const void *name, size_t len)
     out[o] = '\0';
 }
 
-int64_t wl_drift_us(int64_t lease_ms)
+int64_t wl_deadline_after_ms(int64_t ms)
 {
-    return lease_ms * 10 + 2000;
+    if (ms < 0)
+        return -1;
+    int64_t now = wl_now_us();
+    if (ms > (INT64_MAX - now) / 1000)
+        return INT64_MAX;
+    return now + ms * 1000;
+}
+
+int wl_random_token(char out[33])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char raw[16];
+    if (wl_random_bytes(raw, sizeof raw) != 0)
+        return -1;
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[32] = '\0';
+    return 0;
 }
 
 int watchlock_parse_duration(int64_t *out_ms, const char *text)

@@ -426,14 +426,14 @@ static void acquire_and_check_keys(watchlock_lock *l, const char *name, size_t l
         }
     CHECK_EQ(k, 2);
     CHECK_MSG(key_slot(newk[0], newl[0]) == key_slot(newk[1], newl[1]), "lock and fence keys in different slots");
-    /* Exactly one of them has the lease as TTL and a 32-hex-digit token. */
+    /* Exactly one of them holds the hold identity: 32 hex digits, ".1". */
     int tokens = 0;
     for (int i = 0; i < 2; i++) {
         const char *argv[2] = {"GET", newk[i]};
         size_t argvlen[2] = {3, newl[i]};
         redisReply *r = rh_command_argv(test_server(), 2, argv, argvlen);
         CHECK(r != NULL && r->type == REDIS_REPLY_STRING);
-        if (r->len == 32)
+        if (r->len == 34 && strspn(r->str, "0123456789abcdef") == 32 && strcmp(r->str + 32, ".1") == 0)
             tokens++;
         freeReplyObject(r);
     }
