@@ -14,10 +14,13 @@
 enum {
     CLI_EXIT_OK = 0,
     CLI_EXIT_USAGE = 64,       /* EX_USAGE: bad flag, bad duration, missing NAME ... */
-    CLI_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: Redis unreachable, auth failed, server error */
+    CLI_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: Redis unreachable, auth failed, client closed */
     CLI_EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error (a bug) or out of memory */
     CLI_EXIT_OSERR = 71,       /* EX_OSERR: fork, pipe or signal setup failed */
     CLI_EXIT_TEMPFAIL = 75,    /* EX_TEMPFAIL: lock not obtained within --wait */
+    CLI_EXIT_PROTOCOL = 76,    /* EX_PROTOCOL: Redis answered with an error (WRONGTYPE: the
+                                  lock's key holds another type) */
+    CLI_EXIT_NOPERM = 77,      /* EX_NOPERM: the server's ACL denies a command the lock needs */
     CLI_EXIT_LOCK_LOST = 79,   /* the lock was lost while COMMAND ran */
     CLI_EXIT_CANNOT_EXEC = 126,
     CLI_EXIT_NOT_FOUND = 127
@@ -56,7 +59,8 @@ int cli_open_client(watchlock_client **out, const char *url);
  * "watchlock: <what>: <strerror>: <detail>". */
 int cli_fail(int status, const char *what);
 
-/* Exit code for a library status (without printing). */
+/* Exit code for a library status (without printing): EINVAL 64; ECONN,
+ * EAUTH, ECLOSED 69; ETIMEDOUT 75; ESERVER 76; EPERM 77; anything else 70. */
 int cli_exit_code_for(int status);
 
 /* Formats a duration for people: "450ms", "27.4s", "5m03s", "2h00m05s". */

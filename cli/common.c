@@ -103,9 +103,12 @@ int cli_exit_code_for(int status)
         return CLI_EXIT_TEMPFAIL;
     case WATCHLOCK_ECONN:
     case WATCHLOCK_EAUTH:
-    case WATCHLOCK_ESERVER:
     case WATCHLOCK_ECLOSED:
-        return CLI_EXIT_UNAVAILABLE;
+        return CLI_EXIT_UNAVAILABLE; /* could not talk to Redis (as it should) at all */
+    case WATCHLOCK_ESERVER:
+        return CLI_EXIT_PROTOCOL;    /* it answered, with an error: e.g. WRONGTYPE */
+    case WATCHLOCK_EPERM:
+        return CLI_EXIT_NOPERM;      /* its ACL denies a command, key or channel we need */
     default:
         return CLI_EXIT_SOFTWARE;
     }
@@ -187,6 +190,10 @@ int cli_open_client(watchlock_client **out, const char *url)
         cli_error("cannot connect to Redis at %s: %s", shown,
                   *detail ? detail : watchlock_strerror(st));
         return CLI_EXIT_UNAVAILABLE;
+    case WATCHLOCK_EPERM:
+        cli_error("permission denied by the ACL of Redis at %s: %s", shown,
+                  *detail ? detail : watchlock_strerror(st));
+        return CLI_EXIT_NOPERM;
     default:
         cli_error("cannot open Redis client for %s: %s%s%s", shown, watchlock_strerror(st),
                   *detail ? ": " : "", detail);

@@ -12,9 +12,9 @@
  *                      forward (HUP INT QUIT TERM USR1 USR2);
  *                    - a pipe the on-lost callback writes one byte to;
  *                    - a timeout (SIGKILL deadline, --verbose renew reports).
- *   watchdog thread (the library's) renews the lock and, if it is lost, calls
- *                  on_lost(), which only writes to the pipe: no locks, no
- *                  allocation, no stdio on that thread.
+ *   library threads renew the lock and, if it is lost, call on_lost(), which
+ *                  only writes to the pipe: no locks, no allocation, no stdio
+ *                  on those threads.
  *
  * COMMAND is started with fork() + execve() from the main thread, because it
  * must die with watchlock ("COMMAND never outlives the CLI"): if watchlock
@@ -101,7 +101,7 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- on-lost callback (runs on the library's watchdog thread) ------------- */
+/* ---- on-lost callback (runs on a library thread) -------------------------- */
 
 static void on_lost(watchlock_lock *lock, int reason, void *userdata)
 {

@@ -28,7 +28,7 @@ from redis_server import RedisServer, free_port  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 LONG = 120  # seconds: upper bound for anything that should take well under one
 
-EX_USAGE, EX_UNAVAILABLE, EX_TEMPFAIL, EX_LOCK_LOST = 64, 69, 75, 79
+EX_USAGE, EX_UNAVAILABLE, EX_TEMPFAIL, EX_PROTOCOL, EX_NOPERM, EX_LOCK_LOST = 64, 69, 75, 76, 77, 79
 
 
 def cli_exe() -> str:
@@ -650,6 +650,53 @@ def test_wrong_password_exits_69_with_clear_line(tmp_path, name):
                 assert "wrong-secret" not in line  # passwords are not echoed
         r = good.run("run", name, "--", "sh", "-c", "exit 6")
         assert r.returncode == 6, r.stderr
+
+
+def test_lock_key_of_another_type_exits_76(cli, name, redis_server, tmp_path):
+    """The server answers with an error (WRONGTYPE: the lock's key was set to
+    a list by something else): EX_PROTOCOL, not "unreachable" (69), with the
+    server's word for it on stderr; COMMAND is not run and the key is left
+    alone."""
+    key = f"watchlock:{{{name}}}"
+    assert redis_server.command("RPUSH", key, "not-a-lock") == 1
+    marker = tmp_path / "marker"
+    try:
+        for opts in ([], ["--wait", "0"], ["--wait", "5s"]):
+            r = cli.run("run", *opts, name, "--", "touch", str(marker))
+            assert r.returncode == EX_PROTOCOL, (opts, r.stderr)
+            line = one_error_line(r.stderr)
+            assert "WRONGTYPE" in line and name in line, line
+        assert not marker.exists()
+        assert redis_server.command("TYPE", key) == "list"
+    finally:
+        redis_server.command("DEL", key)
+    r = cli.run("run", name, "--", "true")
+    assert r.returncode == 0, r.stderr
+
+
+def test_acl_denied_scripts_exit_77(fresh_redis, tmp_path, name):
+    """A user that authenticates but whose ACL denies EVALSHA/EVAL gets
+    EX_NOPERM (77), told apart from a failed authentication (69)."""
+    srv = fresh_redis
+    assert srv.command("ACL", "SETUSER", "limited", "on", ">limited-secret", "~*", "&*",
+                       "+@all", "-evalsha", "-eval") == "OK"
+    cli = Cli(srv.url, tmp_path)
+    limited = f"redis://limited:limited-secret@127.0.0.1:{srv.port}"
+    marker = tmp_path / "marker"
+    for sub in (["run", name, "--", "touch", str(marker)], ["status", name],
+                ["release", "--force", name]):
+        r = cli.run(*sub, url=limited)
+        assert r.returncode == EX_NOPERM, (sub, r.stderr)
+        line = one_error_line(r.stderr)
+        assert "NOPERM" in line, line
+        assert "limited-secret" not in line
+    assert not marker.exists()
+    # A wrong password for the same user is still an authentication failure.
+    r = cli.run("run", name, "--", "true", url=limited.replace("limited-secret", "wrong"))
+    assert r.returncode == EX_UNAVAILABLE, r.stderr
+    # The default user is not limited.
+    r = cli.run("run", name, "--", "true")
+    assert r.returncode == 0, r.stderr
 
 
 # ---- install -------------------------------------------------------------------------------
