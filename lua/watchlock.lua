@@ -37,6 +37,7 @@ local ETIMEDOUT = core.WATCHLOCK_ETIMEDOUT
 local ENOTOWNER = core.WATCHLOCK_ENOTOWNER
 local ECONN = core.WATCHLOCK_ECONN
 local EAUTH = core.WATCHLOCK_EAUTH
+local EPERM = core.WATCHLOCK_EPERM
 local ESERVER = core.WATCHLOCK_ESERVER
 local ECLOSED = core.WATCHLOCK_ECLOSED
 local EFORKED = core.WATCHLOCK_EFORKED
@@ -72,7 +73,7 @@ local function fail(status, what, level)
     return nil, "timeout"
   elseif status == ENOTOWNER then
     return nil, "not owner"
-  elseif status == ECONN or status == EAUTH or status == ESERVER then
+  elseif status == ECONN or status == EAUTH or status == EPERM or status == ESERVER then
     return nil, detail(status)
   elseif status == ECLOSED then
     raise(what .. ": the client is closed", level)

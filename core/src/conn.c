@@ -247,11 +247,20 @@ static int script_once(wl_server *srv, redisContext *ctx, int script, int nkeys,
     return wl_fail(WATCHLOCK_EINTERNAL, "%s: script missing after EVAL", what);
 }
 
+static _Thread_local bool script_resent;
+
+bool wl_script_was_resent(void)
+{
+    return script_resent;
+}
+
 int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv, const size_t *argvlen,
                   redisReply **out, const char *what)
 {
     *out = NULL;
+    script_resent = false;
     for (int attempt = 0; attempt < 2; attempt++) {
+        script_resent = attempt > 0;
         redisContext *ctx;
         bool reused;
         int rc = wl_server_get(srv, &ctx, &reused);

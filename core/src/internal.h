@@ -127,6 +127,11 @@ bool wl_reply_is_noscript(const redisReply *reply);
  * (non-error) reply, freed by the caller with freeReplyObject. */
 int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
                   const size_t *argvlen, redisReply **out, const char *what);
+/* Whether this thread's last wl_run_script sent its script a second time
+ * (after a pooled connection failed at once). The first try may still have
+ * run on the server (a reply lost on its way back looks the same), which
+ * matters to scripts that are not idempotent: release. */
+bool wl_script_was_resent(void);
 /* Appends EVALSHA (or EVAL when use_body) of a script to ctx's output buffer. */
 int wl_append_script(redisContext *ctx, int script, bool use_body, int nkeys, int nargs,
                      const char *const *argv, const size_t *argvlen);

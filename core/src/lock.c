@@ -595,6 +595,7 @@ static int release_hold(watchlock_lock *l, bool retry)
     snprintf(what, sizeof what, "release %s", l->quoted);
     redisReply *r = NULL;
     int rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, a.argv, a.lens, &r, what);
+    retry = retry || wl_script_was_resent();
     if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
         retry = true;
         rc = release_fresh(c, &a, deadline, &r, what);

@@ -20,7 +20,7 @@ from ._lock import Lock
 from ._util import LostReason
 from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
                          InternalError, InvalidArgument, LockLostError, LockNotOwnedError, LockTimeout,
-                         OutOfMemoryError, ServerError)
+                         OutOfMemoryError, PermissionDeniedError, ServerError)
 
 __version__: str = _native.version_string()
 #: Version of the C core compiled into this package (same as __version__).
@@ -29,6 +29,6 @@ core_version: str = _native.version_string()
 __all__ = [
     "Client", "Lock", "LockInfo", "LostReason", "default_client", "lock", "synchronized",
     "Error", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
-    "AuthenticationError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
+    "AuthenticationError", "PermissionDeniedError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
     "OutOfMemoryError", "InternalError", "__version__",
 ]

@@ -61,6 +61,8 @@ class Client:
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
         self._url = redact_url(url)
+        if "\0" in url:  # C would silently cut the URL at the NUL
+            raise InvalidArgument(f"malformed URL {self._url!r}: it contains a NUL byte")
         st, h = _native.client_open(url)
         if st != OK:
             _util.raise_status(st, f"cannot open watchlock client for {self._url}")

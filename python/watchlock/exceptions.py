@@ -12,7 +12,7 @@ from typing import Dict, Optional, Type, Union
 __all__ = [
     "Error", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "ServerError", "ClientClosedError",
-    "ForkedError", "OutOfMemoryError", "InternalError",
+    "ForkedError", "OutOfMemoryError", "InternalError", "PermissionDeniedError",
 ]
 
 Name = Union[str, bytes]
@@ -86,6 +86,13 @@ class AuthenticationError(ConnectionError):
     status = 6
 
 
+class PermissionDeniedError(Error):
+    """The server's ACL denies a command, key or channel the lock needs
+    (NOPERM): the credentials are fine, the user's rights are not."""
+
+    status = 11
+
+
 class InvalidArgument(Error, ValueError):
     """A bad argument: empty or too long name, bad duration, malformed URL..."""
 
@@ -129,7 +136,7 @@ class InternalError(Error):
 _STATUS: Dict[int, Type[Error]] = {
     cls.status: cls  # type: ignore[misc]
     for cls in (InvalidArgument, OutOfMemoryError, LockTimeout, LockNotOwnedError,
-                ConnectionError, AuthenticationError, ServerError, ClientClosedError,
+                ConnectionError, AuthenticationError, ServerError, ClientClosedError, PermissionDeniedError,
                 ForkedError, InternalError)
 }
 
