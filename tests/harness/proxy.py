@@ -76,8 +76,9 @@ server -> client.
         (pending = bytes read but not yet forwarded; state = normal, paused or
         blackhole); just ``OK`` when there are none.
   stats
-        ``OK conns=N accepted=M refused=R`` (live connections, connections
-        proxied since the start, connections refused by ``refuse on``).
+        ``OK conns=N accepted=M refused=R discarded=B`` (live connections,
+        connections proxied since the start, connections refused by
+        ``refuse on``, bytes thrown away by blackhole and drop-reply-once).
   clear
         delays 0 (per-connection overrides dropped), resume everything,
         refuse off, drop-reply-once off.
@@ -171,6 +172,7 @@ class ProxyServer:
         self.conns: Dict[int, _Conn] = {}
         self.next_id = 0
         self.refused = 0
+        self.discarded = 0  # bytes thrown away by blackhole and drop-reply-once
         self.mode = NORMAL
         self.delay = [0.0, 0.0]  # global delays (s)
         self.drop_reply = False
@@ -340,11 +342,13 @@ class ProxyServer:
                 conn.drop_reply = False
             else:
                 self.drop_reply = False
+            self.discarded += len(data)
             self._reset(conn)
             return
         if not data:
             flow.read_open = False
         elif conn.mode == BLACKHOLE:
+            self.discarded += len(data)
             return
         delay = conn.delay[direction]
         if delay is None:
@@ -454,6 +458,7 @@ class ProxyServer:
             for flow in conn.flows:
                 kept = [item for item in flow.queue if item[1] is None]
                 flow.queue = collections.deque(kept)
+                self.discarded += flow.pending
                 flow.pending = 0
         elif mode == NORMAL and conn.mode != NORMAL:
             now = time.monotonic()
@@ -616,7 +621,8 @@ class ProxyServer:
 
     def _cmd_stats(self, conn, args) -> str:
         self._no_args("stats", args)
-        return f"conns={len(self.conns)} accepted={self.next_id} refused={self.refused}"
+        return (f"conns={len(self.conns)} accepted={self.next_id} refused={self.refused} "
+                f"discarded={self.discarded}")
 
     def _cmd_clear(self, conn, args) -> str:
         self._no_args("clear", args)
@@ -800,7 +806,8 @@ class Proxy:
         return out
 
     def stats(self) -> Dict[str, int]:
-        """{"conns": live, "accepted": proxied so far, "refused": refused so far}."""
+        """{"conns": live, "accepted": proxied so far, "refused": refused so far,
+        "discarded": bytes thrown away by blackhole and drop-reply-once}."""
         return {k: int(v) for k, v in (w.split("=") for w in self.command("stats").split())}
 
     def clear(self) -> None:
