@@ -119,7 +119,12 @@ typedef struct watchlock_lock watchlock_lock;
  *   unix:///path/to/redis.sock[?db=N&user=U&password=P&...]
  * Options (durations are numbers with an optional unit ms, s, m, h; a bare
  * number is seconds): connect_timeout (default 2s), command_timeout (2s),
- * keepalive (TCP keepalive on/off: 1/0, default 1).
+ * keepalive (TCP keepalive on/off: 1/0, default 1), safety_margin (default
+ * 10ms, 0 .. 60s): every hold's local deadline is the send time of its last
+ * confirmed renewal + lease - (1% of the lease + safety_margin), at most
+ * half the lease; the lock is declared LOST then, so that its owner learns
+ * of a loss before Redis can let anyone else in. Raise it on hosts where a
+ * thread can be held off the CPU for longer than that.
  * Percent-escapes (%40 ...) are decoded in user, password and path.
  *
  * On success *out owns one reference to the client; give it back with
@@ -133,11 +138,15 @@ WATCHLOCK_API int watchlock_client_open(watchlock_client **out, const char *url)
  * Closes the client and drops the caller's reference. Held locks are
  * released best effort (one pipelined round trip); their handles become
  * UNLOCKED and every later call on them returns ECLOSED. Threads blocked in
- * acquire on this client return ECLOSED. No on-lost callback runs after
- * close has begun. The watchdog and subscriber threads are joined before
- * this returns. The memory is freed when the last lock handle of the
- * client is freed too, so locks and client may be freed in any order.
- * Must not be called from an on-lost callback. NULL is accepted.
+ * acquire on this client return ECLOSED. No on-lost callback starts after
+ * close has begun, and close waits for callbacks already running to return
+ * (except the caller's own: close may be called from an on-lost callback).
+ * The watchdog, loss timer and subscriber threads are joined before this
+ * returns. The memory is freed when the last lock handle of the client is
+ * freed too, so locks and client may be freed in any order. NULL is
+ * accepted. The caller's reference is gone when close returns: a thread
+ * still calling watchlock_client_next_lost_event() must keep the client
+ * alive with a lock handle of its own (as the Python binding does).
  */
 WATCHLOCK_API void watchlock_client_close(watchlock_client *client);
 
@@ -215,10 +224,12 @@ WATCHLOCK_API int watchlock_lock_new(watchlock_lock **out, watchlock_client *cli
                                      const void *name, size_t name_len);
 
 /*
- * Frees the handle. If it is held, it is released first (best effort) and
- * its on-lost callback will not run. Not to be called concurrently with
- * other calls on the same handle, nor from its own on-lost callback.
- * NULL is accepted.
+ * Frees the handle. If it is held, it is released first (best effort).
+ * Its on-lost callback never starts after free has begun, and free waits
+ * for a callback of this handle that is already running to return (unless
+ * free is called from inside that callback, which is allowed): once free
+ * returns, the callback's userdata may be freed. Not to be called
+ * concurrently with other calls on the same handle. NULL is accepted.
  */
 WATCHLOCK_API void watchlock_lock_free(watchlock_lock *lock);
 
@@ -241,11 +252,15 @@ WATCHLOCK_API int watchlock_lock_set_max_renewals(watchlock_lock *lock, int64_t 
 WATCHLOCK_API int watchlock_lock_set_max_hold(watchlock_lock *lock, int64_t max_hold_ms);
 
 /*
- * on_lost(lock, reason, userdata) runs on the client's watchdog thread when
- * the watchdog finds the lock lost (reasons above). It runs with no library
- * mutex held: it may call watchlock_lock_release()/state()/... on any lock,
- * but must not free this lock or close the client, and should return
- * quickly (renewals of other locks wait for it). fn NULL removes it.
+ * on_lost(lock, reason, userdata) runs when the library finds the lock lost
+ * (reasons above): at its local deadline (declared by the client's loss
+ * timer, which never waits on the network or on callbacks), or when a
+ * renewal finds the key taken. Each call runs on a thread of its own, with
+ * no library mutex held, so a slow callback delays neither renewals nor the
+ * report of any other loss. It may call any function, on any lock,
+ * including watchlock_lock_free() on this lock and watchlock_client_close().
+ * Losses a caller learns from a return value (release or extend answering
+ * ENOTOWNER) are not reported again here. fn NULL removes it.
  */
 typedef void (*watchlock_lost_fn)(watchlock_lock *lock, int reason, void *userdata);
 WATCHLOCK_API int watchlock_lock_set_on_lost(watchlock_lock *lock, watchlock_lost_fn fn,
@@ -253,8 +268,15 @@ WATCHLOCK_API int watchlock_lock_set_on_lost(watchlock_lock *lock, watchlock_los
 
 /*
  * Acquires the lock. wait_ms: 0 = try once, < 0 = wait forever, > 0 = wait
- * up to that many milliseconds. Waiting is woken by the holder's release
- * (pub/sub) and never sleeps longer than the holder's remaining lease.
+ * up to that many milliseconds (any value: long waits saturate). Waiting is
+ * woken by the holder's release (pub/sub) and never sleeps longer than the
+ * holder's remaining lease, also when no wake-up can arrive (see
+ * WATCHLOCK_STAT_SUBSCRIBE_DENIED). A wait that times out while the holder's
+ * lease still runs is kept on the handle: the next acquire with a wait
+ * resumes it without sending another acquire to the server unless a release
+ * came or that lease ended (so a caller waiting in short slices does not
+ * poll). Every hold has its own identity (a fresh random token), so nothing
+ * sent for an earlier hold can act on this one.
  * On a held handle: increments the hold count, no round trip.
  * On a LOST handle (or a held one past its local deadline, which reads as
  * LOST): starts a fresh hold (the hold count restarts at 1).
@@ -266,25 +288,37 @@ WATCHLOCK_API int watchlock_lock_acquire(watchlock_lock *lock, int64_t wait_ms);
 
 /*
  * Releases one hold. When the count reaches 0 the key is deleted (only if it
- * still holds this handle's token) and waiters are woken.
+ * still holds this hold) and waiters are woken. If the outcome of that is
+ * unknown (the connection failed), it is tried once more on a fresh
+ * connection while the lease lasts; a retry that finds no key counts as
+ * released (the first try ran).
  * Errors: ENOTOWNER (not held by this handle: never acquired, already
  * released, or LOST - in which case the handle becomes UNLOCKED once its
- * hold count reaches 0), ECONN (the hold is dropped locally and the key
- * runs out by its lease), ECLOSED, EFORKED. May be called from any thread.
+ * hold count reaches 0), ECONN (not confirmed: the handle keeps the hold,
+ * no longer renewed and still reading HELD, until a later release()
+ * confirms it or its lease runs out, when it becomes UNLOCKED; an acquire()
+ * on it first retries the release), ECLOSED, EFORKED. May be called from
+ * any thread.
  */
 WATCHLOCK_API int watchlock_lock_release(watchlock_lock *lock);
 
 /*
  * Sets the lease of a held lock to lease_ms from now (never adds to what is
  * left); lease_ms 0 uses the handle's lease, > 0 also becomes the handle's
- * lease for later renewals. ENOTOWNER when not held or found lost (the
- * handle then becomes LOST).
+ * lease for later renewals. A renewal in flight meanwhile can never undo
+ * it (writes with different leases carry different lease epochs), and the
+ * local deadline never counts on more than the server may hold. ENOTOWNER
+ * when not held or found lost (the handle then becomes LOST; also when the
+ * reply came after the local deadline: LOST stays LOST). ECONN: not
+ * confirmed; the hold keeps the shorter of the old and the new deadline and
+ * the watchdog carries on.
  */
 WATCHLOCK_API int watchlock_lock_extend(watchlock_lock *lock, int64_t lease_ms);
 
 /* WATCHLOCK_UNLOCKED, _HELD or _LOST. Never blocks (no I/O). A held lock
- * past its local deadline reads as LOST at once, even before the watchdog
- * has marked it (and fired the callback). A NULL or forked handle reads as
+ * past its local deadline reads as LOST at once, even before the loss timer
+ * has marked it (and fired the callback); once LOST, nothing but release()
+ * or a new acquire() changes that. A NULL or forked handle reads as
  * UNLOCKED. */
 WATCHLOCK_API int watchlock_lock_state(const watchlock_lock *lock);
 /* Reason of the last loss (WATCHLOCK_LOST_*), NONE when not LOST. */
@@ -293,7 +327,9 @@ WATCHLOCK_API int watchlock_lock_lost_reason(const watchlock_lock *lock);
  * server's TTL is at least this much), 0 when not HELD. No I/O. */
 WATCHLOCK_API int64_t watchlock_lock_remaining_ms(const watchlock_lock *lock);
 /* Fencing token of the current (or last) hold, 0 before the first acquire.
- * Strictly increasing per name across all holders. */
+ * Never 0 after one; strictly increasing per name across all holders, also
+ * after the server's counter key expired (tokens are at least the server's
+ * clock in microseconds). */
 WATCHLOCK_API int64_t watchlock_lock_fencing_token(const watchlock_lock *lock);
 /* Current hold count (0 when not held). */
 WATCHLOCK_API int64_t watchlock_lock_hold_count(const watchlock_lock *lock);
