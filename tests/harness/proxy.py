@@ -100,6 +100,14 @@ From Python
         px.refuse(True); px.connections(); px.stats(); px.clear()
 
 C tests use tests/c/proxy_harness.h, which runs this program the same way.
+
+From Lua (or a shell), start it with a pipe, read READY, end it with quit:
+
+    local f = io.popen("python3 tests/harness/proxy.py --upstream 127.0.0.1:" .. port)
+    local lport, cport = f:read("l"):match("^READY (%d+) (%d+)$")
+    os.execute("python3 tests/harness/proxy.py ctl " .. cport .. " pause")
+    ...
+    os.execute("python3 tests/harness/proxy.py ctl " .. cport .. " quit"); f:close()
 """
 from __future__ import annotations
 
