@@ -252,6 +252,7 @@ struct watchlock_lock {
     int64_t wake_us;      /* renew_heap key */
     int stop_reason;      /* MAX_RENEWALS / MAX_HOLD once renewal stopped */
     bool renew_failing;   /* the last renewal failed on the network */
+    bool renew_inflight;  /* the watchdog has a renewal of this hold on the wire */
     bool releasing;       /* release() could not confirm: not renewed, kept until confirmed or expired */
     bool freed;           /* watchlock_lock_free() has begun: no callback may start */
     bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */

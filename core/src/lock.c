@@ -117,7 +117,10 @@ void watchlock_lock_free(watchlock_lock *l)
     l->freed = true; /* no callback starts from now on */
     l->on_lost = NULL;
     wl_wait_callbacks(c, l);
-    bool held = l->state == WATCHLOCK_HELD;
+    /* Held: release it. Lost by its deadline: release deletes the key if
+     * it still holds this hold (for the safety margin), so waiters need not
+     * wait for it to expire. */
+    bool held = l->state != WATCHLOCK_UNLOCKED;
     if (held)
         l->hold_count = 1;
     pthread_mutex_unlock(&c->mu);
@@ -409,6 +412,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     l->lost_reason = WATCHLOCK_LOST_NONE;
     l->stop_reason = WATCHLOCK_LOST_NONE;
     l->renew_failing = false;
+    l->renew_inflight = false;
     l->releasing = false;
     l->acquired_us = l->confirmed_us = sent;
     c->held++;

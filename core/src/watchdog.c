@@ -98,7 +98,9 @@ int wl_lock_expiry_reason(const watchlock_lock *l)
 {
     if (l->stop_reason != WATCHLOCK_LOST_NONE)
         return l->stop_reason;
-    return l->renew_failing ? WATCHLOCK_LOST_CONNECTION : WATCHLOCK_LOST_EXPIRED;
+    /* A renewal still on the wire at the deadline is a renewal the network
+     * did not answer in time. */
+    return l->renew_failing || l->renew_inflight ? WATCHLOCK_LOST_CONNECTION : WATCHLOCK_LOST_EXPIRED;
 }
 
 /* ---- one round ---- */
@@ -293,6 +295,7 @@ static void collect(watchlock_client *c, int64_t now, vec *batch)
             break;
         }
         atomic_fetch_add(&l->refs, 1);
+        l->renew_inflight = true;
         *e = (round_entry){.lock = l, .final_hold = final_hold};
         wl_write_prepare(c, l, ms, now, &e->w);
         wl_ident(l, -1, e->prefix);
@@ -308,6 +311,8 @@ static void apply(watchlock_client *c, round_entry *es, size_t n)
     for (size_t i = 0; i < n; i++) {
         watchlock_lock *l = es[i].lock;
         int result = es[i].result;
+        if (l->hold_gen == es[i].w.gen)
+            l->renew_inflight = false;
         if (wl_write_applied(c, l, &es[i].w, result, true)) {
             if (result == WL_WRITE_OK) {
                 l->renewals++;

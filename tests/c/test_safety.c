@@ -1,0 +1,502 @@
+/*
+ * test_safety.c - regressions for the ways one lock could get two owners,
+ * or a loss be reported late (the "safety first" issue, items 1-13). Each
+ * test names its item and failed on the code before the fix. Faults come
+ * from a controllable TCP proxy (tests/harness/proxy.py via
+ * proxy_harness.h), CLIENT PAUSE, ACL users, or a key of another type.
+ *
+ * Invariant checked throughout: while a handle reads HELD, the server's
+ * TTL of its key is at least the handle's remaining_ms (the local deadline
+ * never trusts more lease than the server gives).
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxy_harness.h"
+#include "testing.h"
+
+static const char *lock_key(const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "watchlock:{%s}", name);
+    return buf;
+}
+
+static long long pttl_of(const char *name)
+{
+    char key[200];
+    return rh_int(test_server(), "PTTL %s", lock_key(name, key, sizeof key));
+}
+
+/* The proxy's pending bytes client->server on connection `id` (-1 when
+ * that connection is not listed). */
+static long pending_up(ph_proxy *p, int id)
+{
+    char reply[4096];
+    if (ph_cmd_reply(p, reply, sizeof reply, "list") != 0)
+        return -1;
+    char want[32];
+    int n = snprintf(want, sizeof want, " %d:", id);
+    const char *at = strstr(reply, want);
+    if (at == NULL)
+        return -1;
+    return strtol(at + n, NULL, 10);
+}
+
+/* A client through a fresh proxy, and the id of the watchdog's connection
+ * (the first one opened after `lock` was acquired and renewed once). */
+typedef struct proxied {
+    ph_proxy *proxy;
+    watchlock_client *client;
+    char url[256];
+} proxied;
+
+static void proxied_open(proxied *p, const char *query)
+{
+    p->proxy = ph_start(rh_port(test_server()));
+    CHECK(p->proxy != NULL);
+    snprintf(p->url, sizeof p->url, "%s%s", ph_url(p->proxy), query);
+    p->client = open_client(p->url);
+}
+
+static void proxied_close(proxied *p)
+{
+    watchlock_client_close(p->client);
+    ph_free(p->proxy);
+}
+
+/* Item 1: a renewal delayed on the wire reaches the server after the
+ * handle released and re-acquired with a 60 s lease. Before: the owner
+ * token belonged to the handle, the late PEXPIRE cut the new hold's key to
+ * 1.5 s while the handle read HELD with 57 s left. */
+static void test_late_renewal_never_touches_a_later_hold(void)
+{
+    proxied p;
+    proxied_open(&p, "");
+    watchlock_lock *l = new_lock(p.client, "late-renewal");
+    CHECK_OK(watchlock_lock_set_lease(l, 1500));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    WAIT_FOR(watchlock_lock_renewals(l) >= 1, 5000); /* connection 0: pool; 1: watchdog */
+    CHECK_EQ(ph_cmd(p.proxy, "conn 1 delay up 400"), 0);
+    WAIT_FOR(pending_up(p.proxy, 1) > 0, 5000); /* a renewal of the first hold is on the wire */
+    int64_t rounds = watchlock_client_stat(p.client, WATCHLOCK_STAT_RENEW_ROUNDS);
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_OK(watchlock_lock_set_lease(l, 60000));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    /* The delayed renewal lands, and its reply comes back. */
+    WAIT_FOR(watchlock_client_stat(p.client, WATCHLOCK_STAT_RENEW_ROUNDS) > rounds, 5000);
+    long long ttl = pttl_of("late-renewal");
+    testing_note("server TTL after the late renewal: %lld ms (the new hold's lease: 60000)", ttl);
+    CHECK_INT(ttl, >, 50000);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    CHECK_INT(watchlock_lock_remaining_ms(l), <=, ttl);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    proxied_close(&p);
+}
+
+/* Item 2: extend(60 s) overtakes an in-flight 6 s renewal. Before: the
+ * renewal landed after the extend and cut the key to 6 s while the handle
+ * counted on 60 s. Also the reverse: extend to a shorter lease while a
+ * longer renewal is in flight never leaves the handle trusting more than the
+ * server gives. */
+static void test_extend_races_inflight_renewal(void)
+{
+    static const int64_t leases[][2] = {{6000, 60000}, {9000, 2000}};
+    for (size_t i = 0; i < 2; i++) {
+        proxied p;
+        proxied_open(&p, "");
+        watchlock_lock *l = new_lock(p.client, "extend-race");
+        CHECK_OK(watchlock_lock_set_lease(l, leases[i][0]));
+        CHECK_OK(watchlock_lock_set_renew_interval(l, 300));
+        CHECK_OK(watchlock_lock_acquire(l, 0));
+        WAIT_FOR(watchlock_lock_renewals(l) >= 1, 5000);
+        CHECK_EQ(ph_cmd(p.proxy, "conn 1 delay up 400"), 0);
+        WAIT_FOR(pending_up(p.proxy, 1) > 0, 5000);
+        int64_t rounds = watchlock_client_stat(p.client, WATCHLOCK_STAT_RENEW_ROUNDS);
+        CHECK_OK(watchlock_lock_extend(l, leases[i][1]));
+        WAIT_FOR(watchlock_client_stat(p.client, WATCHLOCK_STAT_RENEW_ROUNDS) > rounds, 5000);
+        CHECK_EQ(ph_cmd(p.proxy, "conn 1 delay up 0"), 0);
+        long long ttl = pttl_of("extend-race");
+        int64_t remaining = watchlock_lock_remaining_ms(l);
+        testing_note("renewal %lld ms in flight, extend to %lld ms: server TTL %lld, handle counts on %lld",
+                     (long long)leases[i][0], (long long)leases[i][1], ttl, (long long)remaining);
+        CHECK_INT(ttl, >, leases[i][1] - 1500);
+        CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+        CHECK_INT(remaining, <=, ttl);
+        CHECK_OK(watchlock_lock_release(l));
+        watchlock_lock_free(l);
+        proxied_close(&p);
+    }
+}
+
+/* Item 3: watchlock_lock_free() waits for the lock's running callback, so
+ * the callback's data may be freed right after it returns; no callback
+ * starts after free. Before: free returned at once and the callback wrote
+ * into freed memory (ASan: heap-use-after-free). */
+typedef struct cb_data {
+    atomic_int started, finished;
+    int64_t sleep_ms;
+} cb_data;
+
+static void slow_callback(watchlock_lock *l, int reason, void *data)
+{
+    (void)l, (void)reason;
+    cb_data *d = data;
+    atomic_store(&d->started, 1);
+    sleep_ms(d->sleep_ms);
+    atomic_store(&d->finished, 1);
+}
+
+static void test_free_waits_for_running_callback(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "cb-free");
+    cb_data *d = calloc(1, sizeof *d);
+    d->sleep_ms = 300;
+    CHECK_OK(watchlock_lock_set_lease(l, 100));
+    CHECK_OK(watchlock_lock_set_auto_renew(l, 0));
+    CHECK_OK(watchlock_lock_set_on_lost(l, slow_callback, d));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    WAIT_FOR(atomic_load(&d->started), 5000);
+    watchlock_lock_free(l);
+    CHECK_EQ(atomic_load(&d->finished), 1); /* free returned only after the callback */
+    free(d);
+
+    /* A loss right at free: the callback either ran to completion before
+     * free returned, or never started. */
+    for (int i = 0; i < 20; i++) {
+        cb_data *e = calloc(1, sizeof *e);
+        watchlock_lock *m = new_lock(c, "cb-free-race");
+        CHECK_OK(watchlock_lock_set_lease(m, 20));
+        CHECK_OK(watchlock_lock_set_auto_renew(m, 0));
+        CHECK_OK(watchlock_lock_set_on_lost(m, slow_callback, e));
+        CHECK_OK(watchlock_lock_acquire(m, 1000));
+        sleep_ms(i); /* sweep free across the moment of loss */
+        watchlock_lock_free(m);
+        CHECK_EQ(atomic_load(&e->started), atomic_load(&e->finished));
+        free(e);
+    }
+    watchlock_client_close(c);
+}
+
+/* Freeing the lock (and closing the client) from inside its own callback
+ * is allowed and safe. */
+typedef struct self_free {
+    watchlock_client *client;
+    atomic_int done;
+} self_free;
+
+static void free_self_callback(watchlock_lock *l, int reason, void *data)
+{
+    (void)reason;
+    self_free *s = data;
+    watchlock_lock_free(l);
+    watchlock_client_close(s->client);
+    atomic_store(&s->done, 1);
+}
+
+static void test_free_and_close_inside_callback(void)
+{
+    static self_free s;
+    s.client = open_client(test_url(""));
+    watchlock_lock *l = new_lock(s.client, "cb-self-free");
+    CHECK_OK(watchlock_lock_set_lease(l, 100));
+    CHECK_OK(watchlock_lock_set_auto_renew(l, 0));
+    CHECK_OK(watchlock_lock_set_on_lost(l, free_self_callback, &s));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    WAIT_FOR(atomic_load(&s.done), 5000);
+}
+
+/* watchlock_client_close() waits for running callbacks too. */
+static void test_close_waits_for_running_callback(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "cb-close");
+    cb_data *d = calloc(1, sizeof *d);
+    d->sleep_ms = 300;
+    CHECK_OK(watchlock_lock_set_lease(l, 100));
+    CHECK_OK(watchlock_lock_set_auto_renew(l, 0));
+    CHECK_OK(watchlock_lock_set_on_lost(l, slow_callback, d));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    WAIT_FOR(atomic_load(&d->started), 5000);
+    watchlock_client_close(c);
+    CHECK_EQ(atomic_load(&d->finished), 1);
+    watchlock_lock_free(l);
+    free(d);
+}
+
+/* Item 4: the fencing token is never 0 and never goes back, also when an
+ * acquire is retried after its reply was lost and the counter key is gone
+ * meanwhile. Before: the "already ours" path returned the stored counter,
+ * or "0" once the counter had expired. */
+static void test_fence_never_zero_on_retried_acquire(void)
+{
+    proxied p;
+    proxied_open(&p, "?command_timeout=200ms");
+    watchlock_lock *l = new_lock(p.client, "fence-retry");
+    CHECK_EQ(ph_cmd(p.proxy, "delay down 500"), 0); /* the acquire runs, its reply comes too late */
+    CHECK_STATUS(watchlock_lock_acquire(l, 0), WATCHLOCK_ECONN);
+    CHECK_EQ(ph_cmd(p.proxy, "delay down 0"), 0);
+    long long first = rh_int(test_server(), "INCRBY watchlock:{fence-retry}:fence 0");
+    CHECK_INT(first, >, 0);
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{fence-retry}:fence"), 1); /* the counter expires */
+    CHECK_OK(watchlock_lock_acquire(l, 0)); /* finds its own key: acquired */
+    int64_t fence = watchlock_lock_fencing_token(l);
+    testing_note("lost-reply attempt stored %lld; the retry got %lld", first, (long long)fence);
+    CHECK_INT(fence, >, first);
+    CHECK_OK(watchlock_lock_release(l));
+    /* And across the counter's expiry between holds. */
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{fence-retry}:fence"), 1);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_INT(watchlock_lock_fencing_token(l), >, fence);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    proxied_close(&p);
+}
+
+/* Item 5: durations saturate. Before: wait_ms * 1000 overflowed and an
+ * acquire with an enormous wait returned ETIMEDOUT after 1 ms. */
+static void test_enormous_waits_saturate(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *holder = new_lock(c, "huge-wait");
+    watchlock_lock *waiter = new_lock(c, "huge-wait");
+    CHECK_OK(watchlock_lock_set_lease(holder, 300));
+    CHECK_OK(watchlock_lock_set_auto_renew(holder, 0));
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(waiter, INT64_MAX)); /* waits for the holder's lease, then gets it */
+    CHECK_INT(now_ms() - t0, >=, 200);
+    CHECK_OK(watchlock_lock_release(waiter));
+    CHECK_OK(watchlock_client_enable_lost_events(c, 1));
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    uint64_t id = 0;
+    int reason = 0;
+    CHECK_OK(watchlock_client_next_lost_event(c, INT64_MAX, &id, &reason));
+    CHECK_EQ(id, watchlock_lock_id(holder));
+    CHECK_EQ(reason, WATCHLOCK_LOST_EXPIRED);
+    CHECK_STATUS(watchlock_lock_set_lease(holder, INT64_MAX), WATCHLOCK_EINVAL);
+    CHECK_STATUS(watchlock_lock_set_max_hold(holder, INT64_MAX), WATCHLOCK_EINVAL);
+    CHECK_STATUS(watchlock_lock_extend(holder, INT64_MAX), WATCHLOCK_EINVAL);
+    watchlock_lock_free(holder);
+    watchlock_lock_free(waiter);
+    watchlock_client_close(c);
+}
+
+/* Item 6: LOST is sticky. An extend whose reply arrives after the local
+ * deadline must not revive the hold. Before: state() read LOST at the
+ * deadline, then HELD again when the late reply came, and release()
+ * succeeded. */
+typedef struct observer {
+    watchlock_lock *lock;
+    atomic_int stop, saw_lost, held_after_lost;
+} observer;
+
+static void *observe(void *arg)
+{
+    observer *o = arg;
+    while (!atomic_load(&o->stop)) {
+        int st = watchlock_lock_state(o->lock);
+        if (st == WATCHLOCK_LOST)
+            atomic_store(&o->saw_lost, 1);
+        else if (st == WATCHLOCK_HELD && atomic_load(&o->saw_lost))
+            atomic_store(&o->held_after_lost, 1);
+        sleep_ms(1);
+    }
+    return NULL;
+}
+
+static void test_lost_is_sticky(void)
+{
+    proxied p;
+    proxied_open(&p, "");
+    watchlock_lock *l = new_lock(p.client, "sticky");
+    CHECK_OK(watchlock_lock_set_lease(l, 1000));
+    CHECK_OK(watchlock_lock_set_auto_renew(l, 0));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(ph_cmd(p.proxy, "delay up 600 down 600"), 0);
+    observer o = {.lock = l};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, observe, &o) == 0);
+    int rc = watchlock_lock_extend(l, 1000); /* its reply lands after the deadline */
+    atomic_store(&o.stop, 1);
+    pthread_join(th, NULL);
+    CHECK_STATUS(rc, WATCHLOCK_ENOTOWNER);
+    CHECK_EQ(atomic_load(&o.saw_lost), 1);
+    CHECK_EQ(atomic_load(&o.held_after_lost), 0);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    CHECK_EQ(ph_cmd(p.proxy, "clear"), 0);
+    CHECK_STATUS(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    watchlock_lock_free(l);
+    proxied_close(&p);
+}
+
+/* Item 7: with the holder cut off (the proxy swallows its renewals), the
+ * loss is reported by the callback while the key still exists on the
+ * server: the callback itself asks the server (on a direct connection). */
+typedef struct ttl_probe {
+    atomic_int count;
+    atomic_llong pttl;
+} ttl_probe;
+
+static void probe_on_lost(watchlock_lock *l, int reason, void *data)
+{
+    (void)reason;
+    ttl_probe *t = data;
+    size_t len;
+    const char *name = watchlock_lock_name(l, &len);
+    atomic_store(&t->pttl, pttl_of(name));
+    atomic_fetch_add(&t->count, 1);
+}
+
+static void test_loss_reported_before_server_expiry(void)
+{
+    long long min_left = LLONG_MAX;
+    for (int trial = 0; trial < 5; trial++) {
+        proxied p;
+        proxied_open(&p, "");
+        watchlock_lock *l = new_lock(p.client, "told-early");
+        ttl_probe t = {0};
+        CHECK_OK(watchlock_lock_set_lease(l, 1000));
+        CHECK_OK(watchlock_lock_set_on_lost(l, probe_on_lost, &t));
+        CHECK_OK(watchlock_lock_acquire(l, 0));
+        WAIT_FOR(watchlock_lock_renewals(l) >= 1, 5000);
+        CHECK_EQ(ph_cmd(p.proxy, "blackhole"), 0);
+        WAIT_FOR(atomic_load(&t.count) == 1, 5000);
+        long long left = atomic_load(&t.pttl);
+        if (left < min_left)
+            min_left = left;
+        testing_note("trial %d: PTTL in the callback %lld ms", trial, left);
+        CHECK_MSG(left > 0, "the callback ran when the server had no key (PTTL %lld)", left);
+        CHECK_EQ(watchlock_lock_lost_reason(l), WATCHLOCK_LOST_CONNECTION);
+        CHECK_EQ(ph_cmd(p.proxy, "clear"), 0);
+        watchlock_lock_free(l);
+        proxied_close(&p);
+    }
+    testing_note("1 s lease, renewals swallowed: told with at least %lld ms of the server's TTL left", min_left);
+}
+
+/* Item 9: release survives one dropped reply: the retry finds the key gone
+ * (the first try ran) and reports success. Before: ENOTOWNER, "lost". */
+static void test_release_reply_lost(void)
+{
+    proxied p;
+    proxied_open(&p, "");
+    watchlock_lock *l = new_lock(p.client, "release-lost-reply");
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(ph_cmd(p.proxy, "drop-reply-once"), 0);
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{release-lost-reply}"), 0);
+    watchlock_lock_free(l);
+    proxied_close(&p);
+}
+
+/* Item 9: a release that cannot reach the server keeps the hold (not
+ * renewed) until a later release confirms it. Before: the handle forgot
+ * the hold, the retry answered "not owner" locally and the key stayed until
+ * its lease ran out. */
+static void test_release_unconfirmed_keeps_hold(void)
+{
+    proxied p;
+    proxied_open(&p, "?command_timeout=200ms&connect_timeout=200ms");
+    watchlock_lock *l = new_lock(p.client, "release-retry");
+    CHECK_OK(watchlock_lock_set_lease(l, 10000));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(ph_cmd(p.proxy, "blackhole"), 0);
+    CHECK_STATUS(watchlock_lock_release(l), WATCHLOCK_ECONN);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    CHECK_EQ(watchlock_lock_hold_count(l), 1);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{release-retry}"), 1);
+    CHECK_EQ(ph_cmd(p.proxy, "reset"), 0);
+    CHECK_EQ(ph_cmd(p.proxy, "clear"), 0);
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{release-retry}"), 0);
+    watchlock_lock_free(l);
+    proxied_close(&p);
+}
+
+/* Items 10 and 11: an ACL user that may neither SUBSCRIBE nor PUBLISH on
+ * the lock's channel. Its release still succeeds (the DEL is done; Redis
+ * would not undo it), and its waiter is bounded by the holder's lease.
+ * Before: release failed with a server error after deleting the key, and
+ * the waiter slept until its own timeout (15 s) although the lease was
+ * 1 s. */
+static void test_acl_without_channels(void)
+{
+    rh_server *srv = test_server();
+    CHECK(rh_ok(srv, "ACL SETUSER nochan reset on >pw ~* resetchannels +@all"));
+    char url[200];
+    snprintf(url, sizeof url, "redis://nochan:pw@127.0.0.1:%d", rh_port(srv));
+    watchlock_client *c = open_client(url);
+    watchlock_lock *holder = new_lock(c, "nochan");
+    watchlock_lock *waiter = new_lock(c, "nochan");
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    CHECK_OK(watchlock_lock_release(holder)); /* item 11 */
+    CHECK_EQ(rh_int(srv, "EXISTS watchlock:{nochan}"), 0);
+
+    CHECK_OK(watchlock_lock_set_lease(holder, 1000));
+    CHECK_OK(watchlock_lock_set_auto_renew(holder, 0));
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(waiter, 15000)); /* item 10 */
+    int64_t took = now_ms() - t0;
+    testing_note("waiter without SUBSCRIBE rights got the lock after %lld ms (holder's lease 1000)", (long long)took);
+    CHECK_INT(took, <, 5000);
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_SUBSCRIBE_DENIED), 1);
+    CHECK_OK(watchlock_lock_release(waiter));
+    watchlock_lock_free(holder);
+    watchlock_lock_free(waiter);
+    watchlock_client_close(c);
+    CHECK_EQ(rh_int(srv, "ACL DELUSER nochan"), 1);
+}
+
+/* Item 13: the smaller ones. */
+static void test_argument_and_error_messages(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "messages");
+    CHECK_STATUS(watchlock_lock_set_auto_renew(l, 7), WATCHLOCK_EINVAL);
+    CHECK_OK(watchlock_lock_set_lease(l, 1));
+    CHECK_STATUS(watchlock_lock_set_renew_interval(l, 1), WATCHLOCK_EINVAL);
+    CHECK_MSG(strstr(watchlock_last_error(), "1 .. 0") == NULL, "message: %s", watchlock_last_error());
+    CHECK_MSG(strstr(watchlock_last_error(), "no room") != NULL, "message: %s", watchlock_last_error());
+    CHECK_OK(watchlock_lock_set_lease(l, 30000));
+    /* WRONGTYPE: names the key, no script SHA, the prefix once. */
+    CHECK(rh_int(test_server(), "RPUSH watchlock:{messages} x") == 1);
+    CHECK_STATUS(watchlock_lock_acquire(l, 0), WATCHLOCK_ESERVER);
+    const char *msg = watchlock_last_error();
+    testing_note("%s", msg);
+    CHECK(strstr(msg, "WRONGTYPE") != NULL);
+    CHECK(strstr(msg, "watchlock:{messages}") != NULL);
+    CHECK(strstr(msg, "script:") == NULL);
+    CHECK(strstr(msg, "server error") == NULL); /* watchlock_strerror says that */
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{messages}"), 1);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case tests[] = {
+        {"late_renewal_never_touches_a_later_hold", test_late_renewal_never_touches_a_later_hold, 0},
+        {"extend_races_inflight_renewal", test_extend_races_inflight_renewal, 0},
+        {"free_waits_for_running_callback", test_free_waits_for_running_callback, 0},
+        {"free_and_close_inside_callback", test_free_and_close_inside_callback, 0},
+        {"close_waits_for_running_callback", test_close_waits_for_running_callback, 0},
+        {"fence_never_zero_on_retried_acquire", test_fence_never_zero_on_retried_acquire, 0},
+        {"enormous_waits_saturate", test_enormous_waits_saturate, 0},
+        {"lost_is_sticky", test_lost_is_sticky, 0},
+        {"loss_reported_before_server_expiry", test_loss_reported_before_server_expiry, 0},
+        {"release_reply_lost", test_release_reply_lost, 0},
+        {"release_unconfirmed_keeps_hold", test_release_unconfirmed_keeps_hold, 0},
+        {"acl_without_channels", test_acl_without_channels, 0},
+        {"argument_and_error_messages", test_argument_and_error_messages, 0},
+        {NULL, NULL, 0},
+    };
+    return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);
+}
