@@ -350,6 +350,96 @@ WATCHLOCK_API uint64_t watchlock_lock_id(const watchlock_lock *lock);
  */
 WATCHLOCK_API int watchlock_parse_duration(int64_t *out_ms, const char *text);
 
+/* ---- server check ------------------------------------------------------------ */
+
+/*
+ * A lock is only as safe as the server that keeps it. watchlock_client_check()
+ * asks the client's server for the settings and permissions that break the
+ * promises above, and returns them as a report of findings: one code and one
+ * line of text each. The library prints nothing; `watchlock check` does.
+ *
+ * Finding codes (never renumbered; retired codes are not reused):
+ */
+enum {
+    /* maxmemory-policy is not noeviction: under memory pressure the server
+     * may evict lock keys (all of which have a TTL, so volatile-* policies
+     * evict them too), and a second owner gets in. */
+    WATCHLOCK_CHECK_EVICTION = 1,
+    /* neither AOF (appendonly no) nor RDB snapshots (save ""): a restart
+     * forgets every lock while their holders go on. */
+    WATCHLOCK_CHECK_NO_PERSISTENCE = 2,
+    /* appendonly yes but appendfsync is not always: a crash of the server's
+     * host may lose the lock writes of the last second or so. */
+    WATCHLOCK_CHECK_FSYNC = 3,
+    /* the connection's ACL user may not run a command the locks need:
+     * EVALSHA, EVAL (after the server's script cache is flushed), or one
+     * that the lock scripts call (GET, SET, DEL, PEXPIRE, PTTL, EXISTS,
+     * TIME): acquire and release fail with EPERM. */
+    WATCHLOCK_CHECK_ACL_COMMANDS = 4,
+    /* the ACL user may not read and write keys watchlock:*: acquire and
+     * release fail with EPERM. */
+    WATCHLOCK_CHECK_ACL_KEYS = 5,
+    /* the ACL user may not SUBSCRIBE to or PUBLISH on channels watchlock:*:
+     * waiters are not woken by a release and wait out the holder's lease
+     * instead (see WATCHLOCK_STAT_SUBSCRIBE_DENIED). */
+    WATCHLOCK_CHECK_ACL_CHANNELS = 6,
+    /* the server has connected replicas but min-replicas-to-write is 0: a
+     * failover to a replica that missed the latest lock writes lets a second
+     * owner in. */
+    WATCHLOCK_CHECK_REPLICAS = 7,
+    /* RDB snapshots but no AOF: a restart forgets the locks taken since the
+     * last snapshot. */
+    WATCHLOCK_CHECK_SNAPSHOT_ONLY = 8,
+    /* the server is itself a replica: lock writes fail (READONLY) or stay
+     * local to it. */
+    WATCHLOCK_CHECK_REPLICA_ROLE = 9,
+    /* CONFIG GET or INFO is denied by the ACL (or renamed away, as on many
+     * managed services): the settings that need it were not checked. */
+    WATCHLOCK_CHECK_UNCHECKED = 10
+};
+
+typedef struct watchlock_report watchlock_report;
+
+/*
+ * Checks the client's server: CONFIG GET maxmemory-policy, appendonly,
+ * appendfsync, save and min-replicas-to-write; INFO replication; the ACL
+ * user's permissions for every command, key and channel the locks use.
+ * Permissions are asked with ACL WHOAMI + ACL DRYRUN (Redis 7). When the
+ * server has no ACL DRYRUN or the user may not run it, they are probed
+ * instead with commands that change nothing: EVALSHA of a script that does
+ * not exist, EVAL of a script that calls each command on a random key that
+ * does not exist (SET ... XX), PUBLISH on a random channel nobody listens
+ * to, and SUBSCRIBE on a connection of its own that is closed at once.
+ * A denied CONFIG GET or INFO is a finding (UNCHECKED), not a failure.
+ *
+ * On success *out is a report, empty when nothing was found; free it with
+ * watchlock_report_free(). On failure *out is NULL.
+ * Errors: EINVAL (NULL argument), ECONN (server unreachable or a command
+ * timed out), EAUTH (a new connection could not authenticate), ESERVER (the
+ * server answered with an unexpected error, e.g. LOADING), ECLOSED,
+ * EFORKED, ENOMEM.
+ * Blocking (a dozen round trips). Thread-safe.
+ */
+WATCHLOCK_API int watchlock_client_check(watchlock_report **out, watchlock_client *client);
+
+/* Number of findings (0 for NULL). The report is immutable: it may be read
+ * from any number of threads at once. */
+WATCHLOCK_API size_t watchlock_report_count(const watchlock_report *report);
+/* Code of finding i (WATCHLOCK_CHECK_*); 0 for NULL or i out of range. */
+WATCHLOCK_API int watchlock_report_code(const watchlock_report *report, size_t i);
+/* One line for people about finding i: what is set, what it breaks, what to
+ * change. Borrowed: valid until watchlock_report_free(). Never NULL ("" for
+ * NULL or i out of range). */
+WATCHLOCK_API const char *watchlock_report_message(const watchlock_report *report, size_t i);
+/* Frees the report. NULL is accepted. */
+WATCHLOCK_API void watchlock_report_free(watchlock_report *report);
+
+/* Static name of a finding code, for machines: "eviction", "no_persistence",
+ * "fsync", "acl_commands", "acl_keys", "acl_channels", "replicas",
+ * "snapshot_only", "replica_role", "unchecked"; "unknown" for other codes.
+ * Never NULL. */
+WATCHLOCK_API const char *watchlock_check_name(int code);
+
 #ifdef __cplusplus
 }
 #endif

@@ -49,6 +49,15 @@ int header_test_use(void)
     ok += (int)watchlock_lock_id(lock);
     ok += watchlock_parse_duration(&ms, "1s");
     ok += WATCHLOCK_MAX_NAME > 0;
+    {
+        watchlock_report *report = 0;
+        ok += watchlock_client_check(&report, client);
+        ok += (int)watchlock_report_count(report);
+        ok += watchlock_report_code(report, 0) == WATCHLOCK_CHECK_EVICTION;
+        ok += watchlock_report_message(report, 0) != 0;
+        ok += watchlock_check_name(WATCHLOCK_CHECK_UNCHECKED) != 0;
+        watchlock_report_free(report);
+    }
     watchlock_lock_free(lock);
     watchlock_client_close(client);
     return ok;
