@@ -57,6 +57,8 @@ static int check_server(watchlock_client *c)
     rc = r == NULL ? wl_conn_error(&c->server, ctx, "PING failed") : wl_reply_error(&c->server, r, "PING failed");
     if (r != NULL)
         freeReplyObject(r);
+    if (rc == WATCHLOCK_OK)
+        wl_scripts_learn(ctx);
     wl_server_put(&c->server, ctx);
     return rc;
 }
@@ -66,7 +68,6 @@ int watchlock_client_open(watchlock_client **out, const char *url)
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
     *out = NULL;
-    wl_scripts_init();
     watchlock_client *c = calloc(1, sizeof *c);
     if (c == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");

@@ -209,6 +209,7 @@ int wl_append_script(redisContext *ctx, int script, bool use_body, int nkeys, in
     if (total > MAX_ARGS)
         return REDIS_ERR;
     snprintf(nk, sizeof nk, "%d", nkeys);
+    use_body = use_body || !wl_scripts_have_sha();
     av[0] = use_body ? "EVAL" : "EVALSHA";
     av[1] = use_body ? wl_scripts[script].body : wl_scripts[script].sha;
     av[2] = nk;

@@ -90,10 +90,14 @@ enum {
 };
 typedef struct wl_script {
     const char *body;
-    char sha[41]; /* hex SHA1 of body, filled by wl_scripts_init() */
+    char sha[41]; /* hex SHA1 of body as the server names it (wl_scripts_learn) */
 } wl_script;
 extern wl_script wl_scripts[WL_SCRIPT_COUNT];
-void wl_scripts_init(void); /* idempotent, thread-safe */
+/* The SHA1s come from the server, not from code of ours: the first client
+ * to open sends SCRIPT LOAD for every script (thread-safe, once). Until
+ * then (or if SCRIPT LOAD is denied) every script is sent with EVAL. */
+bool wl_scripts_have_sha(void);
+void wl_scripts_learn(redisContext *ctx);
 
 /* ---- connections (conn.c) ---- */
 typedef struct wl_server {

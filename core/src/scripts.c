@@ -98,82 +98,43 @@ wl_script wl_scripts[WL_SCRIPT_COUNT] = {
     [WL_SCRIPT_INSPECT] = {inspect_lua, ""},
 };
 
-/* SHA1 (FIPS 180-4), only for naming our scripts the way EVALSHA does. */
-static uint32_t rol(uint32_t v, int n)
+/* The scripts' SHA1s, as the server names them: learnt from SCRIPT LOAD
+ * the first time a client opens (wl_scripts_learn). Until then, and if
+ * SCRIPT LOAD is denied, scripts go out as EVAL with their body. */
+static atomic_bool shas_ready;
+static pthread_mutex_t shas_mu = PTHREAD_MUTEX_INITIALIZER;
+
+bool wl_scripts_have_sha(void)
 {
-    return (v << n) | (v >> (32 - n));
+    return atomic_load_explicit(&shas_ready, memory_order_acquire);
 }
 
-static void sha1_block(uint32_t h[5], const unsigned char *p)
+void wl_scripts_learn(redisContext *ctx)
 {
-    uint32_t w[80];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
-               (uint32_t)p[4 * i + 3];
-    for (int i = 16; i < 80; i++)
-        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        uint32_t f, k;
-        if (i < 20) {
-            f = (b & c) | (~b & d);
-            k = 0x5A827999;
-        } else if (i < 40) {
-            f = b ^ c ^ d;
-            k = 0x6ED9EBA1;
-        } else if (i < 60) {
-            f = (b & c) | (b & d) | (c & d);
-            k = 0x8F1BBCDC;
-        } else {
-            f = b ^ c ^ d;
-            k = 0xCA62C1D6;
-        }
-        uint32_t t = rol(a, 5) + f + e + k + w[i];
-        e = d;
-        d = c;
-        c = rol(b, 30);
-        b = a;
-        a = t;
-    }
-    h[0] += a;
-    h[1] += b;
-    h[2] += c;
-    h[3] += d;
-    h[4] += e;
-}
-
-static void sha1_hex(const char *data, char out[41])
-{
-    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
-    size_t len = strlen(data), i = 0;
-    unsigned char block[64];
-    for (; i + 64 <= len; i += 64)
-        sha1_block(h, (const unsigned char *)data + i);
-    size_t rest = len - i;
-    memset(block, 0, sizeof block);
-    memcpy(block, data + i, rest);
-    block[rest] = 0x80;
-    if (rest >= 56) {
-        sha1_block(h, block);
-        memset(block, 0, sizeof block);
-    }
-    uint64_t bits = (uint64_t)len * 8;
-    for (int j = 0; j < 8; j++)
-        block[63 - j] = (unsigned char)(bits >> (8 * j));
-    sha1_block(h, block);
-    for (int j = 0; j < 5; j++)
-        snprintf(out + 8 * j, 9, "%08x", (unsigned)h[j]);
-}
-
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void compute_shas(void)
-{
+    if (wl_scripts_have_sha())
+        return;
     for (int i = 0; i < WL_SCRIPT_COUNT; i++)
-        sha1_hex(wl_scripts[i].body, wl_scripts[i].sha);
-}
-
-void wl_scripts_init(void)
-{
-    pthread_once(&scripts_once, compute_shas);
+        redisAppendCommand(ctx, "SCRIPT LOAD %s", wl_scripts[i].body);
+    char shas[WL_SCRIPT_COUNT][41];
+    bool ok = true;
+    for (int i = 0; i < WL_SCRIPT_COUNT; i++) {
+        void *reply = NULL;
+        if (redisGetReply(ctx, &reply) != REDIS_OK)
+            return; /* the connection is broken: the caller drops it */
+        redisReply *r = reply;
+        if (r->type == REDIS_REPLY_STRING && r->len == 40 && strspn(r->str, "0123456789abcdef") == 40)
+            memcpy(shas[i], r->str, 41);
+        else
+            ok = false; /* e.g. NOPERM: keep sending EVAL */
+        freeReplyObject(r);
+    }
+    if (!ok)
+        return;
+    pthread_mutex_lock(&shas_mu);
+    if (!wl_scripts_have_sha()) {
+        for (int i = 0; i < WL_SCRIPT_COUNT; i++)
+            memcpy(wl_scripts[i].sha, shas[i], 41);
+        atomic_store_explicit(&shas_ready, true, memory_order_release);
+    }
+    pthread_mutex_unlock(&shas_mu);
 }

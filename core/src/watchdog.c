@@ -150,6 +150,7 @@ static int append_chunk(redisContext *ctx, round_entry *es, size_t from, size_t 
         char nkeys[24];
         snprintf(nkeys, sizeof nkeys, "%zu", n);
         const wl_script *script = &wl_scripts[WL_SCRIPT_RENEW];
+        use_eval = use_eval || !wl_scripts_have_sha();
         argv[0] = use_eval ? "EVAL" : "EVALSHA";
         argv[1] = use_eval ? script->body : script->sha;
         argv[2] = nkeys;
