@@ -8,38 +8,6 @@
 
 #include "cli.h"
 
-/* Writes `s` as a JSON string. Bytes >= 0x80 pass through (names are
- * expected to be UTF-8); control characters are escaped. */
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"':
-            fputs("\\\"", f);
-            break;
-        case '\\':
-            fputs("\\\\", f);
-            break;
-        case '\n':
-            fputs("\\n", f);
-            break;
-        case '\r':
-            fputs("\\r", f);
-            break;
-        case '\t':
-            fputs("\\t", f);
-            break;
-        default:
-            if (*p < 0x20 || *p == 0x7f)
-                fprintf(f, "\\u%04x", *p);
-            else
-                fputc(*p, f);
-        }
-    }
-    fputc('"', f);
-}
-
 int cli_cmd_status(int argc, char **argv)
 {
     static const struct option longopts[] = {{"url", required_argument, NULL, 'u'},
@@ -93,7 +61,7 @@ int cli_cmd_status(int argc, char **argv)
 
     if (json) {
         fputs("{\"name\": ", stdout);
-        json_string(stdout, name);
+        cli_json_string(stdout, name);
         printf(", \"held\": %s, \"remaining_ms\": %lld, \"fencing_token\": %lld}\n",
                held ? "true" : "false", (long long)(held ? remaining : 0), (long long)fence);
     } else if (held) {

@@ -171,6 +171,38 @@ const char *cli_redact_url(const char *url)
     return buf;
 }
 
+/* Writes `s` as a JSON string. Bytes >= 0x80 pass through (names are
+ * expected to be UTF-8); control characters are escaped. */
+void cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"':
+            fputs("\\\"", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\r':
+            fputs("\\r", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
+        default:
+            if (*p < 0x20 || *p == 0x7f)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
 int cli_open_client(watchlock_client **out, const char *url)
 {
     int st = watchlock_client_open(out, url);

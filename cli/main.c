@@ -13,7 +13,8 @@ void cli_help_main(void)
     fputs("Usage: watchlock run [OPTIONS] NAME [--] COMMAND [ARGS...]\n"
           "       watchlock status [--url URL] [--json] NAME\n"
           "       watchlock release --force [--url URL] NAME\n"
-          "       watchlock help [run|status|release]\n"
+          "       watchlock check [--url URL] [--json]\n"
+          "       watchlock help [run|status|release|check]\n"
           "       watchlock --version\n"
           "\n"
           "Run COMMAND while holding the Redis lock NAME, like flock(1) for a fleet of\n"
@@ -24,6 +25,8 @@ void cli_help_main(void)
           "  run      run COMMAND while holding NAME; exit with COMMAND's status\n"
           "  status   show whether NAME is held, its remaining lease and fencing token\n"
           "  release  admin: free NAME whoever holds it (needs --force)\n"
+          "  check    report Redis settings that break lock safety (eviction,\n"
+          "           persistence, replicas, ACL); exit 1 when there are any\n"
           "  help     show help for a command\n"
           "\n"
           "The Redis server comes from --url, else $WATCHLOCK_URL, else\n"
@@ -35,12 +38,14 @@ void cli_help_main(void)
           "75 lock not obtained within --wait; 76 Redis answered with an error (e.g.\n"
           "WRONGTYPE: the lock's key holds another type); 77 denied by the Redis ACL;\n"
           "79 lock lost while COMMAND ran; 126 COMMAND not executable; 127 COMMAND not\n"
-          "found.\n"
+          "found; 1 from check: the server has settings that break lock safety.\n"
           "\n"
           "Examples:\n"
           "  # crontab on every host: the backup runs on one host at a time\n"
           "  0 3 * * * watchlock run --wait 0 --quiet nightly-backup -- /usr/local/bin/backup\n"
           "  watchlock status nightly-backup\n"
+          "  # once per server: settings that would break the locks\n"
+          "  watchlock check\n"
           "\n"
           "See 'watchlock help run' and watchlock(1).\n",
           stdout);
@@ -158,6 +163,8 @@ static int cmd_help(int argc, char **argv)
         cli_help_status();
     else if (strcmp(topic, "release") == 0)
         cli_help_release();
+    else if (strcmp(topic, "check") == 0)
+        cli_help_check();
     else if (strcmp(topic, "help") == 0)
         cli_help_main();
     else
@@ -168,7 +175,7 @@ static int cmd_help(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        return cli_usage_error(NULL, "missing command: run, status, release or help");
+        return cli_usage_error(NULL, "missing command: run, status, release, check or help");
 
     const char *cmd = argv[1];
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
@@ -188,6 +195,8 @@ int main(int argc, char **argv)
         return cli_cmd_status(argc - 1, argv + 1);
     if (strcmp(cmd, "release") == 0)
         return cli_cmd_release(argc - 1, argv + 1);
+    if (strcmp(cmd, "check") == 0)
+        return cli_cmd_check(argc - 1, argv + 1);
     if (cmd[0] == '-')
         return cli_usage_error(NULL, "unknown option '%s'; options go after the command name",
                                cmd);
