@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""History checker of the fault-injection suite (tests/faults).
+
+Input: the merged events of every worker's history file (JSON lines, see
+worker.c for the events), the runner's fault events, and the resource's final
+state (counter per lock name, the fenced-write log in the resource's order).
+All times are CLOCK_MONOTONIC nanoseconds of this machine.
+
+A *hold* is one acquire of one worker: key (w, hold). Its interval starts
+when acquire returned ("acquired") and ends at the end of its last access to
+the resource ("act": GET, SET, or a fenced write the resource accepted; a
+write the fence rejected had no effect). An access whose reply never came
+(the process died, the connection failed) counts until the last sign of
+life of that process.
+
+What it reports, per lock name:
+
+* violations: two holds H1, H2 with start(H1) < start(H2) < end(H1): H1 was
+  still working on the resource after H2 began. ``told_before`` says
+  whether H1 had been told of its loss by then (acting after being told is
+  worse, and is also listed in ``acted_after_told``).
+* acted_after_told: accesses started after the holder was told of the loss.
+* lost updates: the counter is incremented by GET then SET value+1. The
+  final counter must equal the number of increments recorded as done, plus
+  at most the increments in doubt (sent, reply never seen); a value written
+  twice by done increments is a lost update as well.
+* stale fenced writes accepted: recomputed from the resource's own log (an
+  accepted write whose token is below the highest accepted before it).
+  Rejected ones are the stale writes the fence stopped.
+* fence order: fencing tokens must increase with the holds' start times.
+* losses: every hold that was lost (told, found lost at release, or taken
+  over before it released) with the next hold on the same name:
+  - running holder: told_before = told < the next hold's acquire on the
+    server (the fencing token is the server's clock in microseconds at
+    acquire, converted with the worker's realtime-monotonic offset; when a
+    token is not a time, the next holder's acquire return is used).
+    margin_ms = server acquire - told (> 0: told first).
+  - frozen holder (SIGSTOP covering the takeover): it cannot be told while
+    stopped; told_after_resume_ms is reported instead, and acting before
+    learning is caught as a violation.
+  - killed holder (SIGKILL): takeover_ms = next acquire - kill.
+
+Usage as a program: ``checker.py DIR`` reads DIR/*.jsonl and DIR/resource.json
+(written by tests/faults/run) and prints the report; exit 1 when it finds a
+violation, lost update, stale fenced write accepted or a loss told late.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+import sys
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+NS = 1_000_000  # ns per ms
+
+
+def ms(ns: Optional[float]) -> Optional[float]:
+    return None if ns is None else round(ns / NS, 3)
+
+
+class Hold:
+    __slots__ = ("w", "hold", "lock", "lang", "start", "t_call", "fence", "srv_start", "ops", "told",
+                 "told_how", "told_reason", "release_call", "release_result", "cli_exit", "pid",
+                 "ppid", "in_doubt", "end", "events")
+
+    def __init__(self, w: str, hold: int):
+        self.w, self.hold = w, hold
+        self.lock: Optional[str] = None
+        self.lang: Optional[str] = None
+        self.start: Optional[int] = None
+        self.t_call: Optional[int] = None
+        self.fence: Optional[int] = None
+        self.srv_start: Optional[int] = None
+        self.ops: List[dict] = []          # completed accesses: op, t0, t1, ...
+        self.in_doubt: List[dict] = []     # op_begin without op_end
+        self.told: Optional[int] = None
+        self.told_how: Optional[str] = None
+        self.told_reason: Optional[str] = None
+        self.release_call: Optional[int] = None
+        self.release_result: Optional[str] = None
+        self.cli_exit: Optional[int] = None
+        self.pid: Optional[int] = None
+        self.ppid: Optional[int] = None
+        self.end: Optional[int] = None
+        self.events = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.w}:{self.hold}"
+
+    def tell(self, t: int, how: str, reason: Optional[str]) -> None:
+        if self.told is None or t < self.told:
+            self.told, self.told_how, self.told_reason = t, how, reason
+
+
+def _fault_events(events: Iterable[dict]) -> List[dict]:
+    return [e for e in events if e.get("ev") == "fault"]
+
+
+def build_holds(events: List[dict]) -> Tuple[Dict[Tuple[str, int], Hold], Dict[str, dict]]:
+    """Groups events into holds. Returns (holds, workers) where workers maps
+    w -> {"rt_off", "lang", "last_t"}."""
+    workers: Dict[str, dict] = {}
+    holds: Dict[Tuple[str, int], Hold] = {}
+    begins: Dict[Tuple[str, int], Dict[Tuple[str, int], dict]] = {}
+    for e in sorted(events, key=lambda e: e.get("t", 0)):
+        w = e.get("w")
+        if w is None or w == "runner":
+            continue
+        info = workers.setdefault(w, {"rt_off": None, "lang": None, "last_t": 0})
+        t = e.get("t", 0)
+        info["last_t"] = max(info["last_t"], t)
+        ev = e.get("ev")
+        if ev == "start":
+            info["rt_off"] = e.get("rt_off")
+            info["lang"] = e.get("lang")
+            continue
+        if "hold" not in e or not isinstance(e["hold"], int) or e["hold"] <= 0:
+            continue
+        k = (w, e["hold"])
+        h = holds.get(k)
+        if h is None:
+            h = holds[k] = Hold(w, e["hold"])
+        h.events += 1
+        if e.get("lock") is not None and h.lock is None:
+            h.lock = e["lock"]
+        if ev == "acquired":
+            h.start, h.fence = t, e.get("fence")
+            h.t_call = e.get("t_call")
+            h.pid, h.ppid = e.get("pid"), e.get("ppid")
+        elif ev == "op":
+            h.ops.append(dict(e))
+        elif ev == "op_begin":
+            begins.setdefault(k, {})[(e["op"], e["t0"])] = dict(e)
+        elif ev == "op_end":
+            begins.get(k, {}).pop((e["op"], e["t0"]), None)
+            h.ops.append(dict(e))
+        elif ev == "op_error":
+            b = begins.get(k, {}).pop((e["op"], e["t0"]), None)
+            if b is not None:  # sent, outcome unknown: in doubt until the error was seen
+                b["t_end"] = t
+                h.in_doubt.append(b)
+        elif ev == "told":
+            h.tell(t, e.get("how", "?"), e.get("reason"))
+        elif ev == "release_call":
+            h.release_call = t
+        elif ev == "released":
+            h.release_result = e.get("result")
+        elif ev == "cli_exit":
+            h.cli_exit = e.get("code")
+            if h.release_result is None:
+                code = e.get("code")
+                h.release_result = "ok" if code == 0 else "lost" if code == 79 else f"exit {code}"
+            if e.get("code") == 79 and h.told is None:
+                h.tell(t, "exit79", "lost")
+    # Accesses still open: in doubt until the last sign of life of the process.
+    for k, open_ops in begins.items():
+        h = holds[k]
+        for b in open_ops.values():
+            b["t_end"] = max(b["t0"], workers[h.w]["last_t"])
+            h.in_doubt.append(b)
+    offs = [w["rt_off"] for w in workers.values() if w["rt_off"] is not None]
+    default_off = statistics.median(offs) if offs else None
+    for h in holds.values():
+        info = workers.get(h.w, {})
+        h.lang = info.get("lang")
+        off = info.get("rt_off") if info.get("rt_off") is not None else default_off
+        if h.fence and off is not None and h.start is not None:
+            srv = h.fence * 1000 - off
+            lo = (h.t_call if h.t_call is not None else h.start - 10_000 * NS) - 5 * NS
+            # a fencing token is the server's clock at acquire unless the
+            # counter ran ahead of it; only trust it when it falls in the
+            # acquire call (or shortly before its return)
+            if lo <= srv <= h.start + 5 * NS:
+                h.srv_start = int(srv)
+        ends = [o["t1"] for o in h.ops if not (o.get("op") == "fence" and o.get("accepted") is False)]
+        ends += [b["t_end"] for b in h.in_doubt]
+        h.end = max(ends) if ends else None
+    return holds, workers
+
+
+def _fault_on(faults: List[dict], kind: str, h: Hold) -> List[dict]:
+    out = []
+    for f in faults:
+        if f.get("kind") != kind:
+            continue
+        targets = f.get("targets") or ([f["target"]] if f.get("target") else [])
+        pids = f.get("pids") or []
+        if h.w in targets or (h.pid is not None and h.pid in pids) or (h.ppid is not None and h.ppid in pids):
+            out.append(f)
+    return out
+
+
+def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[dict]] = None) -> dict:
+    """Checks a merged history. resource: {lock: {"counter": int|None,
+    "fence_log": ["<token> <1|0> <w:hold> <max before>", ...]}}.
+    faults: the runner's fault events (default: those found in events)."""
+    if faults is None:
+        faults = _fault_events(events)
+    holds, workers = build_holds(events)
+    report: Dict[str, Any] = {"locks": {}, "violations": [], "acted_after_told": [], "lost_updates": 0,
+                              "stale_accepted": 0, "stale_rejected": 0, "fence_order_errors": [],
+                              "losses": [], "anomalies": []}
+    by_lock: Dict[str, List[Hold]] = {}
+    for h in holds.values():
+        if h.start is None:
+            if h.events and h.cli_exit not in (75, None):
+                report["anomalies"].append(f"hold {h.key}: events but no 'acquired'")
+            continue
+        by_lock.setdefault(h.lock or "?", []).append(h)
+
+    for lock, hs in sorted(by_lock.items()):
+        hs.sort(key=lambda h: (h.start, h.key))
+        lr: Dict[str, Any] = {"holds": len(hs)}
+        # -- overlaps: H1 still acting after H2 began
+        for i, h2 in enumerate(hs):
+            for h1 in hs[:i]:
+                if h1.end is not None and h1.end > h2.start:
+                    report["violations"].append({
+                        "lock": lock, "earlier": h1.key, "later": h2.key,
+                        "later_start_ms": ms(h2.start), "earlier_last_act_ms": ms(h1.end),
+                        "overlap_ms": ms(h1.end - h2.start),
+                        "told_before": h1.told is not None and h1.told <= h2.start,
+                        "earlier_told_ms": ms(h1.told)})
+        # -- accesses after being told
+        for h in hs:
+            if h.told is None:
+                continue
+            for o in h.ops + h.in_doubt:
+                if o["t0"] > h.told and not (o.get("op") == "fence" and o.get("accepted") is False):
+                    report["acted_after_told"].append({"lock": lock, "hold": h.key, "op": o.get("op"),
+                                                       "after_told_ms": ms(o["t0"] - h.told)})
+        # -- the counter
+        done = [o for h in hs for o in h.ops if o.get("op") == "set"]
+        doubt = [o for h in hs for o in h.in_doubt if o.get("op") == "set"]
+        written = [o["wrote"] for o in done]
+        dups = len(written) - len(set(written))
+        final = (resource.get(lock) or {}).get("counter")
+        lost = 0
+        if final is not None:
+            if final < len(done):
+                lost = len(done) - final
+            elif final > len(done) + len(doubt):
+                report["anomalies"].append(
+                    f"{lock}: counter {final} > {len(done)} increments done + {len(doubt)} in doubt")
+        lost = max(lost, dups)
+        report["lost_updates"] += lost
+        lr.update({"increments_done": len(done), "increments_in_doubt": len(doubt), "counter": final,
+                   "lost_updates": lost, "duplicate_values": dups})
+        # -- the fence log
+        top = None
+        acc = rej = stale_acc = 0
+        for line in (resource.get(lock) or {}).get("fence_log", []):
+            parts = line.split()
+            tok, ok = int(parts[0]), parts[1] == "1"
+            if ok:
+                acc += 1
+                if top is not None and tok < top:
+                    stale_acc += 1
+                top = tok if top is None else max(top, tok)
+            else:
+                rej += 1
+                if top is None or tok >= top:
+                    report["anomalies"].append(f"{lock}: fenced write {line!r} rejected with no higher token seen")
+        report["stale_accepted"] += stale_acc
+        report["stale_rejected"] += rej
+        lr.update({"fenced_accepted": acc, "fenced_rejected": rej, "stale_accepted": stale_acc})
+        # -- fencing tokens increase with the holds' start
+        prev = None
+        for h in hs:
+            if h.fence is None:
+                continue
+            if prev is not None and h.fence <= prev.fence:
+                report["fence_order_errors"].append({"lock": lock, "earlier": prev.key, "later": h.key,
+                                                     "earlier_fence": prev.fence, "later_fence": h.fence})
+            prev = h
+        # -- losses
+        for i, h1 in enumerate(hs):
+            h2 = next((h for h in hs[i + 1:] if h.start > h1.start), None)
+            taken_over = h2 is not None and (h1.release_call is None or
+                                             (h2.srv_start or h2.start) < h1.release_call)
+            lost = h1.told is not None or h1.release_result in ("lost",) or taken_over
+            if not lost:
+                continue
+            loss: Dict[str, Any] = {"lock": lock, "hold": h1.key, "lang": h1.lang, "told_ms": ms(h1.told),
+                                    "how": h1.told_how, "reason": h1.told_reason,
+                                    "release": h1.release_result}
+            if h2 is None:
+                loss["class"] = "no takeover"
+                report["losses"].append(loss)
+                continue
+            takeover = h2.srv_start if h2.srv_start is not None else h2.start
+            loss.update({"next": h2.key, "next_start_ms": ms(h2.start), "next_srv_start_ms": ms(h2.srv_start)})
+            kills = [f for f in _fault_on(faults, "sigkill", h1)
+                     if f["t0"] >= h1.start and (h1.release_call is None or f["t0"] <= h1.release_call)]
+            stops = [f for f in _fault_on(faults, "sigstop", h1)
+                     if f["t0"] >= h1.start and (h1.release_call is None or f["t0"] <= h1.release_call)
+                     and f["t0"] <= takeover <= f.get("t1", takeover) + 50 * NS]
+            if kills:
+                loss["class"] = "killed"
+                loss["takeover_ms"] = ms(h2.start - kills[0]["t0"])
+                loss["takeover_srv_ms"] = ms(takeover - kills[0]["t0"])
+            elif stops:
+                loss["class"] = "frozen"
+                loss["told_after_resume_ms"] = ms(h1.told - stops[0]["t1"]) if h1.told is not None else None
+            else:
+                loss["class"] = "running"
+                if h1.told is None:
+                    loss["told_before"] = False
+                    loss["margin_ms"] = None
+                else:
+                    loss["margin_ms"] = ms(takeover - h1.told)
+                    loss["margin_client_ms"] = ms(h2.start - h1.told)
+                    loss["told_before"] = h1.told < takeover
+            report["losses"].append(loss)
+        report["locks"][lock] = lr
+
+    running = [x for x in report["losses"] if x.get("class") == "running"]
+    margins = [x["margin_ms"] for x in running if x.get("margin_ms") is not None]
+    report["summary"] = {
+        "holds": sum(v["holds"] for v in report["locks"].values()),
+        "violations": len(report["violations"]),
+        "acted_after_told": len(report["acted_after_told"]),
+        "lost_updates": report["lost_updates"],
+        "stale_accepted": report["stale_accepted"],
+        "stale_rejected": report["stale_rejected"],
+        "fence_order_errors": len(report["fence_order_errors"]),
+        "losses_running": len(running),
+        "told_before": sum(1 for x in running if x.get("told_before")),
+        "margin_min_ms": min(margins) if margins else None,
+        "margin_median_ms": statistics.median(margins) if margins else None,
+        "losses_frozen": sum(1 for x in report["losses"] if x.get("class") == "frozen"),
+        "losses_killed": sum(1 for x in report["losses"] if x.get("class") == "killed"),
+        "anomalies": len(report["anomalies"]),
+    }
+    return report
+
+
+def failures(report: dict) -> List[str]:
+    """The in-contract pass criteria: what failed, in words (empty: passed)."""
+    s = report["summary"]
+    out = []
+    if s["violations"]:
+        out.append(f"{s['violations']} violation(s) of mutual exclusion")
+    if s["acted_after_told"]:
+        out.append(f"{s['acted_after_told']} access(es) after the holder was told of its loss")
+    if s["lost_updates"]:
+        out.append(f"{s['lost_updates']} lost update(s)")
+    if s["stale_accepted"]:
+        out.append(f"{s['stale_accepted']} stale fenced write(s) accepted")
+    if s["fence_order_errors"]:
+        out.append(f"{s['fence_order_errors']} fencing token(s) out of order")
+    if s["told_before"] < s["losses_running"]:
+        out.append(f"only {s['told_before']}/{s['losses_running']} losses told before the takeover")
+    if s["anomalies"]:
+        out.append(f"{s['anomalies']} anomal{'y' if s['anomalies'] == 1 else 'ies'} in the history")
+    return out
+
+
+def load_dir(path: str) -> Tuple[List[dict], Dict[str, dict]]:
+    events: List[dict] = []
+    for f in sorted(glob.glob(os.path.join(path, "*.jsonl"))):
+        with open(f) as fh:
+            for line in fh:
+                line = line.strip()
+                if line:
+                    try:
+                        events.append(json.loads(line))
+                    except ValueError:
+                        pass  # a line cut by SIGKILL
+    resource: Dict[str, dict] = {}
+    rp = os.path.join(path, "resource.json")
+    if os.path.exists(rp):
+        with open(rp) as fh:
+            resource = json.load(fh)
+    return events, resource
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 1:
+        print("usage: checker.py HISTORY_DIR", file=sys.stderr)
+        return 2
+    events, resource = load_dir(argv[0])
+    report = check(events, resource)
+    print(json.dumps(report["summary"], indent=2))
+    for v in report["violations"][:20]:
+        print("violation:", json.dumps(v))
+    for v in report["acted_after_told"][:20]:
+        print("acted after told:", json.dumps(v))
+    for a in report["anomalies"][:20]:
+        print("anomaly:", a)
+    for x in report["losses"]:
+        if x.get("class") == "running" and not x.get("told_before"):
+            print("told late:", json.dumps(x))
+    fails = failures(report)
+    for f in fails:
+        print("FAIL:", f)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

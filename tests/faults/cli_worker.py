@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The CLI worker of the fault-injection suite (tests/faults).
+
+Loops: ``watchlock run --ttl ... NAME -- python3 -S cli_job.py`` (one hold
+per run), recording "cli_spawn" (watchlock's pid) and "cli_exit" (its exit
+code: 0, 75 not obtained, 79 lost while COMMAND ran, -9 killed ...). The job
+(cli_job.py) does the resource work and records its own events into the
+same history file. watchlock runs in a session of its own, so that a fault
+can stop or kill it (and its COMMAND) as a group.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import History, die_with_parent, start_fields  # noqa: E402
+
+stop = False
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--cli", required=True)
+    p.add_argument("--job-python", default="/usr/bin/python3")
+    p.add_argument("--url", required=True)
+    p.add_argument("--resource-port", type=int, required=True)
+    p.add_argument("--fence-sha", required=True)
+    p.add_argument("--id", required=True)
+    p.add_argument("--history", required=True)
+    p.add_argument("--name", default="faults")
+    p.add_argument("--lease-ms", type=int, default=1000)
+    p.add_argument("--duration-ms", type=int, default=600000)
+    p.add_argument("--wait-ms", type=int, default=5000)
+    p.add_argument("--kill-after-ms", type=int, default=1000)
+    p.add_argument("--iters-max", type=int, default=3)
+    p.add_argument("--idle-min-ms", type=int, default=50)
+    p.add_argument("--idle-max-ms", type=int, default=300)
+    p.add_argument("--gap-max-ms", type=int, default=30)
+    p.add_argument("--seed", type=int, default=None)
+    a = p.parse_args()
+
+    die_with_parent()
+
+    def on_signal(signum, frame):
+        global stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    rng = random.Random(a.seed if a.seed is not None else os.getpid())
+    hist = History(a.history, a.id)
+    hist.emit("start", lease_ms=a.lease_ms, **start_fields("cli"))
+    end = time.monotonic() + a.duration_ms / 1000.0
+    hold = 0
+    job = os.path.join(HERE, "cli_job.py")
+    while not stop and time.monotonic() < end:
+        hold += 1
+        env = dict(os.environ, FAULTS_HOLD=str(hold), FAULTS_W=a.id, FAULTS_HISTORY=a.history,
+                   FAULTS_RESOURCE_PORT=str(a.resource_port), FAULTS_FENCE_SHA=a.fence_sha,
+                   FAULTS_NAME=a.name, FAULTS_ITERS=str(rng.randint(1, a.iters_max)),
+                   FAULTS_IDLE=",".join(str(rng.randint(a.idle_min_ms, a.idle_max_ms)) for _ in range(a.iters_max)))
+        cmd = [a.cli, "run", "--quiet", "--url", a.url, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",
+               "--kill-after", f"{a.kill_after_ms}ms", a.name, "--", a.job_python, "-S", job]
+        t = time.monotonic_ns()
+        try:
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        except OSError as e:
+            hist.emit("cli_spawn_failed", t=t, hold=hold, error=str(e))
+            time.sleep(0.1)
+            continue
+        hist.emit("cli_spawn", t=t, hold=hold, lock=a.name, pid=proc.pid)
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except InterruptedError:
+                continue
+        hist.emit("cli_exit", hold=hold, lock=a.name, pid=proc.pid, code=code)
+        if code == 75:
+            continue
+        time.sleep(rng.uniform(0, a.gap_max_ms / 1000.0))
+    hist.emit("exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

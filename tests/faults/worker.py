@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""The Python worker of the fault-injection suite (tests/faults).
+
+Same loop and events as worker.c, through the watchlock Python package:
+acquire -> "acquired" -> iterations of check / GET / SET+1 / fenced write /
+idle (common.Work) -> "release_call" -> release -> "released". A check is
+``lock.locked()``; the on_lost callback records "told" (how=callback);
+LockLostError at release records "told" (how=release) if nothing told it
+earlier. One Lock object per hold (the package's advice: a Lock per use).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import History, Redis, Work, die_with_parent, start_fields  # noqa: E402
+
+import watchlock  # noqa: E402
+
+stop = False
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--resource-port", type=int, required=True)
+    p.add_argument("--fence-sha", required=True)
+    p.add_argument("--id", required=True)
+    p.add_argument("--history", required=True)
+    p.add_argument("--name", default="faults")
+    p.add_argument("--lease-ms", type=int, default=1000)
+    p.add_argument("--renew-ms", type=int, default=0)
+    p.add_argument("--duration-ms", type=int, default=600000)
+    p.add_argument("--wait-ms", type=int, default=5000)
+    p.add_argument("--iters-max", type=int, default=3)
+    p.add_argument("--idle-min-ms", type=int, default=50)
+    p.add_argument("--idle-max-ms", type=int, default=300)
+    p.add_argument("--gap-max-ms", type=int, default=30)
+    p.add_argument("--window-ms", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None)
+    a = p.parse_args()
+
+    die_with_parent()
+
+    def on_signal(signum, frame):
+        global stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    rng = random.Random(a.seed if a.seed is not None else os.getpid())
+    hist = History(a.history, a.id)
+    hist.emit("start", lease_ms=a.lease_ms, **start_fields("python"))
+    client = None
+    for _ in range(50):
+        try:
+            client = watchlock.Client(a.url)
+            break
+        except watchlock.Error:
+            time.sleep(0.1)
+    if client is None:
+        hist.emit("exit", error="cannot open a client")
+        return 69
+    res = Redis(a.resource_port)
+    work = Work(hist, res, a.fence_sha, a.name)
+    end = time.monotonic() + a.duration_ms / 1000.0
+    hold_no = 0
+    renew = a.renew_ms / 1000.0 if a.renew_ms else None
+
+    while not stop and time.monotonic() < end:
+        told = {"done": False}
+        cur = {"hold": 0, "fence": 0}
+
+        def on_lost(lock, reason, told=told, cur=cur):
+            t = time.monotonic_ns()
+            told["done"] = True
+            hist.emit("told", t=t, hold=cur["hold"], lock=a.name, how="callback", reason=str(reason),
+                      fence=cur["fence"])
+
+        lock = client.lock(a.name, ttl=a.lease_ms / 1000.0, renew_interval=renew, on_lost=on_lost)
+        t_call = time.monotonic_ns()
+        try:
+            ok = lock.acquire(timeout=a.wait_ms / 1000.0)
+        except watchlock.Error as e:
+            hist.emit("acquire_failed", lock=a.name, t_call=t_call, status=type(e).__name__, detail=str(e))
+            time.sleep(rng.uniform(0.01, 0.06))
+            continue
+        t = time.monotonic_ns()
+        if not ok:
+            hist.emit("acquire_failed", t=t, lock=a.name, t_call=t_call, status="timeout", detail="")
+            continue
+        hold_no += 1
+        fence = lock.fencing_token
+        cur["hold"], cur["fence"] = hold_no, fence
+        hist.emit("acquired", t=t, hold=hold_no, lock=a.name, t_call=t_call, fence=fence,
+                  remaining_ms=int(lock.remaining * 1000), pid=os.getpid())
+
+        def check(lock=lock, hold=hold_no, fence=fence):
+            if lock.locked():
+                return True
+            hist.emit("told", hold=hold, lock=a.name, how="check",
+                      reason=str(lock.lost_reason) if lock.lost else "not held", fence=fence)
+            return False
+
+        iters = rng.randint(1, a.iters_max)
+        for k in range(iters):
+            if stop:
+                break
+            if not work.once(hold_no, fence, check, rng.randint(a.idle_min_ms, a.idle_max_ms),
+                             a.window_ms, last=k == iters - 1):
+                break
+        hist.emit("release_call", hold=hold_no, lock=a.name, held=lock.locked())
+        result, status, detail = "ok", "", ""
+        try:
+            lock.release()
+        except watchlock.LockLostError as e:
+            result, status, detail = "lost", type(e).__name__, str(e)
+        except watchlock.LockNotOwnedError as e:
+            result, status, detail = "lost", type(e).__name__, str(e)
+        except watchlock.Error as e:
+            result, status, detail = "error", type(e).__name__, str(e)
+        t = time.monotonic_ns()
+        hist.emit("released", t=t, hold=hold_no, lock=a.name, result=result, status=status, detail=detail)
+        if result == "lost" and not told["done"]:
+            hist.emit("told", t=t, hold=hold_no, lock=a.name, how="release",
+                      reason=str(lock.lost_reason), fence=fence)
+        del lock
+        time.sleep(rng.uniform(0, a.gap_max_ms / 1000.0))
+
+    client.close()
+    res.close()
+    hist.emit("exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
