@@ -80,7 +80,8 @@ int wl_reply_error(const wl_server *srv, const redisReply *reply, const char *wh
      * @user_script:N.": not for people. */
     const char *tail = strstr(s, " script: ");
     int len = tail ? (int)(tail - s) : (int)strlen(s);
-    if (strncmp(s, "NOPERM", 6) == 0)
+    /* Inside a script, Redis 6 and 7.0 word an ACL denial as an ERR. */
+    if (strncmp(s, "NOPERM", 6) == 0 || strstr(s, "The user executing the script can't") != NULL)
         return wl_fail(WATCHLOCK_EPERM, "%s: denied by the server's ACL: %.*s (%s)", what, len, s, srv->ep.label);
     if (strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 ||
         strncasecmp(s, "ERR invalid password", 20) == 0 || strncmp(s, "ERR AUTH", 8) == 0 ||
