@@ -7,7 +7,8 @@
  *   - lock names (const void *name, size_t name_len) take str (UTF-8) or bytes;
  *   - output pointers are not arguments but extra return values, after the
  *     status: `status, client = client_open(url)`,
- *     `status, held, remaining_ms, fence = client_inspect(client, name)`;
+ *     `status, held, remaining_ms, fence = client_inspect(client, name)`,
+ *     `status, report = client_check(client)`;
  *   - int64_t/uint64_t are Python ints; handles are opaque pointer objects
  *     whose lifetime the hand-written layer (python/watchlock/) manages.
  * Status codes are returned, never raised: the Python layer maps them to
@@ -44,6 +45,11 @@
 %nothread watchlock_lock_id;
 %nothread watchlock_parse_duration;
 %nothread watchlock_client_stat;
+%nothread watchlock_report_count;
+%nothread watchlock_report_code;
+%nothread watchlock_report_message;
+%nothread watchlock_report_free;
+%nothread watchlock_check_name;
 
 /* ---- binary-safe lock names: str (encoded as UTF-8) or bytes ------------- */
 %typemap(in) (const void *name, size_t name_len) {
@@ -83,6 +89,9 @@
 %enddef
 WL_OUT_HANDLE(watchlock_client)
 WL_OUT_HANDLE(watchlock_lock)
+/* A check's report: read with report_count/_code/_message, then report_free
+ * (the Python layer copies it into a list and frees it at once). */
+WL_OUT_HANDLE(watchlock_report)
 
 /* ---- output integers: returned after the status -------------------------- */
 %define WL_OUT_INT(CTYPE, NAME, CONVERT)

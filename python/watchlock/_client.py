@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import enum
 import functools
 import inspect
 import logging
@@ -9,7 +10,7 @@ import os
 import re
 import threading
 import weakref
-from typing import Any, Callable, Dict, NamedTuple, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, TypeVar, Union
 
 from . import _native, _util
 from ._lock import Lock, OnLost
@@ -37,6 +38,32 @@ class LockInfo(NamedTuple):
     held: bool                   #: some owner holds it
     remaining: Optional[float]   #: seconds of lease left (0 when free, None when held with no expiry)
     fencing_token: int           #: last fencing token issued for the name (0 when none remembered)
+
+
+class CheckCode(str, enum.Enum):
+    """What a :class:`CheckFinding` is about. A str: compares equal to its
+    name ("eviction", ...), the same names as ``watchlock check`` prints."""
+
+    EVICTION = "eviction"              #: maxmemory-policy is not noeviction: lock keys can be evicted
+    NO_PERSISTENCE = "no_persistence"  #: no AOF and no RDB: a restart forgets every lock
+    FSYNC = "fsync"                    #: AOF without appendfsync always: a crash may lose the last second
+    ACL_COMMANDS = "acl_commands"      #: the ACL user may not run EVALSHA/EVAL or a command the scripts call
+    ACL_KEYS = "acl_keys"              #: the ACL user may not read and write keys watchlock:*
+    ACL_CHANNELS = "acl_channels"      #: the ACL user may not SUBSCRIBE/PUBLISH watchlock:*: no wake-ups
+    REPLICAS = "replicas"              #: connected replicas but min-replicas-to-write is 0
+    SNAPSHOT_ONLY = "snapshot_only"    #: RDB only: a restart forgets the locks since the last snapshot
+    REPLICA_ROLE = "replica_role"      #: the server is a replica: locks cannot be taken there
+    UNCHECKED = "unchecked"            #: CONFIG GET or INFO denied: those settings were not checked
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class CheckFinding(NamedTuple):
+    """One problem :meth:`Client.check` found with the server."""
+
+    code: Union[CheckCode, str]  #: a CheckCode (a plain str for codes newer than this package)
+    message: str                 #: one line for people: what is set, what it breaks, what to change
 
 
 class Client:
@@ -138,6 +165,28 @@ class Client:
         if st != OK:
             _util.raise_status(st, f"cannot force-release lock {fmt_name(name)}", name)
         return bool(released)
+
+    def check(self) -> List[CheckFinding]:
+        """The server settings and ACL permissions that break lock safety
+        (eviction, persistence, replicas, commands, keys, channels); an empty
+        list when there is nothing to warn about. Changes nothing on the
+        server. Raises ConnectionError when it cannot be asked at all."""
+        st, report = _native.client_check(self._handle())
+        if st != OK:
+            _util.raise_status(st, f"cannot check the server at {self._url}")
+        try:
+            findings = []
+            for i in range(_native.report_count(report)):
+                name = _native.check_name(_native.report_code(report, i))
+                code: Union[CheckCode, str]
+                try:
+                    code = CheckCode(name)
+                except ValueError:
+                    code = name
+                findings.append(CheckFinding(code, _native.report_message(report, i)))
+            return findings
+        finally:
+            _native.report_free(report)
 
     def stats(self) -> Dict[str, int]:
         """Watchdog counters: held_locks, renew_rounds, renew_roundtrips, renewals, watchdog_cpu_us."""
