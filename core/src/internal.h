@@ -308,6 +308,13 @@ typedef struct wl_write {
     int64_t sent;     /* when it was sent (CLOCK_MONOTONIC us) */
 } wl_write;
 enum { WL_WRITE_OK = 1, WL_WRITE_NOT_OWNER = 0, WL_WRITE_STALE = 2, WL_WRITE_FAILED = -1 };
+/* What script replies mean (replies.c): pure functions that never read past
+ * a reply's end, whatever its shape (tests/fuzz/fuzz_reply.c feeds them).
+ * wl_reply_acquire: {1, fence} acquired or {0, pttl} held by another owner;
+ * false for any other shape. wl_reply_renew: entry i of the renew script's
+ * reply for n holds, as WL_WRITE_*; FAILED for any other shape or value. */
+bool wl_reply_acquire(const redisReply *r, bool *acquired, int64_t *value);
+int wl_reply_renew(const redisReply *r, size_t n, size_t i);
 void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w);
 /* Returns true when the hold is still HELD afterwards. Lost holds are
  * reported through wl_lose (fire = callbacks and events). */

@@ -376,13 +376,13 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         pthread_mutex_unlock(&l->io_mu);
         return rc;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+    bool acquired;
+    int64_t value;
+    if (!wl_reply_acquire(r, &acquired, &value)) {
         freeReplyObject(r);
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
     }
-    bool acquired = wl_reply_i64(r->element[0]) == 1;
-    int64_t value = wl_reply_i64(r->element[1]);
     freeReplyObject(r);
     if (!acquired) {
         *pttl_ms = value;
@@ -745,8 +745,7 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 4, argv, lens, &r, what);
     int result = WL_WRITE_FAILED;
     if (rc == WATCHLOCK_OK) {
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1)
-            result = (int)wl_reply_i64(r->element[0]);
+        result = wl_reply_renew(r, 1, 0);
         freeReplyObject(r);
         if (result == WL_WRITE_FAILED)
             rc = wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);

@@ -197,18 +197,13 @@ static bool send_pipeline(redisContext *ctx, round_entry *es, size_t n, bool use
             return false;
         redisReply *r = reply;
         bool noscript = !use_eval && wl_reply_is_noscript(r);
-        bool well_formed = r->type == REDIS_REPLY_ARRAY && r->elements == to - from;
         for (size_t i = from; i < to; i++) {
             es[i].need_eval = noscript;
             if (noscript)
                 continue;
             /* An unexpected reply (an error for the whole script, such as
              * OOM) says nothing about ownership: retry until the deadline. */
-            const redisReply *one = well_formed ? r->element[i - from] : NULL;
-            es[i].result = one == NULL || one->type != REDIS_REPLY_INTEGER ? WL_WRITE_FAILED
-                           : one->integer == WL_WRITE_OK                   ? WL_WRITE_OK
-                           : one->integer == WL_WRITE_STALE                ? WL_WRITE_STALE
-                                                                           : WL_WRITE_NOT_OWNER;
+            es[i].result = wl_reply_renew(r, to - from, i - from);
         }
         freeReplyObject(r);
     }
