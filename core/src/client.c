@@ -179,15 +179,6 @@ int wl_check_name(const void *name, size_t len)
     return WATCHLOCK_OK;
 }
 
-int64_t wl_reply_i64(const redisReply *r)
-{
-    if (r->type == REDIS_REPLY_INTEGER)
-        return r->integer;
-    if (r->type == REDIS_REPLY_STRING)
-        return strtoll(r->str, NULL, 10);
-    return 0;
-}
-
 /* Runs an admin script on a name's keys: inspect gets (lock, fence),
  * force-release gets (lock) and the channel as its argument. */
 static int run_admin_script(watchlock_client *c, const void *name, size_t name_len, int script, const char *what,

@@ -7,6 +7,17 @@
  */
 #include "internal.h"
 
+#include <stdlib.h>
+
+int64_t wl_reply_i64(const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return 0;
+}
+
 bool wl_reply_acquire(const redisReply *r, bool *acquired, int64_t *value)
 {
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
