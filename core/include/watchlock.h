@@ -440,6 +440,108 @@ WATCHLOCK_API void watchlock_report_free(watchlock_report *report);
  * Never NULL. */
 WATCHLOCK_API const char *watchlock_check_name(int code);
 
+/* ---- owner info and listing ------------------------------------------------- */
+
+/*
+ * Who holds a lock. A handle with an owner label records, at each acquire,
+ * the label with this host's name (gethostname) and this process's pid
+ * (getpid at the time of the acquire) in a key of its own,
+ * watchlock:{NAME}:owner (docs/design.md, "Redis data model"), so that
+ * others can see who holds the lock (watchlock_client_inspect_owner(),
+ * watchlock_client_list(), `watchlock status`). The record names the hold
+ * it belongs to: a later hold of the name (by a handle without a label,
+ * say) never shows an earlier hold's owner. It expires with the fencing
+ * counter (max(2 x lease, 1 day) after the acquire); renewals do not
+ * refresh it, so a hold longer than that shows no owner.
+ *
+ * label: any text of at most WATCHLOCK_MAX_LABEL bytes (a command line, a
+ * job id; "" records host and pid only); copied. NULL (the default) records
+ * nothing: the acquire then writes no more than without this feature.
+ * Takes effect at the next acquire. Thread-safe.
+ * Errors: EINVAL (NULL lock, label too long), ENOMEM, ECLOSED, EFORKED.
+ */
+#define WATCHLOCK_MAX_LABEL 1024
+WATCHLOCK_API int watchlock_lock_set_owner_label(watchlock_lock *lock, const char *label);
+
+/* An owner record: host, pid and label of a holder. Immutable: may be read
+ * from any number of threads at once. */
+typedef struct watchlock_owner watchlock_owner;
+
+/*
+ * Admin: watchlock_client_inspect() and the owner of the current hold, in
+ * one round trip. *out is the owner record of the hold that now holds
+ * `name`, or NULL when the lock is free or its holder recorded no owner
+ * (no label set, or the record expired); free it with
+ * watchlock_owner_free(). *held is 1 when some owner holds the lock;
+ * *remaining_ms its lease left (-1 when held with no expiry, 0 when free);
+ * *fence the last fencing token issued for the name (0 when none is
+ * remembered). held, remaining_ms and fence may be NULL.
+ * Errors: EINVAL, ECONN, EAUTH, EPERM, ESERVER, ECLOSED, EFORKED, ENOMEM
+ * (*out is NULL). Blocking (one round trip). Thread-safe.
+ */
+WATCHLOCK_API int watchlock_client_inspect_owner(watchlock_owner **out, int *held,
+                                                 int64_t *remaining_ms, int64_t *fence,
+                                                 watchlock_client *client, const void *name,
+                                                 size_t name_len);
+
+/* The holder's host name as it recorded it; *len (may be NULL) gets its
+ * length. Borrowed: valid while the owner record lives; followed by a NUL.
+ * "" for NULL. */
+WATCHLOCK_API const char *watchlock_owner_host(const watchlock_owner *owner, size_t *len);
+/* The holder's process id at the time of its acquire (0 for NULL). */
+WATCHLOCK_API int64_t watchlock_owner_pid(const watchlock_owner *owner);
+/* The holder's label (watchlock_lock_set_owner_label); *len (may be NULL)
+ * gets its length. Borrowed, as watchlock_owner_host(). "" for NULL. */
+WATCHLOCK_API const char *watchlock_owner_label(const watchlock_owner *owner, size_t *len);
+/* Frees an owner record from watchlock_client_inspect_owner(). Not for the
+ * records a lock list lends. NULL is accepted. */
+WATCHLOCK_API void watchlock_owner_free(watchlock_owner *owner);
+
+/* The locks held on a server, from watchlock_client_list(). Immutable: may
+ * be read from any number of threads at once. */
+typedef struct watchlock_lock_list watchlock_lock_list;
+
+/*
+ * Admin: the locks now held whose names match `pattern`, with their
+ * remaining lease, last fencing token and owner (when recorded), sorted by
+ * name (bytewise). The pattern is a glob on names, as Redis's MATCH: `*`
+ * any bytes, `?` one byte, `[abc]`, `[^a-z]`, and `\` makes the next byte
+ * literal; every other byte (NUL included) stands for itself. NULL or an
+ * empty pattern matches every name. Found with SCAN (never KEYS), one
+ * pipelined round trip per SCAN page: the list is not a snapshot (a lock
+ * taken or released meanwhile may or may not be in it) and a big database
+ * takes many round trips. Keys that are not lock keys of this library
+ * (another suffix, a value of another type) are skipped.
+ * On success *out is the list (maybe empty); free it with
+ * watchlock_lock_list_free(). On failure *out is NULL.
+ * Errors: EINVAL (NULL out or client, pattern longer than
+ * WATCHLOCK_MAX_NAME), ECONN, EAUTH, EPERM, ESERVER, ECLOSED, EFORKED,
+ * ENOMEM. Blocking. Thread-safe.
+ */
+WATCHLOCK_API int watchlock_client_list(watchlock_lock_list **out, watchlock_client *client,
+                                        const void *pattern, size_t pattern_len);
+
+/* Number of locks in the list (0 for NULL). */
+WATCHLOCK_API size_t watchlock_lock_list_count(const watchlock_lock_list *list);
+/* Name of lock i (binary-safe); *len (may be NULL) gets its length.
+ * Borrowed: valid until watchlock_lock_list_free(); followed by a NUL.
+ * NULL for NULL or i out of range. */
+WATCHLOCK_API const char *watchlock_lock_list_name(const watchlock_lock_list *list, size_t i,
+                                                   size_t *len);
+/* Lease left of lock i in ms when it was listed (-1: no expiry; 0 for NULL
+ * or i out of range). */
+WATCHLOCK_API int64_t watchlock_lock_list_remaining_ms(const watchlock_lock_list *list,
+                                                       size_t i);
+/* Last fencing token issued for lock i's name (0: none remembered). */
+WATCHLOCK_API int64_t watchlock_lock_list_fence(const watchlock_lock_list *list, size_t i);
+/* Owner record of lock i's current hold, NULL when none is recorded.
+ * Borrowed: valid until watchlock_lock_list_free(); never pass it to
+ * watchlock_owner_free(). */
+WATCHLOCK_API const watchlock_owner *watchlock_lock_list_owner(const watchlock_lock_list *list,
+                                                               size_t i);
+/* Frees the list and the owner records it lends. NULL is accepted. */
+WATCHLOCK_API void watchlock_lock_list_free(watchlock_lock_list *list);
+
 #ifdef __cplusplus
 }
 #endif

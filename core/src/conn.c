@@ -202,7 +202,7 @@ void wl_server_put(wl_server *srv, redisContext *ctx)
 int wl_append_script(redisContext *ctx, int script, bool use_body, int nkeys, int nargs, const char *const *argv,
                      const size_t *argvlen)
 {
-    enum { MAX_ARGS = 8 };
+    enum { MAX_ARGS = 12 }; /* the acquire script with an owner record takes 9 */
     const char *av[3 + MAX_ARGS];
     size_t al[3 + MAX_ARGS];
     char nk[8];

@@ -74,10 +74,18 @@ typedef struct wl_keys {
     size_t fence_len;
     char *channel; /* watchlock:{<escaped name>}:released */
     size_t channel_len;
+    char *owner; /* watchlock:{<escaped name>}:owner (admin.c) */
+    size_t owner_len;
 } wl_keys;
 
 int wl_keys_make(wl_keys *keys, const void *name, size_t name_len);
 void wl_keys_clear(wl_keys *keys);
+/* The name whose lock key is `key`, into out (at most key_len bytes); -1
+ * when `key` is not a lock key this mapping makes (another suffix, a
+ * stray '}', an escape it never writes). */
+int wl_name_from_lock_key(const char *key, size_t key_len, char *out, size_t *out_len);
+/* Appends the escaped form of one name byte to out (1 or 3 bytes); returns its length. */
+size_t wl_escape_byte(unsigned char ch, char *out);
 
 /* ---- scripts (scripts.c) ---- */
 enum {
@@ -86,6 +94,7 @@ enum {
     WL_SCRIPT_RENEW, /* n holds at once: the watchdog's batches and extend (n = 1) */
     WL_SCRIPT_FORCE_RELEASE,
     WL_SCRIPT_INSPECT,
+    WL_SCRIPT_INSPECT_OWNER, /* admin.c: inspect_owner and list */
     WL_SCRIPT_COUNT
 };
 typedef struct wl_script {
@@ -269,6 +278,9 @@ struct watchlock_lock {
     wl_sub_entry *wait_entry;
     uint64_t wait_gen;
     int64_t wait_until_us;
+    /* owner record (watchlock_lock_set_owner_label), guarded by client->mu:
+     * NULL = none is written at acquire */
+    char *owner_label;
 };
 
 /* Checks shared by every entry point: NULL, forked, closed. */

@@ -5,8 +5,12 @@
  * the hash tag early) nor a bare '%': '%' -> "%25", '{' -> "%7B",
  * '}' -> "%7D"; every other byte, NUL included, is kept. The escaped name
  * is the whole hash tag, so all of a name's keys share one Cluster slot, and
- * since the tag has no '}', the suffix after it (":fence", ":released") is
- * unambiguous: no name's lock key can equal another name's fence key.
+ * since the tag has no '}', the suffix after it (":fence", ":released",
+ * ":owner") is unambiguous: no name's lock key can equal another name's
+ * fence key. The same argument makes the mapping invertible on lock keys
+ * (wl_name_from_lock_key, for listing): a key that starts with the prefix,
+ * ends with the tag's '}' and has no other brace is some name's lock key,
+ * and only one name's.
  */
 #include "internal.h"
 
@@ -31,6 +35,16 @@ static char *make_key(const char *esc, size_t esc_len, const char *suffix, size_
     return key;
 }
 
+size_t wl_escape_byte(unsigned char ch, char *out)
+{
+    switch (ch) {
+    case '%': memcpy(out, "%25", 3); return 3;
+    case '{': memcpy(out, "%7B", 3); return 3;
+    case '}': memcpy(out, "%7D", 3); return 3;
+    default: out[0] = (char)ch; return 1;
+    }
+}
+
 int wl_keys_make(wl_keys *keys, const void *name, size_t name_len)
 {
     memset(keys, 0, sizeof *keys);
@@ -39,19 +53,14 @@ int wl_keys_make(wl_keys *keys, const void *name, size_t name_len)
     if (esc == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     size_t n = 0;
-    for (size_t i = 0; i < name_len; i++) {
-        switch (p[i]) {
-        case '%': memcpy(esc + n, "%25", 3); n += 3; break;
-        case '{': memcpy(esc + n, "%7B", 3); n += 3; break;
-        case '}': memcpy(esc + n, "%7D", 3); n += 3; break;
-        default: esc[n++] = (char)p[i];
-        }
-    }
+    for (size_t i = 0; i < name_len; i++)
+        n += wl_escape_byte(p[i], esc + n);
     keys->lock = make_key(esc, n, "", &keys->lock_len);
     keys->fence = make_key(esc, n, ":fence", &keys->fence_len);
     keys->channel = make_key(esc, n, ":released", &keys->channel_len);
+    keys->owner = make_key(esc, n, ":owner", &keys->owner_len);
     free(esc);
-    if (keys->lock == NULL || keys->fence == NULL || keys->channel == NULL) {
+    if (keys->lock == NULL || keys->fence == NULL || keys->channel == NULL || keys->owner == NULL) {
         wl_keys_clear(keys);
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
@@ -63,5 +72,35 @@ void wl_keys_clear(wl_keys *keys)
     free(keys->lock);
     free(keys->fence);
     free(keys->channel);
+    free(keys->owner);
     memset(keys, 0, sizeof *keys);
+}
+
+int wl_name_from_lock_key(const char *key, size_t key_len, char *out, size_t *out_len)
+{
+    size_t pre = sizeof prefix - 1;
+    if (key_len < pre + 2 || memcmp(key, prefix, pre) != 0 || key[key_len - 1] != '}')
+        return -1;
+    size_t n = 0;
+    for (size_t i = pre; i < key_len - 1; i++) {
+        char ch = key[i];
+        if (ch == '{' || ch == '}')
+            return -1;
+        if (ch == '%') {
+            if (i + 2 >= key_len - 1)
+                return -1;
+            if (key[i + 1] == '2' && key[i + 2] == '5')
+                ch = '%';
+            else if (key[i + 1] == '7' && key[i + 2] == 'B')
+                ch = '{';
+            else if (key[i + 1] == '7' && key[i + 2] == 'D')
+                ch = '}';
+            else
+                return -1;
+            i += 2;
+        }
+        out[n++] = ch;
+    }
+    *out_len = n;
+    return 0;
 }

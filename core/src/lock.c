@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_LEASE_MS 30000
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
@@ -102,6 +103,7 @@ void wl_lock_unref(watchlock_lock *l)
     pthread_mutex_destroy(&l->io_mu);
     wl_keys_clear(&l->keys);
     free(l->name);
+    free(l->owner_label);
     free(l);
     wl_client_unref(c);
 }
@@ -211,6 +213,72 @@ int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *us
         l->on_lost = fn;
         l->on_lost_data = userdata;
     });
+}
+
+/* ---- owner record (written by acquire, read by admin.c) ---- */
+
+int watchlock_lock_set_owner_label(watchlock_lock *l, const char *label)
+{
+    size_t len = label != NULL ? strnlen(label, WATCHLOCK_MAX_LABEL + 1) : 0;
+    if (l != NULL && len > WATCHLOCK_MAX_LABEL)
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: owner label is longer than %d bytes", l->quoted,
+                       WATCHLOCK_MAX_LABEL);
+    int rc = wl_check_lock(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    char *copy = NULL;
+    if (label != NULL) {
+        if ((copy = malloc(len + 1)) == NULL)
+            return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+        memcpy(copy, label, len + 1);
+    }
+    pthread_mutex_lock(&l->client->mu);
+    char *old = l->owner_label;
+    l->owner_label = copy;
+    pthread_mutex_unlock(&l->client->mu);
+    free(old);
+    return WATCHLOCK_OK;
+}
+
+/* The owner record's fields for one acquire: the label as set when the
+ * attempt began, this host's name and this process's pid. */
+typedef struct owner_args {
+    bool set;
+    char label[WATCHLOCK_MAX_LABEL + 1];
+    char host[256];
+    char pid[24];
+} owner_args;
+
+/* With client->mu held: copies the label (no owner record without one). */
+static void owner_args_take(const watchlock_lock *l, owner_args *o)
+{
+    o->set = l->owner_label != NULL;
+    if (o->set)
+        snprintf(o->label, sizeof o->label, "%s", l->owner_label);
+}
+
+/* Makes argv/lens (lock, fence, ident, lease, fence TTL) the acquire
+ * script's KEYS lock, fence, owner and ARGV ident, lease, fence TTL,
+ * host, pid, label. Returns the number of keys (3). */
+static int owner_args_add(const watchlock_lock *l, owner_args *o, const char **argv, size_t *lens)
+{
+    if (gethostname(o->host, sizeof o->host) != 0)
+        o->host[0] = '\0';
+    o->host[sizeof o->host - 1] = '\0';
+    snprintf(o->pid, sizeof o->pid, "%ld", (long)getpid());
+    for (int i = 4; i >= 2; i--) {
+        argv[i + 1] = argv[i];
+        lens[i + 1] = lens[i];
+    }
+    argv[2] = l->keys.owner;
+    lens[2] = l->keys.owner_len;
+    argv[6] = o->host;
+    lens[6] = strlen(o->host);
+    argv[7] = o->pid;
+    lens[7] = strlen(o->pid);
+    argv[8] = o->label;
+    lens[8] = strlen(o->label);
+    return 3;
 }
 
 /* ---- hold identity and writes (shared with the watchdog) ---- */
@@ -354,6 +422,8 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     }
     char ident[WL_IDENT_SIZE];
     size_t ident_len = wl_ident(l, 1, ident);
+    owner_args owner;
+    owner_args_take(l, &owner);
     pthread_mutex_unlock(&c->mu);
     if (drop_old) {
         redisReply *r;
@@ -365,13 +435,14 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     int64_t fence_ttl = lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS;
     snprintf(lease_s, sizeof lease_s, "%" PRId64, lease);
     snprintf(fence_ttl_s, sizeof fence_ttl_s, "%" PRId64, fence_ttl);
-    const char *argv[5] = {l->keys.lock, l->keys.fence, ident, lease_s, fence_ttl_s};
-    size_t lens[5] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    const char *argv[9] = {l->keys.lock, l->keys.fence, ident, lease_s, fence_ttl_s};
+    size_t lens[9] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    int nkeys = owner.set ? owner_args_add(l, &owner, argv, lens) : 2; /* + owner key, host, pid, label */
     char what[160];
     snprintf(what, sizeof what, "acquire %s", l->quoted);
     int64_t sent = wl_now_us();
     redisReply *r;
-    int rc = wl_run_script(&c->server, WL_SCRIPT_ACQUIRE, 2, 3, argv, lens, &r, what);
+    int rc = wl_run_script(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nkeys == 2 ? 3 : 6, argv, lens, &r, what);
     if (rc != WATCHLOCK_OK) {
         pthread_mutex_unlock(&l->io_mu);
         return rc;

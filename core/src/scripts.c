@@ -12,12 +12,17 @@
 #include <stdio.h>
 #include <string.h>
 
-/* KEYS: lock, fence. ARGV: hold identity "<token>.1", lease ms, fence ttl ms.
+/* KEYS: lock, fence[, owner]. ARGV: hold identity "<token>.1", lease ms,
+ * fence ttl ms[, host, pid, label].
  * -> {1, fence} acquired, {0, pttl} held by someone else.
  * The key already holding this very identity is a retry of an acquire
  * whose reply was lost: it counts as acquired, with a fresh fencing token
  * (never the stored one, which may be gone: tokens never repeat or go
- * back). Fence = max(counter + 1, server TIME in us). */
+ * back). Fence = max(counter + 1, server TIME in us).
+ * With the owner key (only when the handle has an owner label), the hold
+ * also writes its owner record: a hash {token = "<token>.", host, pid,
+ * label} with the fence's TTL. DEL first, so HSET cannot meet another
+ * type: nothing after the lock's SET can fail. */
 static const char acquire_lua[] =
     "local c = redis.call('GET', KEYS[2])\n"
     "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
@@ -32,6 +37,12 @@ static const char acquire_lua[] =
     "if now > n then n = now end\n"
     "local s = string.format('%.0f', n)\n"
     "redis.call('SET', KEYS[2], s, 'PX', ARGV[3])\n"
+    "if KEYS[3] then\n"
+    "  redis.call('DEL', KEYS[3])\n"
+    "  redis.call('HSET', KEYS[3], 'token', string.match(ARGV[1], '^.*%.'), 'host', ARGV[4],\n"
+    "             'pid', ARGV[5], 'label', ARGV[6])\n"
+    "  redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"
+    "end\n"
     "return {1, s}\n";
 
 /* KEYS: lock. ARGV: "<token>." (the hold, any epoch), channel.
@@ -90,12 +101,35 @@ static const char inspect_lua[] =
     "local f = redis.call('GET', KEYS[2]) or '0'\n"
     "return {redis.call('EXISTS', KEYS[1]), redis.call('PTTL', KEYS[1]), f}\n";
 
+/* KEYS: lock, fence, owner. -> {state, pttl, fence[, host, pid, label]}:
+ * state 0 no key, 1 a string (a hold), 2 a key of another type; the owner
+ * fields only when the owner record names the current hold (its token is
+ * the lock value's "<token>." prefix), so the record an earlier hold left
+ * behind is never shown. Reads only; every read that can meet another
+ * type runs under pcall. */
+static const char inspect_owner_lua[] =
+    "local v = redis.pcall('GET', KEYS[1])\n"
+    "local f = redis.pcall('GET', KEYS[2])\n"
+    "if type(f) ~= 'string' then f = '0' end\n"
+    "local s = 1\n"
+    "if type(v) ~= 'string' then s = redis.call('EXISTS', KEYS[1]) * 2 end\n"
+    "local out = {s, redis.call('PTTL', KEYS[1]), f}\n"
+    "if s == 1 then\n"
+    "  local o = redis.pcall('HMGET', KEYS[3], 'token', 'host', 'pid', 'label')\n"
+    "  if type(o) == 'table' and type(o[1]) == 'string' and #o[1] > 1 and\n"
+    "     string.sub(v, 1, #o[1]) == o[1] and o[2] and o[3] and o[4] then\n"
+    "    out[4], out[5], out[6] = o[2], o[3], o[4]\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
 wl_script wl_scripts[WL_SCRIPT_COUNT] = {
     [WL_SCRIPT_ACQUIRE] = {acquire_lua, ""},
     [WL_SCRIPT_RELEASE] = {release_lua, ""},
     [WL_SCRIPT_RENEW] = {renew_lua, ""},
     [WL_SCRIPT_FORCE_RELEASE] = {force_release_lua, ""},
     [WL_SCRIPT_INSPECT] = {inspect_lua, ""},
+    [WL_SCRIPT_INSPECT_OWNER] = {inspect_owner_lua, ""},
 };
 
 /* The scripts' SHA1s, as the server names them: learnt from SCRIPT LOAD

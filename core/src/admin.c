@@ -1,0 +1,612 @@
+/*
+ * admin.c - who holds a lock, and which locks are held: the owner record
+ * (watchlock_client_inspect_owner) and listing (watchlock_client_list).
+ *
+ * The owner record is a hash watchlock:{E}:owner {token, host, pid, label}
+ * written by the acquire script of a handle with an owner label (lock.c,
+ * scripts.c). It counts only while its token is the "<token>." prefix of
+ * the lock key's value "<token>.<epoch>": a record an earlier hold left
+ * behind (the next holder set no label) names another token and is never
+ * shown. The comparison runs inside one read-only script per name
+ * (WL_SCRIPT_INSPECT_OWNER), so the owner and the hold it is checked
+ * against are read at one instant.
+ *
+ * Listing SCANs for lock keys (never KEYS: it would block the server) and
+ * pipelines that script for every key of a SCAN page: one round trip per
+ * page, each script on one name's keys (one Cluster slot). Names are
+ * patterns on *names*, not keys: the escaping of keys.c ('%' -> %25,
+ * '{' -> %7B, '}' -> %7D) turns one name byte into three key bytes, so a
+ * name glob cannot be handed to MATCH as it is. MATCH gets a superset (the
+ * literal bytes escaped, every '?' and [class] widened to '*'), and each
+ * key's decoded name is then matched against the user's glob here, with
+ * Redis's own glob rules.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCAN_COUNT "1000"
+
+struct watchlock_owner {
+    const char *host;
+    size_t host_len;
+    int64_t pid;
+    const char *label;
+    size_t label_len;
+    char bytes[]; /* host NUL label NUL */
+};
+
+typedef struct list_entry {
+    char *name;
+    size_t name_len;
+    int64_t remaining_ms;
+    int64_t fence;
+    watchlock_owner *owner;
+} list_entry;
+
+struct watchlock_lock_list {
+    list_entry *items;
+    size_t n, cap;
+};
+
+/* ---- owner records ---- */
+
+static watchlock_owner *owner_new(const redisReply *host, const redisReply *pid, const redisReply *label)
+{
+    watchlock_owner *o = malloc(sizeof *o + host->len + 1 + label->len + 1);
+    if (o == NULL)
+        return NULL;
+    char *p = o->bytes;
+    memcpy(p, host->str, host->len);
+    p[host->len] = '\0';
+    o->host = p;
+    o->host_len = host->len;
+    p += host->len + 1;
+    memcpy(p, label->str, label->len);
+    p[label->len] = '\0';
+    o->label = p;
+    o->label_len = label->len;
+    o->pid = wl_reply_i64(pid);
+    return o;
+}
+
+/* What the inspect-owner script says about one name. */
+typedef struct inspected {
+    int state; /* 0 no key, 1 held (a string value), 2 a key of another type */
+    int64_t remaining_ms;
+    int64_t fence;
+    watchlock_owner *owner; /* NULL: none recorded for the current hold */
+} inspected;
+
+static int parse_inspected(const redisReply *r, inspected *out, const char *what)
+{
+    memset(out, 0, sizeof *out);
+    if (r->type != REDIS_REPLY_ARRAY || (r->elements != 3 && r->elements != 6))
+        return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+    out->state = (int)wl_reply_i64(r->element[0]);
+    int64_t pttl = wl_reply_i64(r->element[1]);
+    out->remaining_ms = out->state == 0 ? 0 : pttl < 0 ? -1 : pttl;
+    out->fence = wl_reply_i64(r->element[2]);
+    if (r->elements == 6) {
+        for (size_t i = 3; i < 6; i++)
+            if (r->element[i]->type != REDIS_REPLY_STRING)
+                return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected owner record from server", what);
+        out->owner = owner_new(r->element[3], r->element[4], r->element[5]);
+        if (out->owner == NULL)
+            return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    return WATCHLOCK_OK;
+}
+
+int watchlock_client_inspect_owner(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
+                                   watchlock_client *c, const void *name, size_t name_len)
+{
+    if (out == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
+    *out = NULL;
+    int rc = wl_check_client(c);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_check_name(name, name_len);
+    wl_keys keys;
+    if (rc != WATCHLOCK_OK || (rc = wl_keys_make(&keys, name, name_len)) != WATCHLOCK_OK)
+        return rc;
+    const char *argv[3] = {keys.lock, keys.fence, keys.owner};
+    size_t lens[3] = {keys.lock_len, keys.fence_len, keys.owner_len};
+    redisReply *r;
+    rc = wl_run_script(&c->server, WL_SCRIPT_INSPECT_OWNER, 3, 0, argv, lens, &r, "inspect failed");
+    wl_keys_clear(&keys);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    inspected got;
+    rc = parse_inspected(r, &got, "inspect");
+    freeReplyObject(r);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (held)
+        *held = got.state != 0;
+    if (remaining_ms)
+        *remaining_ms = got.remaining_ms;
+    if (fence)
+        *fence = got.fence;
+    *out = got.owner;
+    return WATCHLOCK_OK;
+}
+
+const char *watchlock_owner_host(const watchlock_owner *o, size_t *len)
+{
+    if (len)
+        *len = o ? o->host_len : 0;
+    return o ? o->host : "";
+}
+
+int64_t watchlock_owner_pid(const watchlock_owner *o)
+{
+    return o ? o->pid : 0;
+}
+
+const char *watchlock_owner_label(const watchlock_owner *o, size_t *len)
+{
+    if (len)
+        *len = o ? o->label_len : 0;
+    return o ? o->label : "";
+}
+
+void watchlock_owner_free(watchlock_owner *o)
+{
+    free(o);
+}
+
+/* ---- globs on names ---- */
+
+/* Redis's glob (stringmatchlen in its util.c), bounds-checked and
+ * case-sensitive. *give_up stops the retries of outer '*'s once a
+ * '*' has failed against every suffix (they could only fail too), which
+ * keeps patterns such as "*a*a*a*b" linear per '*'. */
+static bool glob_match(const unsigned char *p, size_t plen, const unsigned char *s, size_t slen, bool *give_up)
+{
+    while (plen > 0 && slen > 0) {
+        switch (p[0]) {
+        case '*':
+            while (plen > 1 && p[1] == '*') {
+                p++;
+                plen--;
+            }
+            if (plen == 1)
+                return true;
+            while (slen > 0) {
+                if (glob_match(p + 1, plen - 1, s, slen, give_up))
+                    return true;
+                if (*give_up)
+                    return false;
+                s++;
+                slen--;
+            }
+            *give_up = true;
+            return false;
+        case '?':
+            break;
+        case '[': {
+            p++;
+            plen--;
+            bool negate = plen > 0 && p[0] == '^';
+            if (negate) {
+                p++;
+                plen--;
+            }
+            bool match = false;
+            for (;;) {
+                if (plen == 0) { /* unterminated: as Redis, the class ends here */
+                    p--;
+                    plen++;
+                    break;
+                }
+                if (p[0] == '\\' && plen >= 2) {
+                    p++;
+                    plen--;
+                    match |= p[0] == s[0];
+                } else if (p[0] == ']') {
+                    break;
+                } else if (plen >= 3 && p[1] == '-') {
+                    unsigned char lo = p[0], hi = p[2];
+                    if (lo > hi) {
+                        unsigned char t = lo;
+                        lo = hi;
+                        hi = t;
+                    }
+                    match |= s[0] >= lo && s[0] <= hi;
+                    p += 2;
+                    plen -= 2;
+                } else {
+                    match |= p[0] == s[0];
+                }
+                p++;
+                plen--;
+            }
+            if (negate)
+                match = !match;
+            if (!match)
+                return false;
+            break;
+        }
+        case '\\':
+            if (plen >= 2) {
+                p++;
+                plen--;
+            }
+            /* fall through */
+        default:
+            if (p[0] != s[0])
+                return false;
+            break;
+        }
+        s++;
+        slen--;
+        p++;
+        plen--;
+        if (slen == 0) {
+            while (plen > 0 && p[0] == '*') {
+                p++;
+                plen--;
+            }
+            break;
+        }
+    }
+    return plen == 0 && slen == 0;
+}
+
+/* The MATCH pattern for SCAN: "watchlock:{" + the name glob with literal
+ * bytes escaped as keys.c escapes names and '?' / [classes] widened to
+ * '*' (one name byte may be three key bytes) + "}". Every lock key whose
+ * name matches the glob matches it; glob_match() then decides. */
+static char *key_glob(const unsigned char *p, size_t plen, size_t *out_len)
+{
+    static const char pre[] = "watchlock:{";
+    char *out = malloc(sizeof pre - 1 + plen * 3 + 2);
+    if (out == NULL)
+        return NULL;
+    size_t n = sizeof pre - 1;
+    memcpy(out, pre, n);
+    for (size_t i = 0; i < plen; i++) {
+        unsigned char ch = p[i];
+        if (ch == '*' || ch == '?' || ch == '[') {
+            if (ch == '[') { /* skip the class as glob_match reads it */
+                size_t j = i + 1;
+                if (j < plen && p[j] == '^')
+                    j++;
+                while (j < plen && p[j] != ']') {
+                    if (p[j] == '\\' && j + 1 < plen)
+                        j += 2;
+                    else if (j + 2 < plen && p[j + 1] == '-') /* a range, its end may be ']' */
+                        j += 3;
+                    else
+                        j++;
+                }
+                i = j < plen ? j : plen - 1;
+            }
+            if (n == 0 || out[n - 1] != '*' || (n >= 2 && out[n - 2] == '\\'))
+                out[n++] = '*';
+        } else if (ch == '\\' && i + 1 < plen) {
+            unsigned char next = p[++i];
+            if (next == '%' || next == '{' || next == '}') {
+                n += wl_escape_byte(next, out + n); /* "%25" etc.: no glob characters */
+            } else {
+                out[n++] = '\\';
+                out[n++] = (char)next;
+            }
+        } else if (ch == '%' || ch == '{' || ch == '}') {
+            n += wl_escape_byte(ch, out + n);
+        } else if (ch == ']' || ch == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)ch;
+        } else {
+            out[n++] = (char)ch;
+        }
+    }
+    out[n++] = '}';
+    *out_len = n;
+    return out;
+}
+
+/* ---- listing ---- */
+
+static int list_add(watchlock_lock_list *list, const char *name, size_t name_len, const inspected *got)
+{
+    if (list->n == list->cap) {
+        size_t cap = list->cap ? list->cap * 2 : 16;
+        list_entry *grown = realloc(list->items, cap * sizeof *grown);
+        if (grown == NULL)
+            return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+        list->items = grown;
+        list->cap = cap;
+    }
+    char *copy = malloc(name_len + 1);
+    if (copy == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    memcpy(copy, name, name_len);
+    copy[name_len] = '\0';
+    list->items[list->n++] = (list_entry){copy, name_len, got->remaining_ms, got->fence, got->owner};
+    return WATCHLOCK_OK;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const list_entry *x = a, *y = b;
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int d = memcmp(x->name, y->name, n);
+    if (d != 0)
+        return d;
+    return x->name_len < y->name_len ? -1 : x->name_len > y->name_len;
+}
+
+/* The keys of one SCAN page that are lock keys of matching names. */
+typedef struct page_key {
+    const char *key; /* in the SCAN reply */
+    size_t key_len;
+    char *name;
+    size_t name_len;
+    char *fence, *owner; /* the name's other keys: key + ":fence" / ":owner" */
+} page_key;
+
+static void page_keys_free(page_key *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(keys[i].name);
+        free(keys[i].fence);
+        free(keys[i].owner);
+    }
+    free(keys);
+}
+
+static char *with_suffix(const char *key, size_t len, const char *suffix)
+{
+    size_t sl = strlen(suffix);
+    char *s = malloc(len + sl + 1);
+    if (s != NULL) {
+        memcpy(s, key, len);
+        memcpy(s + len, suffix, sl + 1);
+    }
+    return s;
+}
+
+/* Runs the inspect-owner script for every key of the page, pipelined
+ * (EVALSHA; those that meet NOSCRIPT again with EVAL), and adds the held
+ * ones to the list. */
+static int inspect_page(wl_server *srv, redisContext *ctx, page_key *keys, size_t n, watchlock_lock_list *list)
+{
+    bool *again = calloc(n ? n : 1, sizeof *again);
+    if (again == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    int rc = WATCHLOCK_OK;
+    for (int use_body = 0; use_body < 2 && rc == WATCHLOCK_OK; use_body++) {
+        size_t sent = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (use_body && !again[i])
+                continue;
+            const char *argv[3] = {keys[i].key, keys[i].fence, keys[i].owner};
+            size_t lens[3] = {keys[i].key_len, keys[i].key_len + 6, keys[i].key_len + 6};
+            if (wl_append_script(ctx, WL_SCRIPT_INSPECT_OWNER, use_body, 3, 0, argv, lens) != REDIS_OK) {
+                free(again);
+                return wl_conn_error(srv, ctx, "list");
+            }
+            sent++;
+        }
+        bool retry = false;
+        for (size_t i = 0; i < n && sent > 0; i++) {
+            if (use_body && !again[i])
+                continue;
+            void *reply = NULL;
+            if (redisGetReply(ctx, &reply) != REDIS_OK) {
+                free(again);
+                return wl_conn_error(srv, ctx, "list");
+            }
+            sent--;
+            redisReply *r = reply;
+            again[i] = false;
+            if (!use_body && wl_reply_is_noscript(r)) {
+                again[i] = retry = true;
+            } else if (rc == WATCHLOCK_OK && (rc = wl_reply_error(srv, r, "list")) == WATCHLOCK_OK) {
+                inspected got;
+                rc = parse_inspected(r, &got, "list");
+                if (rc == WATCHLOCK_OK && got.state == 1) {
+                    rc = list_add(list, keys[i].name, keys[i].name_len, &got);
+                    if (rc != WATCHLOCK_OK)
+                        watchlock_owner_free(got.owner);
+                } else {
+                    watchlock_owner_free(got.owner);
+                }
+            }
+            freeReplyObject(r); /* read every reply, also after an error */
+        }
+        if (!retry)
+            break;
+    }
+    free(again);
+    return rc;
+}
+
+/* One SCAN page from `cursor`: the next cursor into next (decimal), the
+ * page's matching lock keys inspected into the list. */
+static int scan_page(wl_server *srv, redisContext *ctx, const char *cursor, char next[32], const char *kglob,
+                     size_t kglob_len, const unsigned char *pat, size_t pat_len, watchlock_lock_list *list)
+{
+    const char *argv[6] = {"SCAN", cursor, "MATCH", kglob, "COUNT", SCAN_COUNT};
+    size_t lens[6] = {4, strlen(cursor), 5, kglob_len, 5, strlen(SCAN_COUNT)};
+    redisReply *r = redisCommandArgv(ctx, 6, argv, lens);
+    if (r == NULL)
+        return wl_conn_error(srv, ctx, "list: SCAN failed");
+    int rc = wl_reply_error(srv, r, "list: SCAN failed");
+    if (rc != WATCHLOCK_OK) {
+        freeReplyObject(r);
+        return rc;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[0]->len >= 32 || r->element[1]->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return wl_fail(WATCHLOCK_ESERVER, "list: unexpected reply to SCAN");
+    }
+    memcpy(next, r->element[0]->str, r->element[0]->len + 1);
+    const redisReply *found = r->element[1];
+    page_key *keys = calloc(found->elements ? found->elements : 1, sizeof *keys);
+    if (keys == NULL) {
+        freeReplyObject(r);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < found->elements && rc == WATCHLOCK_OK; i++) {
+        const redisReply *k = found->element[i];
+        if (k->type != REDIS_REPLY_STRING)
+            continue;
+        page_key *pk = &keys[n];
+        if ((pk->name = malloc(k->len + 1)) == NULL) {
+            rc = wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+            break;
+        }
+        bool give_up = false;
+        if (wl_name_from_lock_key(k->str, k->len, pk->name, &pk->name_len) != 0 ||
+            (pat_len > 0 &&
+             !glob_match(pat, pat_len, (const unsigned char *)pk->name, pk->name_len, &give_up))) {
+            free(pk->name);
+            pk->name = NULL;
+            continue;
+        }
+        pk->key = k->str;
+        pk->key_len = k->len;
+        pk->fence = with_suffix(k->str, k->len, ":fence");
+        pk->owner = with_suffix(k->str, k->len, ":owner");
+        n++;
+        if (pk->fence == NULL || pk->owner == NULL)
+            rc = wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    if (rc == WATCHLOCK_OK && n > 0)
+        rc = inspect_page(srv, ctx, keys, n, list);
+    page_keys_free(keys, n);
+    freeReplyObject(r);
+    return rc;
+}
+
+int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len)
+{
+    if (out == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
+    *out = NULL;
+    int rc = wl_check_client(c);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (pattern == NULL)
+        pattern_len = 0;
+    if (pattern_len > WATCHLOCK_MAX_NAME)
+        return wl_fail(WATCHLOCK_EINVAL, "list: pattern is %zu bytes, more than the limit of %d", pattern_len,
+                       WATCHLOCK_MAX_NAME);
+    const unsigned char *pat = pattern;
+    size_t kglob_len = 0;
+    char *kglob = pattern_len > 0 ? key_glob(pat, pattern_len, &kglob_len) : NULL;
+    if (pattern_len == 0) {
+        static const char all[] = "watchlock:{*}";
+        kglob = malloc(sizeof all);
+        if (kglob != NULL)
+            memcpy(kglob, all, sizeof all);
+        kglob_len = sizeof all - 1;
+    }
+    watchlock_lock_list *list = calloc(1, sizeof *list);
+    if (kglob == NULL || list == NULL) {
+        free(kglob);
+        free(list);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+
+    char cursor[32] = "0";
+    for (int attempt = 0; attempt < 2; attempt++) {
+        redisContext *ctx;
+        bool reused;
+        if ((rc = wl_server_get(&c->server, &ctx, &reused)) != WATCHLOCK_OK)
+            break;
+        bool first = true;
+        do {
+            char next[32];
+            rc = scan_page(&c->server, ctx, cursor, next, kglob, kglob_len, pat, pattern_len, list);
+            if (rc != WATCHLOCK_OK)
+                break;
+            memcpy(cursor, next, sizeof cursor);
+            first = false;
+        } while (strcmp(cursor, "0") != 0);
+        /* A pooled connection the server dropped while idle fails at once
+         * with EOF/reset: start again on a fresh one (SCAN only reads). */
+        bool stale = rc == WATCHLOCK_ECONN && reused && first &&
+                     (ctx->err == REDIS_ERR_EOF ||
+                      (ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE)));
+        wl_server_put(&c->server, ctx);
+        if (!stale)
+            break;
+    }
+    free(kglob);
+    if (rc != WATCHLOCK_OK) {
+        watchlock_lock_list_free(list);
+        return rc;
+    }
+    /* SCAN may return a key twice (while the keyspace is rehashed). */
+    if (list->n > 1)
+        qsort(list->items, list->n, sizeof *list->items, entry_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < list->n; i++) {
+        if (k > 0 && entry_cmp(&list->items[k - 1], &list->items[i]) == 0) {
+            free(list->items[i].name);
+            watchlock_owner_free(list->items[i].owner);
+            continue;
+        }
+        list->items[k++] = list->items[i];
+    }
+    list->n = k;
+    *out = list;
+    return WATCHLOCK_OK;
+}
+
+size_t watchlock_lock_list_count(const watchlock_lock_list *list)
+{
+    return list ? list->n : 0;
+}
+
+static const list_entry *entry_at(const watchlock_lock_list *list, size_t i)
+{
+    return list && i < list->n ? &list->items[i] : NULL;
+}
+
+const char *watchlock_lock_list_name(const watchlock_lock_list *list, size_t i, size_t *len)
+{
+    const list_entry *e = entry_at(list, i);
+    if (len)
+        *len = e ? e->name_len : 0;
+    return e ? e->name : NULL;
+}
+
+int64_t watchlock_lock_list_remaining_ms(const watchlock_lock_list *list, size_t i)
+{
+    const list_entry *e = entry_at(list, i);
+    return e ? e->remaining_ms : 0;
+}
+
+int64_t watchlock_lock_list_fence(const watchlock_lock_list *list, size_t i)
+{
+    const list_entry *e = entry_at(list, i);
+    return e ? e->fence : 0;
+}
+
+const watchlock_owner *watchlock_lock_list_owner(const watchlock_lock_list *list, size_t i)
+{
+    const list_entry *e = entry_at(list, i);
+    return e ? e->owner : NULL;
+}
+
+void watchlock_lock_list_free(watchlock_lock_list *list)
+{
+    if (list == NULL)
+        return;
+    for (size_t i = 0; i < list->n; i++) {
+        free(list->items[i].name);
+        watchlock_owner_free(list->items[i].owner);
+    }
+    free(list->items);
+    free(list);
+}
