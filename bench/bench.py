@@ -10,6 +10,11 @@ print a table, write results/latest.json and the plots.
 Exit status: 0 when every watchlock measurement ran and was sound (mutual
 exclusion held, no lock lost); 1 otherwise. Peers never fail the run, and
 no timing number ever does: the bench is not a test.
+
+Output: a peer that cannot be set up (not installed, not fetchable offline,
+a failed build) is reported in one line as skipped, with the path of a log
+that holds the tool's full output (bench/.peers/logs/); tool output never
+goes to the terminal.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -28,6 +34,7 @@ import traceback
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 PEERS_DIR = os.path.join(BENCH, ".peers")
+LOGS = os.path.join(PEERS_DIR, "logs")
 VENV = os.path.join(PEERS_DIR, "venv")
 VPY = os.path.join(VENV, "bin", "python")
 BUILD = os.path.join(ROOT, "build-bench")
@@ -74,13 +81,66 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def tail(text: str, n: int = 400) -> str:
-    text = (text or "").strip()
-    return text if len(text) <= n else "..." + text[-n:]
-
-
 def run(cmd, timeout=None, cwd=None, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+
+
+def write_log(tag: str, cmd, returncode, out: str, err: str = "", cwd=None) -> str:
+    """Writes a tool's whole output to bench/.peers/logs/<tag>.log; returns the
+    path relative to the repository, for one-line messages."""
+    os.makedirs(LOGS, exist_ok=True)
+    path = os.path.join(LOGS, re.sub(r"[^A-Za-z0-9_.-]+", "-", tag) + ".log")
+    with open(path, "w", encoding="utf-8", errors="replace") as f:
+        f.write(f"$ {' '.join(map(str, cmd))}\n")
+        if cwd:
+            f.write(f"(in {cwd})\n")
+        f.write(f"exit status: {returncode}\n\n--- stdout ---\n{out or ''}\n--- stderr ---\n{err or ''}\n")
+    return os.path.relpath(path, ROOT)
+
+
+def run_logged(tag: str, cmd, timeout=None, cwd=None, env=None):
+    """run() whose output also goes to a log file. Returns (returncode, output,
+    log path); a timeout is returncode -1, never an exception."""
+    try:
+        r = run(cmd, timeout=timeout, cwd=cwd, env=env)
+        rc, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc = -1
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = (e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or ""))
+        err += f"\n(timed out after {timeout} s)"
+    except OSError as e:
+        rc, out, err = -1, "", str(e)
+    return rc, (out or "") + (err or ""), write_log(tag, cmd, rc, out, err, cwd)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def one_line(text: str, n: int = 160) -> str:
+    """The first error line of a tool's output, without tool decorations
+    ('[ERROR] ', ANSI colours, Maven's '-> [Help 1]'), at most n characters."""
+    lines = [_ANSI.sub("", line).strip() for line in (text or "").splitlines()]
+    lines = [line for line in lines if line]
+    pick = next((line for line in lines if re.match(
+        r"(\[ERROR\]|ERROR|E: |Exception in thread|[\w.$]*(Error|Exception)\b|.*\berror:)", line)),
+                lines[-1] if lines else "no output")
+    pick = re.sub(r"^(\[ERROR\]|ERROR:|error:|E:)\s*", "", pick)
+    pick = re.sub(r"\s*-> \[Help \d+\]$", "", pick)
+    return pick if len(pick) <= n else pick[:n - 3] + "..."
+
+
+def skipped(reason: str, log_path: str = "") -> str:
+    return f"skipped: {reason}" + (f" (log: {log_path})" if log_path else "")
+
+
+def short(why: str, n: int = 90) -> str:
+    """A status or error for a table cell: one line, no log path, and for
+    'skipped: WHAT; DETAIL' only WHAT (the set-up lines have the detail)."""
+    why = why.split(" (log: ")[0].replace("\n", " ")
+    if why.startswith("skipped: "):
+        why = why.split("; ", 1)[0]
+    return why if len(why) <= n else why[:n - 3] + "..."
 
 
 # ---- set-up ------------------------------------------------------------------------
@@ -93,26 +153,27 @@ def venv_has(module: str) -> bool:
 def setup_python(mode: str, status: dict) -> None:
     if not os.path.exists(VPY):
         log("creating the venv")
-        r = run([sys.executable, "-m", "venv", VENV], timeout=300)
-        if r.returncode != 0:
-            for name in ["watchlock-py"] + list(PY_PEERS) + ["plots"]:
-                status[name] = f"n/a: venv could not be created: {tail(r.stderr)}"
+        rc, out, path = run_logged("setup-venv", [sys.executable, "-m", "venv", VENV], timeout=300)
+        if rc != 0:
+            status["watchlock-py"] = f"FAILED: the venv could not be created: {one_line(out)} (log: {path})"
+            for name in list(PY_PEERS) + ["plots"]:
+                status[name] = skipped("the venv could not be created", path)
             return
     pip = [VPY, "-m", "pip", "--disable-pip-version-check", "-q"]
     for name, (req, module) in list(PY_PEERS.items()) + [("plots", PLOT_REQ)]:
         if venv_has(module):
             continue
         if mode == "smoke":
-            status[name] = f"n/a: {req} not installed (smoke mode installs no peers; run bench/run once)"
+            status[name] = skipped("not installed; smoke mode installs no peers (bench/run --quick does)")
             continue
         log(f"installing {req}")
-        r = run(pip + ["install", req], timeout=900)
-        if r.returncode != 0:
-            status[name] = f"n/a: pip install {req} failed: {tail(r.stderr)}"
+        rc, out, path = run_logged(f"setup-pip-{req}", pip + ["install", req], timeout=900)
+        if rc != 0:
+            status[name] = skipped(f"not installed; pip install {req} failed: {one_line(out)}", path)
     # watchlock itself, fresh from this checkout, every run.
     if not os.path.exists(os.path.join(ROOT, "setup.py")) and not os.path.exists(
             os.path.join(ROOT, "pyproject.toml")):
-        status["watchlock-py"] = "n/a: the Python binding is not in this checkout yet (no setup.py)"
+        status["watchlock-py"] = skipped("the Python binding is not in this checkout yet (no setup.py)")
         return
     # Build it with the venv's own setuptools (no per-run download); that needs
     # a setuptools with bdist_wheel built in (>= 70.1), installed once.
@@ -122,24 +183,27 @@ def setup_python(mode: str, status: dict) -> None:
             isolation = []  # offline and no usable setuptools: let pip try an isolated build
     log("installing watchlock (Python) from the checkout")
     t0 = time.monotonic()
-    r = run(pip + ["install", *isolation, "--no-deps", "--force-reinstall", ROOT], timeout=1800)
+    rc, out, path = run_logged("setup-pip-watchlock",
+                               pip + ["install", *isolation, "--no-deps", "--force-reinstall", ROOT], timeout=1800)
     log(f"  took {time.monotonic() - t0:.0f} s")
-    if r.returncode != 0:
-        status["watchlock-py"] = f"FAILED: pip install . failed: {tail(r.stderr, 1500)}"
+    if rc != 0:
+        status["watchlock-py"] = f"FAILED: pip install . failed: {one_line(out)} (log: {path})"
         return
-    r = run([VPY, PY_WORKER, "probe", "watchlock"], timeout=60, cwd=BENCH)
-    if r.returncode != 0:
-        status["watchlock-py"] = f"FAILED: import watchlock failed: {tail(r.stderr, 1500)}"
+    rc, out, path = run_logged("setup-probe-watchlock", [VPY, PY_WORKER, "probe", "watchlock"], timeout=60,
+                               cwd=BENCH)
+    if rc != 0:
+        status["watchlock-py"] = f"FAILED: import watchlock failed: {one_line(out)} (log: {path})"
 
 
 def setup_c(status: dict) -> None:
     log("building the C bench (cmake, build-bench/)")
-    r = run(["cmake", "-S", os.path.join(BENCH, "c"), "-B", BUILD, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
-            timeout=600)
-    if r.returncode == 0:
-        r = run(["cmake", "--build", BUILD, "--target", "wlbench", "-j2"], timeout=1800)
-    if r.returncode != 0:
-        status["watchlock-c"] = f"FAILED: build failed: {tail(r.stdout + r.stderr, 1500)}"
+    rc, out, path = run_logged("setup-cmake-configure", ["cmake", "-S", os.path.join(BENCH, "c"), "-B", BUILD,
+                                                         "-DCMAKE_BUILD_TYPE=RelWithDebInfo"], timeout=600)
+    if rc == 0:
+        rc, out, path = run_logged("setup-cmake-build", ["cmake", "--build", BUILD, "--target", "wlbench", "-j2"],
+                                   timeout=1800)
+    if rc != 0:
+        status["watchlock-c"] = f"FAILED: build failed: {one_line(out)} (log: {path})"
 
 
 def newest_mtime(path: str) -> float:
@@ -154,7 +218,7 @@ def newest_mtime(path: str) -> float:
 
 def setup_java(mode: str, status: dict) -> None:
     if shutil.which("java") is None or shutil.which("mvn") is None:
-        status["redisson"] = "n/a: java or mvn not found"
+        status["redisson"] = skipped("java or mvn not found")
         return
     if os.path.exists(JAR) and os.path.getmtime(JAR) >= newest_mtime(JAVA_DIR):
         return
@@ -162,9 +226,17 @@ def setup_java(mode: str, status: dict) -> None:
     cmd = ["mvn", "-q", "-B", "package"]
     if mode == "smoke":
         cmd.insert(1, "-o")  # smoke: only from the local Maven cache
-    r = run(cmd, timeout=1800, cwd=JAVA_DIR)
-    if r.returncode != 0 or not os.path.exists(JAR):
-        status["redisson"] = f"n/a: mvn package failed: {tail(r.stdout + r.stderr)}"
+    rc, out, path = run_logged("setup-mvn-redisson", cmd, timeout=1800, cwd=JAVA_DIR)
+    if rc == 0 and os.path.exists(JAR):
+        return
+    if mode == "smoke" and "offline" in out:
+        why = ("not built; the local Maven cache lacks the build's plugins or Redisson (smoke mode builds offline, "
+               "bench/run --quick fetches them)")
+    elif rc == 0:
+        why = f"not built; mvn package made no {os.path.relpath(JAR, ROOT)}"
+    else:
+        why = f"not built; mvn package failed: {one_line(out)}"
+    status["redisson"] = skipped(why, path)
 
 
 def versions(status: dict) -> dict:
@@ -205,7 +277,13 @@ def worker_cmd(lib: str, kind: str, mode: str, *args) -> list:
 def run_json(cmd: list, timeout: float) -> dict:
     r = run(cmd, timeout=timeout, cwd=BENCH)
     if r.returncode != 0:
-        raise RuntimeError(f"{os.path.basename(cmd[0])} {cmd[1]} exited {r.returncode}: {tail(r.stderr, 800)}")
+        what = f"{os.path.basename(str(cmd[0]))} {cmd[1]}"
+        if cmd[0] == "java":
+            what = f"java {cmd[cmd.index('-jar') + 2]}"
+        elif cmd[0] == VPY:
+            what = f"py_worker {cmd[2]}" + (f" {cmd[3]}" if cmd[2] != "ping" else "")
+        path = write_log(f"run-{what}", cmd, r.returncode, r.stdout, r.stderr, BENCH)
+        raise RuntimeError(f"{what} exited {r.returncode}: {one_line(r.stderr)} (log: {path})")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -279,7 +357,9 @@ def run_handoff(srv: RedisServer, lib: str, kind: str, seconds: float, polite: b
             raise RuntimeError("workers did not get ready in 180 s")
         if any(p.poll() is not None for p in procs):
             bad = next(p for p in procs if p.poll() is not None)
-            raise RuntimeError(f"a worker exited early ({bad.returncode}): {tail(bad.stderr.read(), 800)}")
+            err = bad.stderr.read()
+            path = write_log(f"run-handoff-{lib}", bad.args, bad.returncode, bad.stdout.read(), err, BENCH)
+            raise RuntimeError(f"a worker exited early ({bad.returncode}): {one_line(err)} (log: {path})")
         start = time.monotonic_ns() + 50_000_000
         struct.pack_into("<q", mm, 3 * 8, start + int(seconds * 1e9))  # stop
         struct.pack_into("<q", mm, 6 * 8, start)  # start
@@ -287,7 +367,8 @@ def run_handoff(srv: RedisServer, lib: str, kind: str, seconds: float, polite: b
         for p in procs:
             out, err = p.communicate(timeout=seconds + 120)
             if p.returncode != 0:
-                raise RuntimeError(f"worker exited {p.returncode}: {tail(err, 800)}")
+                path = write_log(f"run-handoff-{lib}", p.args, p.returncode, out, err, BENCH)
+                raise RuntimeError(f"worker exited {p.returncode}: {one_line(err)} (log: {path})")
             results.append(json.loads(out.strip().splitlines()[-1]))
         violations = struct.unpack_from("<q", mm, 5 * 8)[0]
         mm.close()
@@ -317,8 +398,10 @@ def run_handoff(srv: RedisServer, lib: str, kind: str, seconds: float, polite: b
 
 
 def scenario_handoff(srv: RedisServer, scale: dict, status: dict) -> dict:
-    out: dict = {"queue": {}, "greedy": {}, "errors": {}}
+    out: dict = {"errors": {}}
     modes = ((True, "queue"),) if scale.get("queue_only") else ((True, "queue"), (False, "greedy"))
+    for _, label in modes:
+        out[label] = {}
     for polite, label in modes:
         for lib, kind in LIBS:
             if lib in status:
@@ -392,7 +475,9 @@ def evaluate(res: dict) -> list:
         else:
             t.append((name, "not measured", "n/a"))
     for mode in ("queue", "greedy"):
-        ho = res["handoff"].get(mode, {})
+        if mode not in res["handoff"]:
+            continue  # not run in this mode (smoke)
+        ho = res["handoff"][mode]
         base = ho.get("redis-py")
         for lib in ("watchlock-c", "watchlock-py"):
             r = ho.get(lib)
@@ -450,7 +535,7 @@ def table(res: dict) -> str:
         c = cyc.get(lib)
         if c is None:
             why = st.get(lib) or res["cycle"]["errors"].get(f"cycle:{lib}", "n/a")
-            lines.append(f"| {lib:<18} | {'n/a':>9} | {'n/a':>9} | {ftxt:<22} | {'n/a':>11} |  {why[:90]}")
+            lines.append(f"| {lib:<18} | {'n/a':>9} | {'n/a':>9} | {ftxt:<22} | {'n/a':>11} |  {short(why)}")
             continue
         ratio = f"{c['us_per_op'] / f['us_per_op']:.2f}x" if f else "n/a"
         lines.append(f"| {lib:<18} | {c['ops_per_s']:>9.0f} | {c['us_per_op']:>9.1f} | {ftxt:<22} | {ratio:>11} |")
@@ -458,6 +543,9 @@ def table(res: dict) -> str:
                        ("greedy", "releaser contends again at once")):
         lines.append("")
         lines.append(f"(b) Hand-off, {HANDOFF_PROCS} processes, {HOLD_US // 1000} ms hold, {mode}: {desc}")
+        if mode not in res["handoff"]:
+            lines.append(f"not run in {res.get('mode', 'this')} mode")
+            continue
         lines.append(f"| {'library':<18} | {'hand-offs/s':>11} | {'turns/s':>8} | {'p50 ms':>8} | {'p99 ms':>8} | "
                      f"{'max ms':>8} | {'mutex viol.':>11} |")
         lines.append(f"|{'-' * 20}|{'-' * 13}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 13}|")
@@ -466,7 +554,7 @@ def table(res: dict) -> str:
             if r is None:
                 why = st.get(lib) or res["handoff"]["errors"].get(f"{mode}:{lib}", "n/a")
                 lines.append(f"| {lib:<18} | {'n/a':>11} | {'n/a':>8} | {'n/a':>8} | {'n/a':>8} | {'n/a':>8} | "
-                             f"{'n/a':>11} |  {why[:90]}")
+                             f"{'n/a':>11} |  {short(why)}")
                 continue
             lines.append(f"| {lib:<18} | {r['handoffs_per_s']:>11.1f} | {r['turns_per_s']:>8.1f} | "
                          f"{r['p50_ms']:>8.3f} | {r['p99_ms']:>8.3f} | {r['max_ms']:>8.2f} | "
@@ -483,7 +571,7 @@ def table(res: dict) -> str:
         if r is None:
             why = st.get(lib) or wd["errors"].get(lib) or wd.get("n/a", {}).get(lib, "n/a")
             lines.append(f"| {lib:<18} | {'n/a':>5} | {'n/a':>9} | {'n/a':>11} | {'n/a':>11} | {'n/a':>15} | "
-                         f"{'n/a':>10} | {'n/a':>16} |  {why[:90]}")
+                         f"{'n/a':>10} | {'n/a':>16} |  {short(why)}")
             continue
         mem = f"{r['rss_per_lock_b']:.0f} B RSS"
         if "heap_per_lock_b" in r:
@@ -492,7 +580,10 @@ def table(res: dict) -> str:
                      f"{fmt(r.get('renew_roundtrips'), '>11')} | {fmt(r.get('renewals_per_roundtrip'), '>11.1f')} | "
                      f"{r['script_calls_per_round']:>15.1f} | {r['renewal_cpu_pct']:>9.2f}% | {mem:>16} |")
     lines.append("")
-    lines.append("Targets")
+    if res.get("mode") == "smoke":
+        lines.append("Targets (smoke run: tiny samples on a shared machine; the verdicts say nothing about speed)")
+    else:
+        lines.append("Targets")
     lines.append(f"| {'target':<58} | {'measured':<40} | {'verdict':<7} |")
     lines.append(f"|{'-' * 60}|{'-' * 42}|{'-' * 9}|")
     for name, measured, verdict in res["targets"]:
@@ -539,9 +630,10 @@ def main() -> int:
         with open(os.path.join(out_dir, "latest.md"), "w") as f:
             f.write(table(res) + "\n")
         if not args.no_plots:
-            r = run([VPY, os.path.join(BENCH, "plot.py"), args.report, out_dir], timeout=300)
-            if r.returncode != 0:
-                log(f"plots failed: {tail(r.stderr)}")
+            rc, out, path = run_logged("plots", [VPY, os.path.join(BENCH, "plot.py"), args.report, out_dir],
+                                       timeout=300)
+            if rc != 0:
+                log(f"plots failed: {one_line(out)} (log: {path})")
         return 0
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     scale = SCALES[mode]
@@ -550,12 +642,15 @@ def main() -> int:
     os.makedirs(PEERS_DIR, exist_ok=True)
     t_start = time.monotonic()
 
-    status: dict = {}  # library -> "n/a: why" or "FAILED: why"; absent = available
+    status: dict = {}  # library -> "skipped: why" or "FAILED: why" (one line); absent = available
     setup_c(status)
     setup_python(mode, status)
     setup_java(mode, status)
+    by_reason: dict = {}  # one line per reason: "redis-py, pottery: skipped: not installed; ..."
     for k, v in status.items():
-        log(f"{k}: {v}")
+        by_reason.setdefault(v, []).append(k)
+    for v, names in by_reason.items():
+        log(f"{', '.join(names)}: {v}")
     res: dict = {"mode": mode, "scale": scale, "status": status, "machine": machine(),
                  "handoff_processes": HANDOFF_PROCS, "hold_us": HOLD_US, "watchdog_lease_ms": WD_LEASE_MS,
                  "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
@@ -606,12 +701,11 @@ def main() -> int:
     with open(os.path.join(out_dir, "latest.md"), "w") as f:
         f.write(text + "\n")
     if not args.no_plots:
-        if "plots" in status:
-            log(f"plots skipped: {status['plots']}")
-        else:
-            r = run([VPY, os.path.join(BENCH, "plot.py"), os.path.join(out_dir, "latest.json"), out_dir], timeout=300)
-            if r.returncode != 0:
-                log(f"plots failed: {tail(r.stderr)}")
+        if "plots" not in status:  # else already reported as skipped at set-up
+            rc, out, path = run_logged("plots", [VPY, os.path.join(BENCH, "plot.py"),
+                                                 os.path.join(out_dir, "latest.json"), out_dir], timeout=300)
+            if rc != 0:
+                log(f"plots failed: {one_line(out)} (log: {path})")
     if failed:
         log("watchlock FAILED (see above)")
     return 1 if failed else 0
