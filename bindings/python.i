@@ -43,6 +43,8 @@
 %nothread watchlock_lock_hold_count;
 %nothread watchlock_lock_renewals;
 %nothread watchlock_lock_id;
+%nothread watchlock_lock_lease;
+%nothread watchlock_lock_last_lost_reason;
 %nothread watchlock_parse_duration;
 %nothread watchlock_client_stat;
 %nothread watchlock_report_count;

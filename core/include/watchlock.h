@@ -340,6 +340,17 @@ WATCHLOCK_API int64_t watchlock_lock_renewals(const watchlock_lock *lock);
 WATCHLOCK_API const char *watchlock_lock_name(const watchlock_lock *lock, size_t *len);
 /* Id unique among this process's lock handles (for lost events). */
 WATCHLOCK_API uint64_t watchlock_lock_id(const watchlock_lock *lock);
+/* The lease in ms the next acquire or renewal sets: the default (30000)
+ * until watchlock_lock_set_lease() or watchlock_lock_extend() with a lease
+ * changes it; 0 for a NULL or forked handle. For bindings, so that the
+ * default lives here only. */
+WATCHLOCK_API int64_t watchlock_lock_lease(const watchlock_lock *lock);
+/* Why the current hold, or the last one once released, was lost
+ * (WATCHLOCK_LOST_*); NONE when it was not. Unlike
+ * watchlock_lock_lost_reason() it is kept after release, until the next
+ * successful acquire starts a new hold: a caller that learns of a loss only
+ * from release() (ENOTOWNER) can still ask why. No I/O. */
+WATCHLOCK_API int watchlock_lock_last_lost_reason(const watchlock_lock *lock);
 
 /* ---- helpers --------------------------------------------------------------- */
 

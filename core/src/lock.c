@@ -924,3 +924,16 @@ uint64_t watchlock_lock_id(const watchlock_lock *l)
 {
     return l ? l->id : 0;
 }
+
+int64_t watchlock_lock_lease(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int64_t, 0, l->lease_ms);
+}
+
+/* lost_reason is set by wl_lose and cleared only by the next successful
+ * acquire, so once the handle is UNLOCKED it still names the last hold's
+ * loss (NONE when that hold was released normally). */
+int watchlock_lock_last_lost_reason(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int, WATCHLOCK_LOST_NONE, l->state == WATCHLOCK_UNLOCKED ? l->lost_reason : lost_reason_of(l));
+}
