@@ -2,10 +2,10 @@
 
     import watchlock
     client = watchlock.Client("redis://127.0.0.1:6379/0")   # or WATCHLOCK_URL
-    with client.lock("orders:42", ttl=10, timeout=5):
+    with client.lock("orders:42", ttl="10s", blocking_timeout=5):
         ...   # LockTimeout if not acquired in 5 s; LockLostError at exit if lost
 
-    @client.synchronized("report:{customer_id}", ttl=10, timeout=5)
+    @client.synchronized("report:{customer_id}", ttl=10, blocking_timeout=5)
     def build_report(customer_id): ...
 
 The C core (compiled into watchlock.__native) does the work: the watchdog
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from . import _native
 from ._client import CheckCode, CheckFinding, Client, LockInfo, default_client, lock, synchronized
-from ._lock import Lock
-from ._util import LostReason
+from ._lock import Lock, LockOptions, OnLost
+from ._util import Duration, LostReason
 from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
                          InternalError, InvalidArgument, LockLostError, LockNotOwnedError, LockTimeout,
                          OutOfMemoryError, PermissionDeniedError, ServerError)
@@ -28,6 +28,7 @@ core_version: str = _native.version_string()
 
 __all__ = [
     "Client", "Lock", "LockInfo", "CheckCode", "CheckFinding", "LostReason", "default_client", "lock", "synchronized",
+    "Duration", "LockOptions", "OnLost",
     "Error", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "PermissionDeniedError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
     "OutOfMemoryError", "InternalError", "__version__",

@@ -10,20 +10,20 @@ import os
 import re
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, TypeVar, Union
 
 from . import _native, _util
-from ._lock import Lock, OnLost
+from ._lock import Lock, LockOptions, check_options
 from ._util import ECLOSED, ETIMEDOUT, OK, Name, fmt_name
-from .exceptions import ClientClosedError, ForkedError, InvalidArgument
+from .exceptions import ClientClosedError, InvalidArgument
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger("watchlock")
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
 F = TypeVar("F", bound=Callable[..., Any])
-
-_LOCK_OPTIONS = frozenset(("ttl", "auto_renew", "max_renewals", "max_hold", "renew_interval",
-                           "on_lost", "timeout"))
 
 
 def redact_url(url: str) -> str:
@@ -82,7 +82,7 @@ class Client:
 
     def __init__(self, url: Optional[str] = None) -> None:
         self._closed = True
-        self._pid = os.getpid()
+        self._pid = os.getpid()  # only for close(): see there
         if url is None:
             url = os.environ.get("WATCHLOCK_URL") or DEFAULT_URL
         if not isinstance(url, str):
@@ -109,38 +109,37 @@ class Client:
     def closed(self) -> bool:
         return self._closed
 
-    def _handle(self) -> Any:
-        if self._pid != os.getpid():
-            raise ForkedError(
-                f"client for {self._url} was opened by the parent process (pid {self._pid}); "
-                "a forked child never owns, renews or releases its parent's locks: open a new Client",
-                status=_util.EFORKED)
+    def _handle(self) -> _native.ClientHandle:
+        """The core's client; never after close(), which may free it (a
+        forked child's copy: the core answers EFORKED)."""
         if self._closed:
             raise ClientClosedError(f"client for {self._url} is closed", status=ECLOSED)
         return self._h
 
-    def lock(self, name: Name, ttl: Any = 30.0, auto_renew: bool = True,
-             max_renewals: Optional[int] = None, max_hold: Any = None, renew_interval: Any = None,
-             on_lost: OnLost = None, timeout: Any = -1) -> Lock:
+    def lock(self, name: Name, **options: Unpack[LockOptions]) -> Lock:
         """A new :class:`Lock` for ``name`` (str or bytes). No network I/O: cheap.
 
-        ttl: lease in seconds, renewed by the watchdog every renew_interval
-        (default ttl/3) while held, unless auto_renew is False; max_renewals /
-        max_hold (seconds) cap the renewals, after which the lease runs out.
-        on_lost: callable(lock, reason) run on this client's dispatcher
-        thread when the lock is lost, or "interrupt" to raise LockLostError
-        in the thread (or cancel the asyncio task) that holds it.
-        timeout: seconds ``with lock:`` waits (-1 = forever).
+        Options (durations are seconds, "500ms"/"30s"/"2m" or timedeltas;
+        None or absent = the core's default; the core checks every value):
+        ttl (30 s): the lease, renewed by the watchdog every renew_interval
+        (ttl/3) while held, unless auto_renew (True) is False; max_renewals,
+        max_hold (0 or None = unlimited) cap the renewals, after which the
+        lease runs out. blocking_timeout (None = forever, 0 = try once): what
+        ``with lock:`` waits. on_lost: callable(lock, reason) run on this
+        client's dispatcher thread when the lock is lost, or "interrupt" to
+        raise LockLostError in the thread (or cancel the asyncio task) that
+        holds it. ``timeout=`` is refused (TypeError): it means the lease in
+        redis-py; say ttl= or blocking_timeout=.
         """
-        return Lock(self, name, ttl=ttl, auto_renew=auto_renew, max_renewals=max_renewals,
-                    max_hold=max_hold, renew_interval=renew_interval, on_lost=on_lost, timeout=timeout)
+        return Lock(self, name, **options)
 
-    def synchronized(self, name: Union[Name, Callable[..., Name]], **lock_options: Any) -> Callable[[F], F]:
+    def synchronized(self, name: Union[Name, Callable[..., Name]],
+                     **lock_options: Unpack[LockOptions]) -> Callable[[F], F]:
         """Decorator: run the function while holding the lock ``name``.
 
         ``name`` is a template formatted with the call's arguments, bound to
         the function's signature with defaults applied:
-        ``@client.synchronized("report:{customer_id}", ttl=10, timeout=5)``;
+        ``@client.synchronized("report:{customer_id}", ttl=10, blocking_timeout=5)``;
         attribute and index lookups work ("{order.id}", "{args[0]}"). It may
         also be a callable taking the function's arguments and returning the
         name. Coroutine functions are locked with ``async with``.
@@ -150,8 +149,7 @@ class Client:
 
     def inspect(self, name: Name) -> LockInfo:
         """The state of lock ``name`` on the server, without taking it."""
-        data = _util.check_name(name)
-        st, held, remaining_ms, fence = _native.client_inspect(self._handle(), data)
+        st, held, remaining_ms, fence = _native.client_inspect(self._handle(), name)
         if st != OK:
             _util.raise_status(st, f"cannot inspect lock {fmt_name(name)}", name)
         return LockInfo(bool(held), None if remaining_ms < 0 else remaining_ms / 1000.0, fence)
@@ -160,8 +158,7 @@ class Client:
         """Admin: deletes lock ``name`` whoever holds it and wakes its waiters.
         True if it was held. The former owner learns of the loss at its next
         renewal."""
-        data = _util.check_name(name)
-        st, released = _native.client_force_release(self._handle(), data)
+        st, released = _native.client_force_release(self._handle(), name)
         if st != OK:
             _util.raise_status(st, f"cannot force-release lock {fmt_name(name)}", name)
         return bool(released)
@@ -200,9 +197,10 @@ class Client:
 
     def close(self) -> None:
         """Releases held locks (best effort), stops the watchdog; later calls
-        on this client and its locks raise ClientClosedError. Idempotent."""
+        on this client and its locks raise ClientClosedError. Idempotent.
+        In a forked child it does nothing: the core leaves the parent's
+        client alone, and self._mu may have been held by a parent thread."""
         if self._pid != os.getpid():
-            self._closed = True  # the parent's client: never touch it here
             return
         with self._mu:
             if self._closed:
@@ -235,12 +233,6 @@ class Client:
 
     # ---- used by Lock ---------------------------------------------------
 
-    def _new_lock_handle(self, data: bytes, name: Name) -> Any:
-        st, h = _native.lock_new(self._handle(), data)
-        if st != OK:
-            _util.raise_status(st, f"cannot create lock {fmt_name(name)}", name)
-        return h
-
     def _watch(self, lock: Lock) -> None:
         """Delivers the core's loss events for `lock` to its on_lost."""
         with self._mu:
@@ -262,7 +254,7 @@ class Client:
             self._dispatcher = t
 
 
-def _dispatch(h: Any, keepalive: Any, watched: "weakref.WeakValueDictionary[int, Lock]") -> None:
+def _dispatch(h: _native.ClientHandle, keepalive: _native.LockHandle, watched: "weakref.WeakValueDictionary[int, Lock]") -> None:
     """The dispatcher thread: waits (GIL released) for the core's loss events
     and runs each lock's on_lost as Python code. Holds no reference to the
     Client, so an unused Client can still be collected (and closed)."""
@@ -284,17 +276,15 @@ def _dispatch(h: Any, keepalive: Any, watched: "weakref.WeakValueDictionary[int,
 
 
 def _synchronized(get_client: Callable[[], Client], name: Union[Name, Callable[..., Name]],
-                  lock_options: Dict[str, Any]) -> Callable[[F], F]:
-    unknown = set(lock_options) - _LOCK_OPTIONS
-    if unknown:
-        raise TypeError(f"synchronized() got unexpected option(s): {', '.join(sorted(unknown))}")
+                  lock_options: LockOptions) -> Callable[[F], F]:
+    check_options(lock_options)
     if not (isinstance(name, (str, bytes)) or callable(name)):
         raise TypeError("synchronized() needs a lock name template (str or bytes) or a callable")
 
     def decorate(fn: F) -> F:
         sig = inspect.signature(fn)
 
-        def key(args: tuple, kwargs: dict) -> Name:
+        def key(args: Any, kwargs: Any) -> Name:
             if callable(name):
                 return name(*args, **kwargs)
             if isinstance(name, bytes):
@@ -334,17 +324,17 @@ def default_client() -> Client:
     first use and opened anew in a forked child or after it was closed."""
     global _default
     with _default_mu:
-        if _default is None or _default._pid != os.getpid() or _default.closed:
+        if _default is None or _default.closed:
             _default = Client()
         return _default
 
 
-def lock(name: Name, **lock_options: Any) -> Lock:
+def lock(name: Name, **lock_options: Unpack[LockOptions]) -> Lock:
     """``default_client().lock(name, ...)``."""
     return default_client().lock(name, **lock_options)
 
 
-def synchronized(name: Union[Name, Callable[..., Name]], **lock_options: Any) -> Callable[[F], F]:
+def synchronized(name: Union[Name, Callable[..., Name]], **lock_options: Unpack[LockOptions]) -> Callable[[F], F]:
     """:meth:`Client.synchronized` on the default client (opened at the first call)."""
     return _synchronized(default_client, name, lock_options)
 
@@ -361,16 +351,16 @@ def _close_all_at_exit() -> None:
     into a dying interpreter."""
     _util.exiting = True
     for client in list(_live_clients):
-        if client._pid == os.getpid():
-            try:
-                client.close()
-            except Exception:
-                log.debug("watchlock: closing a client at exit failed", exc_info=True)
+        try:
+            client.close()  # a forked child's copy: left alone by the core
+        except Exception:
+            log.debug("watchlock: closing a client at exit failed", exc_info=True)
 
 
 def _after_fork_in_child() -> None:
-    global _default_mu
+    global _default, _default_mu
     _default_mu = threading.Lock()  # may have been held by a parent thread at fork
+    _default = None  # the parent's: a child opens its own
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,127 +1,113 @@
 """watchlock.Lock: one lock handle, with threading.Lock-style methods.
 
-Ownership, in two layers:
-  - Between processes (and clients) the C core's handle is the owner: its
-    random token is in Redis while it holds the lock; the watchdog renews it.
-  - Inside one process the core handle is reentrant for whoever calls it
-    (a hold count, not per thread). So that a Lock object shared by several
-    threads still excludes them, as a threading.Lock would, this layer keeps
-    a small guard: the thread (or asyncio task) that takes the lock from free
-    owns it; others wait here as they would wait for another process. The
-    owner may acquire again (reentrant, one release per acquire); any thread
-    may release (like threading.Lock), which allows hand-offs.
-
-Guard state (under self._cond): _owner (thread/task key, None when free),
-_count (holds), _busy (acquire/release calls in flight). The guard is freed
-when _count and _busy are both 0. C calls run outside it, with the GIL
-released.
+The core's handle keeps every rule (option checks and defaults, waiting,
+its hold count, loss, fork); this layer maps its statuses to exceptions and
+adds idioms: ``with``, ``async with``, on_lost callables and "interrupt",
+and a guard. The core's handle is reentrant for whoever calls it; so that a
+Lock shared by threads behaves like a threading.Lock, the thread (or task)
+that takes it from free owns it here (``_owner``) until the core's hold
+count is back to 0, and the others wait on ``_cond``. Any thread may
+release (hand-offs). C calls run outside ``_cond``, without the GIL.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import ctypes
 import logging
-import os
+import math
+import sys
 import threading
 import time
 import types
-from typing import TYPE_CHECKING, Any, Callable, Optional, Type, Union
+from typing import TYPE_CHECKING, Callable, Iterable, NoReturn, Optional, Type, TypedDict, Union
 
 from . import _native, _util
-from ._util import ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, LostReason, Name, fmt_name
-from .exceptions import ClientClosedError, Error, ForkedError, LockLostError, LockNotOwnedError, LockTimeout
+from ._util import (ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason, Name,
+                    fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
+from .exceptions import Error, LockLostError, LockTimeout
 
 if TYPE_CHECKING:
     from ._client import Client
 
 log = logging.getLogger("watchlock")
 
-OnLost = Union[None, str, Callable[["Lock", LostReason], Any]]
+#: None, a callable(lock, reason) run on the client's dispatcher thread, or "interrupt".
+OnLost = Union[None, str, Callable[["Lock", LostReason], object]]
+
+
+class LockOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Client.lock`, synchronized() and watchlock.lock()."""
+    ttl: Optional[Duration]
+    blocking_timeout: Optional[Duration]
+    auto_renew: bool
+    max_renewals: Optional[int]
+    max_hold: Optional[Duration]
+    renew_interval: Optional[Duration]
+    on_lost: OnLost
+
+
+def check_options(options: Iterable[str]) -> None:
+    """TypeError for keyword options a Lock does not take; for ``timeout=``,
+    which means the lease in redis-py and the wait elsewhere, it names both."""
+    unknown = sorted(set(options) - set(LockOptions.__annotations__))
+    if "timeout" in unknown:
+        raise TypeError("lock() got an unexpected keyword argument 'timeout': say ttl= for the lease "
+                        "(redis-py's timeout=) or blocking_timeout= for how long `with lock:` waits")
+    if unknown:
+        raise TypeError(f"lock() got unexpected keyword argument(s): {', '.join(unknown)}")
+
 
 # Long C waits are cut into slices where something must be able to stop
 # them: in the main thread (signal handlers such as Ctrl-C run between
-# slices) and for asyncio (a cancelled task stops waiting).
-_SLICE = 0.25
+# slices) and for asyncio (a cancelled task stops waiting). The core keeps a
+# wait that timed out for the next call, so slices cost no round trips.
+_SLICE_MS = 250
 _MAIN_IDENT = threading.main_thread().ident
-
-
-def _add_note(exc: BaseException, note: str) -> None:
-    if hasattr(exc, "add_note"):  # Python 3.11+ (PEP 678)
-        exc.add_note(note)
-    else:  # pragma: no cover - older Pythons: keep it reachable at least
-        notes = list(getattr(exc, "__notes__", []))
-        notes.append(note)
-        try:
-            exc.__notes__ = notes  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
 
 
 class Lock:
     """A distributed lock on one name. Create it with :meth:`Client.lock`.
 
-    ``with lock:`` acquires (waiting up to the lock's ``timeout``, raising
+    ``with lock:`` acquires (waiting up to ``blocking_timeout``, raising
     :class:`LockTimeout`) and releases; at exit it raises
     :class:`LockLostError` if the lock was lost inside the block.
     """
 
-    def __init__(self, client: "Client", name: Name, *, ttl: Any = 30.0, auto_renew: bool = True,
-                 max_renewals: Optional[int] = None, max_hold: Any = None,
-                 renew_interval: Any = None, on_lost: OnLost = None, timeout: Any = -1) -> None:
-        self._h: Any = None
-        self._name_bytes = _util.check_name(name)
-        self._name: Name = name if isinstance(name, str) else self._name_bytes
-        name = self._name
-        if on_lost is not None and on_lost != "interrupt" and not callable(on_lost):
+    def __init__(self, client: Client, name: Name, ttl: Optional[Duration] = None,
+                 blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
+                 max_renewals: Optional[int] = None, max_hold: Optional[Duration] = None,
+                 renew_interval: Optional[Duration] = None, on_lost: OnLost = None,
+                 **unexpected: NoReturn) -> None:
+        check_options(unexpected)
+        if not (on_lost is None or on_lost == "interrupt" or callable(on_lost)):
             raise TypeError("on_lost must be None, a callable(lock, reason) or \"interrupt\"")
-        self._on_lost = on_lost
-        lease_ms = _util.to_ms(ttl, "ttl", name)
-        self._timeout = _util.wait_seconds(True, timeout, name)
-        if not isinstance(auto_renew, bool):
-            raise TypeError("auto_renew must be a bool")
-        if max_renewals is not None:
-            if isinstance(max_renewals, bool) or not isinstance(max_renewals, int):
-                raise TypeError("max_renewals must be an int or None")
-            if max_renewals < 0:
-                raise _util.InvalidArgument(
-                    f"max_renewals must be >= 0, got {max_renewals} (lock {fmt_name(name)})", lock_name=name)
-        max_hold_ms = 0 if max_hold is None else _util.to_ms(max_hold, "max_hold", name)
-        interval_ms = 0 if renew_interval is None else _util.to_ms(renew_interval, "renew_interval", name)
-        if interval_ms and interval_ms >= lease_ms:
-            raise _util.InvalidArgument(
-                f"renew_interval ({interval_ms / 1000:g} s) must be shorter than ttl ({lease_ms / 1000:g} s) "
-                f"(lock {fmt_name(name)})", lock_name=name)
-
-        self._client = client
-        self._ttl = lease_ms / 1000.0
-        self._cond = threading.Condition(threading.Lock())
-        self._owner: Any = None
-        self._count = 0
-        self._busy = 0
-        self._gen = 0                # +1 at each fresh hold (count 0 -> 1)
-        self._owner_thread: Optional[int] = None
-        self._owner_task: Optional[tuple] = None   # (loop, task) when held by asyncio
-        self._lost_gen = 0           # the hold (gen) seen lost, 0 = none
-        self._lost_reason: Optional[LostReason] = None
-        self._interrupted_gen = 0
-
-        h = client._new_lock_handle(self._name_bytes, name)
-        try:
-            for setter, value, what in (
-                    (_native.lock_set_lease, lease_ms, "ttl"),
-                    (_native.lock_set_auto_renew, int(auto_renew and max_renewals != 0), "auto_renew"),
-                    (_native.lock_set_renew_interval, interval_ms, "renew_interval"),
-                    (_native.lock_set_max_renewals, max_renewals or 0, "max_renewals"),
-                    (_native.lock_set_max_hold, max_hold_ms, "max_hold")):
-                st = setter(h, value)
-                if st != OK:
-                    _util.raise_status(st, f"cannot set {what} of lock {fmt_name(name)}", name)
+        self._client, self._name, self._on_lost = client, name, on_lost
+        self._blocking_ms = -1 if blocking_timeout is None else to_ms(blocking_timeout, "blocking_timeout", name)
+        st, h = _native.lock_new(client._handle(), name)
+        if st != OK:
+            raise_status(st, f"cannot create lock {fmt_name(name)}", name)
+        try:  # None: the core's default. Its setters check every value (EINVAL).
+            for what, value, setter in (
+                    ("ttl", ttl, _native.lock_set_lease),  # first: renew_interval is checked against it
+                    ("renew_interval", renew_interval, _native.lock_set_renew_interval),
+                    ("max_hold", max_hold, _native.lock_set_max_hold)):
+                if value is not None and (st := setter(h, to_ms(value, what, name))) != OK:
+                    raise_status(st, f"{what}={value!r}", name)
+            for what, count, set_count in (("max_renewals", max_renewals, _native.lock_set_max_renewals),
+                                           ("auto_renew", auto_renew, _native.lock_set_auto_renew)):
+                if count is not None and (st := set_count(h, count)) != OK:
+                    raise_status(st, f"{what}={count!r}", name)
         except BaseException:
             _native.lock_free(h)
             raise
         self._h = h
-        self._id: int = _native.lock_id(h)
+        self._id = _native.lock_id(h)
+        self._cond = threading.Condition(threading.Lock())
+        self._owner: object = None       # the thread ident or asyncio task that holds it here
+        self._acquiring = False          # the owner is in the core's acquire
+        self._interrupted = 0            # fencing token of the hold on_lost="interrupt" interrupted
         if on_lost is not None:
             client._watch(self)
 
@@ -133,243 +119,164 @@ class Lock:
         return self._name
 
     @property
-    def client(self) -> "Client":
+    def client(self) -> Client:
         return self._client
 
     @property
     def ttl(self) -> float:
         """The lease in seconds (renewed to this much by the watchdog)."""
-        return self._ttl
+        return _native.lock_lease(self._h) / 1000.0
 
     @property
-    def timeout(self) -> Optional[float]:
-        """Seconds ``with lock:`` waits (None = forever)."""
-        return self._timeout
-
-    def _handle(self) -> Any:
-        """The core handle, after checking this process may use it."""
-        if self._client._pid != os.getpid():
-            raise ForkedError(
-                f"lock {fmt_name(self._name)} belongs to the parent process (pid {self._client._pid}); "
-                "a forked child never owns, renews or releases its parent's locks: open a new Client",
-                lock_name=self._name, status=_util.EFORKED)
-        if self._client._closed:
-            raise ClientClosedError(f"lock {fmt_name(self._name)}: its client is closed",
-                                    lock_name=self._name, status=_util.ECLOSED)
-        return self._h
-
-    def _state(self) -> int:
-        if self._h is None or self._client._pid != os.getpid():
-            return _util.UNLOCKED
-        return _native.lock_state(self._h)
+    def blocking_timeout(self) -> Optional[float]:
+        """Seconds ``with lock:`` waits (None = forever, 0 = try once)."""
+        return None if self._blocking_ms < 0 else self._blocking_ms / 1000.0
 
     def locked(self) -> bool:
-        """True while this Lock holds the lock (and it was not lost).
+        """True when anybody holds the lock (the server's view, one round
+        trip), as redis-py's and threading.Lock's locked(). This handle:
+        :meth:`owned`."""
+        return self._client.inspect(self._name).held
 
-        Whether anybody holds the name: :meth:`Client.inspect`."""
-        return self._state() == HELD
+    def owned(self) -> bool:
+        """True while this handle holds the lock (and it was not lost). No I/O."""
+        return _native.lock_state(self._h) == HELD
 
     @property
     def lost(self) -> bool:
-        """True when the current (or, once released, the last) hold was lost."""
-        return self._state() == LOST or (self._gen > 0 and self._lost_gen == self._gen)
+        """True when the current hold, or the last one once released, was lost."""
+        return _native.lock_last_lost_reason(self._h) != _native.WATCHLOCK_LOST_NONE
 
     @property
     def lost_reason(self) -> Optional[LostReason]:
         """Why the current or last hold was lost (None when it was not)."""
-        if self._state() == LOST:
-            return LostReason.from_code(_native.lock_lost_reason(self._h)) or self._lost_reason
-        return self._lost_reason if self.lost else None
+        return LostReason.from_code(_native.lock_last_lost_reason(self._h))
 
     @property
     def fencing_token(self) -> int:
         """Fencing token of the current (or last) hold; 0 before the first.
         Strictly increases per name across all holders: pass it to the
         storage you protect so it can refuse writes from a stale holder."""
-        if self._h is None or self._client._pid != os.getpid():
-            return 0
         return _native.lock_fencing_token(self._h)
 
     @property
     def remaining(self) -> float:
         """Seconds of validity left by the local deadline (conservative); 0 when not held."""
-        if self._h is None or self._client._pid != os.getpid():
-            return 0.0
         return _native.lock_remaining_ms(self._h) / 1000.0
 
     @property
     def hold_count(self) -> int:
         """How many times the lock is held (reentrant acquires); 0 when not held."""
-        return self._count
+        return _native.lock_hold_count(self._h)
 
     @property
     def renewals(self) -> int:
         """Successful watchdog renewals in the current hold."""
-        if self._h is None or self._client._pid != os.getpid():
-            return 0
         return _native.lock_renewals(self._h)
 
     # ---- acquire / release ---------------------------------------------
 
-    def acquire(self, blocking: bool = True, timeout: Any = -1) -> bool:
+    def acquire(self, blocking: bool = True, timeout: Optional[Duration] = -1) -> bool:
         """Acquires the lock, like threading.Lock.acquire: True when acquired,
-        False when ``blocking`` is False or ``timeout`` (seconds; -1 = wait
-        forever) ran out. Other errors raise (ConnectionError, ...)."""
-        wait = _util.wait_seconds(blocking, timeout, self._name)
+        False when ``blocking`` is False or ``timeout`` (a duration; -1 =
+        wait forever) ran out. Other errors raise (ConnectionError, ...)."""
+        wait = wait_ms(blocking, timeout, self._name)
         ident = threading.get_ident()
-        return self._acquire(wait, ident, None, None, sliced=ident == _MAIN_IDENT)
+        return self._acquire(wait, ident, None, sliced=ident == _MAIN_IDENT)
 
-    def _acquire(self, wait: Optional[float], owner: Any, cancelled: Optional[threading.Event],
-                 task: Optional[tuple], sliced: bool) -> bool:
-        h = self._handle()
-        deadline = None if wait is None else time.monotonic() + wait
-        with self._cond:
-            # Wait for the in-process owner (if another thread/task) to let go.
+    def _acquire(self, wait: int, owner: object, cancelled: Optional[threading.Event], sliced: bool) -> bool:
+        deadline = None if wait < 0 else time.monotonic() + wait / 1000.0
+        with self._cond:  # wait for another in-process owner to let go
             while self._owner is not None and self._owner != owner:
-                if cancelled is not None and cancelled.is_set():
+                left = None if deadline is None else deadline - time.monotonic()
+                if (left is not None and left <= 0) or (cancelled is not None and cancelled.is_set()):
                     return False
-                if deadline is None:
-                    self._cond.wait(_SLICE if cancelled is not None else None)
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    self._cond.wait(min(left, _SLICE) if cancelled is not None else left)
-            if self._count > 0 and _native.lock_state(h) == LOST:
-                # Re-entering a hold that was lost: the outer block no longer
-                # has the lock; do not silently start a new hold under it.
-                raise self._lost_error("cannot re-acquire")
-            self._owner = owner
-            self._busy += 1
+                slice_s = _SLICE_MS / 1000.0  # a cancelled asyncio waiter stops within a slice
+                self._cond.wait(left if cancelled is None else slice_s if left is None else min(left, slice_s))
+            fresh = self._owner is None
+            self._owner, self._acquiring = owner, True
         ok = False
         try:
-            ok = self._acquire_native(h, deadline, cancelled, sliced)
+            ok = self._acquire_native(deadline, cancelled, sliced)
         finally:
             with self._cond:
-                self._busy -= 1
+                self._acquiring = False
                 if ok:
-                    if self._count == 0:
-                        self._gen += 1
-                        self._owner_thread = threading.get_ident() if task is None else None
-                        self._owner_task = task
-                        self._interrupted_gen = 0
                     self._owner = owner
-                    self._count += 1
-                self._maybe_free_guard()
+                elif fresh or _native.lock_hold_count(self._h) == 0:
+                    self._free_guard()
         return ok
 
-    def _acquire_native(self, h: Any, deadline: Optional[float], cancelled: Optional[threading.Event],
+    def _acquire_native(self, deadline: Optional[float], cancelled: Optional[threading.Event],
                         sliced: bool) -> bool:
         slicing = sliced or cancelled is not None
         while True:
             if deadline is None:
-                wait_ms = int(_SLICE * 1000) if slicing else -1
-            else:
-                left = max(0.0, deadline - time.monotonic())
-                if slicing:
-                    left = min(left, _SLICE)
-                wait_ms = int(left * 1000 + 0.999)  # ceil: never round a short wait down to "try once"
-            st = _native.lock_acquire(h, wait_ms)
+                wait = _SLICE_MS if slicing else -1
+            else:  # ceil: never round a short wait down to "try once"
+                wait = max(0, math.ceil((deadline - time.monotonic()) * 1000))
+                wait = min(wait, _SLICE_MS) if slicing else wait
+            st = _native.lock_acquire(self._h, wait)
             if st == OK:
                 return True
-            if st == _util.ECLOSED and _util.exiting and threading.current_thread().daemon:
+            if st == ECLOSED and _util.exiting and threading.current_thread().daemon:
                 # The interpreter is exiting and closed the clients: a daemon
-                # thread still waiting just stays parked, as Python stops
-                # daemon threads at exit, instead of failing noisily.
+                # thread still waiting stays parked, as Python stops daemon
+                # threads at exit, instead of failing noisily.
                 threading.Event().wait()
             if st != ETIMEDOUT:
-                _util.raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
-            if deadline is not None and time.monotonic() >= deadline:
+                raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
+            if (deadline is not None and time.monotonic() >= deadline) or (cancelled and cancelled.is_set()):
                 return False
-            if cancelled is not None and cancelled.is_set():
-                return False
-            # Another slice; in the main thread pending signal handlers run here.
+            # another slice; in the main thread pending signal handlers run here
 
-    def _maybe_free_guard(self) -> None:
-        if self._count == 0 and self._busy == 0 and self._owner is not None:
-            self._owner = None
-            self._owner_thread = None
-            self._owner_task = None
-            self._cond.notify()
+    def _free_guard(self) -> None:  # with self._cond
+        self._owner = None
+        self._cond.notify_all()
 
     def release(self) -> None:
         """Releases one hold; at the last, deletes the key (only if it still
-        holds this handle's token) and wakes waiters. May be called from any
-        thread. Raises LockLostError if the lock was lost, LockNotOwnedError
-        if it is not held, ConnectionError if the server could not be told
-        (the hold is dropped locally and the key runs out by its lease)."""
-        h = self._handle()
+        holds this hold) and wakes waiters. May be called from any thread.
+        Raises LockLostError if the lock was lost, LockNotOwnedError if it is
+        not held, ConnectionError if the server could not be told (the core
+        retries at the next acquire; the key runs out by its lease)."""
+        st = _native.lock_release(self._h)
         with self._cond:
-            if self._count == 0:
-                if self._gen > 0 and self._lost_gen == self._gen:
-                    raise self._lost_error("cannot release")  # e.g. an on_lost callback released it
-                raise LockNotOwnedError(f"cannot release lock {fmt_name(self._name)}: not held",
-                                        lock_name=self._name, status=ENOTOWNER)
-            if _native.lock_state(h) == LOST:
-                self._mark_lost(_native.lock_lost_reason(h))
-            self._count -= 1
-            self._busy += 1
-        try:
-            st = _native.lock_release(h)
-            if st != OK:
-                self._raise_release(st, h)
-        finally:
-            with self._cond:
-                self._busy -= 1
-                self._maybe_free_guard()
+            # ECONN: the core finishes that release later; for this owner it is over.
+            if not self._acquiring and (st == ECONN or _native.lock_hold_count(self._h) == 0):
+                self._free_guard()
+        if st != OK:
+            self._raise(st, "release")
 
-    def _raise_release(self, st: int, h: Any) -> None:
-        if st == ENOTOWNER:
-            with self._cond:
-                lost = self._gen > 0 and self._lost_gen == self._gen
-            if lost:
-                raise self._lost_error("cannot release")
-            _util.raise_status(st, f"cannot release lock {fmt_name(self._name)}", self._name)
-        if st == ECONN:
-            _util.raise_status(st, f"release of lock {fmt_name(self._name)} not confirmed by the server "
-                                   "(dropped locally; the key runs out by its lease)", self._name)
-        _util.raise_status(st, f"cannot release lock {fmt_name(self._name)}", self._name)
+    def extend(self, ttl: Optional[Duration] = None) -> None:
+        """Sets the lease of the held lock to ``ttl`` from now (None or 0: the
+        lock's ttl; another ttl also applies to later renewals).
+        LockLostError if it turns out lost, LockNotOwnedError if not held."""
+        st = _native.lock_extend(self._h, 0 if ttl is None else to_ms(ttl, "ttl", self._name))
+        if st != OK:
+            self._raise(st, "extend")
 
-    def _mark_lost(self, code: int) -> None:
-        """Records that the current hold was lost (caller holds self._cond)."""
-        if self._gen > 0 and self._lost_gen != self._gen:
-            self._lost_gen = self._gen
-            self._lost_reason = LostReason.from_code(code)
+    def _raise(self, st: int, what: str) -> NoReturn:
+        code = _native.lock_last_lost_reason(self._h)
+        if st == ENOTOWNER and code != _native.WATCHLOCK_LOST_NONE:
+            raise self._lost_error(f"cannot {what}", LostReason.from_code(code))
+        raise_status(st, f"cannot {what} lock {fmt_name(self._name)}", self._name)
 
-    def _lost_error(self, what: str) -> LockLostError:
-        reason = self._lost_reason
-        if self._h is not None and self._state() == LOST:
-            reason = LostReason.from_code(_native.lock_lost_reason(self._h)) or reason
+    def _lost_error(self, what: str, reason: Optional[LostReason]) -> LockLostError:
         why = f" ({reason})" if reason else ""
         return LockLostError(f"{what} lock {fmt_name(self._name)}: it was lost{why}",
                              lock_name=self._name, status=ENOTOWNER, reason=reason)
 
-    def extend(self, ttl: Any = None) -> None:
-        """Sets the lease of the held lock to ``ttl`` seconds from now (the
-        lock's ttl when None; a new ttl also applies to later renewals).
-        LockLostError if it turns out lost, LockNotOwnedError if not held."""
-        ms = 0 if ttl is None else _util.to_ms(ttl, "ttl", self._name)
-        h = self._handle()
-        st = _native.lock_extend(h, ms)
-        if st == OK:
-            if ms:
-                self._ttl = ms / 1000.0
-            return
-        if st == ENOTOWNER and _native.lock_state(h) == LOST:
-            with self._cond:
-                self._mark_lost(_native.lock_lost_reason(h))
-            raise self._lost_error("cannot extend")
-        _util.raise_status(st, f"cannot extend lock {fmt_name(self._name)}", self._name)
-
     # ---- context manager ------------------------------------------------
 
-    def __enter__(self) -> "Lock":
-        if not self.acquire(timeout=-1 if self._timeout is None else self._timeout):
+    def __enter__(self) -> Lock:
+        ident = threading.get_ident()
+        if not self._acquire(self._blocking_ms, ident, None, sliced=ident == _MAIN_IDENT):
             raise self._timeout_error()
         return self
 
     def _timeout_error(self) -> LockTimeout:
-        return LockTimeout(f"lock {fmt_name(self._name)} not acquired within {self._timeout or 0:g} s",
+        return LockTimeout(f"lock {fmt_name(self._name)} not acquired within {self._blocking_ms / 1000:g} s",
                            lock_name=self._name, status=ETIMEDOUT)
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
@@ -379,36 +286,35 @@ class Lock:
     def _exit(self, exc: Optional[BaseException]) -> None:
         """Releases at the end of a block. A loss or release failure is raised
         when the block succeeded; when the block raised, its exception goes
-        on unchanged and the failure is attached to it as a note."""
+        on unchanged and the failure is attached to it as a note (PEP 678)."""
         try:
             self.release()
-        except LockLostError as lost:
-            if exc is None:
-                raise
-            if isinstance(exc, LockLostError) and exc.lock_name == self._name:
-                return  # the block already learned of this loss (on_lost="interrupt")
-            _add_note(exc, f"watchlock: {lost}")
         except Error as err:
             if exc is None:
                 raise
-            _add_note(exc, f"watchlock: {err}")
+            if isinstance(err, LockLostError) and isinstance(exc, LockLostError) and exc.lock_name == self._name:
+                return  # the block already learned of this loss (on_lost="interrupt")
+            if sys.version_info >= (3, 11):
+                exc.add_note(f"watchlock: {err}")
+            else:  # pragma: no cover
+                exc.__notes__ = [*getattr(exc, "__notes__", []), f"watchlock: {err}"]  # type: ignore[attr-defined]
 
     # ---- asyncio --------------------------------------------------------
 
-    async def acquire_async(self, blocking: bool = True, timeout: Any = -1) -> bool:
+    async def acquire_async(self, blocking: bool = True, timeout: Optional[Duration] = -1) -> bool:
         """Like :meth:`acquire`, awaitable: the wait runs in a worker thread so
         the event loop never blocks. The owner is the current task (reentrant
         per task). If the task is cancelled while waiting, the wait stops and
         a lock acquired meanwhile is released: cancellation never leaks a hold."""
-        wait = _util.wait_seconds(blocking, timeout, self._name)
-        loop = asyncio.get_running_loop()
+        return await self._acquire_async(wait_ms(blocking, timeout, self._name))
+
+    async def _acquire_async(self, wait: int) -> bool:
         task = asyncio.current_task()
-        owner = ("task", id(task)) if task is not None else ("thread", threading.get_ident())
+        owner: object = task if task is not None else threading.get_ident()
         cancelled = threading.Event()
-        cfut = _util.executor().submit(self._acquire, wait, owner, cancelled,
-                                       (loop, task) if task is not None else None, False)
+        cfut = in_daemon_thread(lambda: self._acquire(wait, owner, cancelled, False))
         try:
-            return await asyncio.shield(asyncio.wrap_future(cfut, loop=loop))
+            return await asyncio.shield(asyncio.wrap_future(cfut))
         except asyncio.CancelledError:
             cancelled.set()
             # On the concurrent future, not the asyncio one: this runs even
@@ -416,39 +322,34 @@ class Lock:
             cfut.add_done_callback(self._give_back_if_acquired)
             raise
 
-    def _give_back_if_acquired(self, fut: "concurrent.futures.Future[bool]") -> None:
-        if fut.cancelled() or fut.exception() is not None or not fut.result():
-            return
-        _util.executor().submit(self._release_quietly)
+    def _give_back_if_acquired(self, fut: concurrent.futures.Future[bool]) -> None:
+        if not fut.cancelled() and fut.exception() is None and fut.result():
+            in_daemon_thread(self._release_quietly)
 
     def _release_quietly(self) -> None:
-        try:
+        with contextlib.suppress(Error):  # the task that wanted it was cancelled: nobody to tell
             self.release()
-        except Exception:  # the caller is gone; nothing to tell
-            log.debug("watchlock: releasing lock %s after cancellation failed", fmt_name(self._name),
-                      exc_info=True)
 
-    async def __aenter__(self) -> "Lock":
-        if not await self.acquire_async(timeout=-1 if self._timeout is None else self._timeout):
+    async def __aenter__(self) -> Lock:
+        if not await self._acquire_async(self._blocking_ms):
             raise self._timeout_error()
         return self
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                         tb: Optional[types.TracebackType]) -> None:
-        interrupted = (isinstance(exc, asyncio.CancelledError) and self._interrupted_gen != 0
-                       and self._interrupted_gen == self._gen)
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(_util.executor(), self._exit, None if interrupted else exc)
+        interrupted = (isinstance(exc, asyncio.CancelledError) and self._interrupted != 0
+                       and self._interrupted == self.fencing_token)
         try:
-            await asyncio.shield(fut)
+            await asyncio.shield(asyncio.wrap_future(in_daemon_thread(
+                lambda: self._exit(None if interrupted else exc))))
         except LockLostError as lost:
-            if interrupted:
-                self._uncancel()
-                raise lost from exc
-            raise
+            if not interrupted:
+                raise
+            self._uncancel()
+            raise lost from exc
         if interrupted:  # lost, then released by someone else: still report the loss
             self._uncancel()
-            raise self._lost_error("lost") from exc
+            raise self._lost_error("lost", self.lost_reason) from exc
 
     @staticmethod
     def _uncancel() -> None:
@@ -461,72 +362,54 @@ class Lock:
     def _on_lost_event(self, code: int) -> None:
         """Runs on the client's dispatcher thread when the core reports a loss."""
         reason = LostReason.from_code(code)
-        with self._cond:
-            h = self._h
-            current = h is not None and _native.lock_state(h) == LOST
-            if current:
-                self._mark_lost(code)
-            gen = self._gen
-        on_lost = self._on_lost
-        if on_lost == "interrupt":
-            if current:
-                self._interrupt(gen, reason)
-        elif on_lost is not None:
+        if self._on_lost == "interrupt":
+            self._interrupt(reason)
+        elif callable(self._on_lost) and reason is not None:
             try:
-                on_lost(self, reason)
+                self._on_lost(self, reason)
             except Exception:
                 log.exception("watchlock: on_lost callback of lock %s raised", fmt_name(self._name))
 
-    def _interrupt(self, gen: int, reason: Optional[LostReason]) -> None:
+    def _interrupt(self, reason: Optional[LostReason]) -> None:
         with self._cond:
-            if self._gen != gen or self._count == 0:
+            if _native.lock_state(self._h) != LOST:
                 return  # released or re-acquired meanwhile
-            self._interrupted_gen = gen
-            thread, task = self._owner_thread, self._owner_task
-        if task is not None:
-            loop, t = task
+            self._interrupted = _native.lock_fencing_token(self._h)
+            owner = self._owner
+        if isinstance(owner, asyncio.Task):
             try:
-                loop.call_soon_threadsafe(t.cancel)
+                owner.get_loop().call_soon_threadsafe(owner.cancel)
             except RuntimeError:  # loop closed
                 pass
-            return
-        if thread is None:
-            return
-        cls = self._interrupt_class(reason)
-        n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(cls))
-        if n > 1:  # cannot happen for a valid id; undo as the docs say
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), None)
+        elif isinstance(owner, int):
+            cls = self._interrupt_class(reason)
+            if ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(owner), ctypes.py_object(cls)) > 1:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(owner), None)  # as the docs say
 
     def _interrupt_class(self, reason: Optional[LostReason]) -> type:
         """PyThreadState_SetAsyncExc raises a class with no arguments: make
         one whose instances carry this lock's message."""
         name, why = self._name, f" ({reason})" if reason else ""
-        message = f"lock {fmt_name(name)} was lost while held{why}"
 
-        def __init__(self: LockLostError, *args: Any) -> None:
-            LockLostError.__init__(self, message, lock_name=name, status=ENOTOWNER, reason=reason)
+        def __init__(exc: LockLostError, *args: object) -> None:
+            LockLostError.__init__(exc, f"lock {fmt_name(name)} was lost while held{why}", lock_name=name,
+                                   status=ENOTOWNER, reason=reason)
 
         return type("LockLostError", (LockLostError,), {"__init__": __init__, "__module__": "watchlock"})
 
     # ---- lifetime -------------------------------------------------------
 
     def __del__(self) -> None:
-        h = self.__dict__.get("_h")
-        if h is None:
-            return
-        self._h = None
-        client = self.__dict__.get("_client")
-        if client is None or client._pid != os.getpid():
-            return  # forked child: leave the parent's lock alone
-        try:
-            _native.lock_free(h)  # releases (best effort) if still held
-        except Exception:  # interpreter shutdown
-            pass
+        h = self.__dict__.pop("_h", None)
+        if h is not None:
+            try:
+                _native.lock_free(h)  # releases if held; leaves a forked child's copy alone
+            except Exception:  # interpreter shutdown
+                pass
 
     def __repr__(self) -> str:
-        state = {HELD: "held", LOST: "lost"}.get(self._state(), "unlocked")
-        return f"<watchlock.Lock {fmt_name(self._name)} {state} ttl={self._ttl:g}s>"
+        state = {HELD: "held", LOST: "lost"}.get(_native.lock_state(self._h), "unlocked")
+        return f"<watchlock.Lock {fmt_name(self._name)} {state} ttl={self.ttl:g}s>"
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("watchlock.Lock cannot be pickled: create a Lock in each process")
-

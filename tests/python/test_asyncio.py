@@ -17,9 +17,9 @@ def run(coro):
 
 def test_async_with(client, name):
     async def main():
-        async with client.lock(name, timeout=5) as lock:
-            assert lock.locked() and client.inspect(name).held
-        assert not lock.locked()
+        async with client.lock(name, blocking_timeout=5) as lock:
+            assert lock.owned() and client.inspect(name).held
+        assert not lock.owned()
     run(main())
     assert not client.inspect(name).held
 
@@ -74,7 +74,7 @@ def test_async_timeout_raises_lock_timeout(client, name):
 
     async def main():
         with pytest.raises(watchlock.LockTimeout, match=name):
-            async with client.lock(name, timeout=0.3):
+            async with client.lock(name, blocking_timeout=0.3):
                 pytest.fail("entered a held lock")
     try:
         run(main())
@@ -121,7 +121,7 @@ def test_cancelled_waiter_does_not_leak_the_lock(client, name):
             await task
 
     run(main())
-    assert wait_for(lambda: not client.inspect(name).held and not waiter.locked(), timeout=20)
+    assert wait_for(lambda: not client.inspect(name).held and not waiter.owned(), timeout=20)
     assert holder.acquire(timeout=5)
     holder.release()
 
@@ -142,7 +142,7 @@ def test_cancelled_long_waiter_stops_waiting(client, name):
     time.sleep(0.6)  # longer than one wait slice: the worker has stopped
     holder.release()
     time.sleep(0.6)
-    assert not waiter.locked() and not client.inspect(name).held
+    assert not waiter.owned() and not client.inspect(name).held
 
 
 def test_async_lost_lock_raises_at_exit(client, name, redis_server):

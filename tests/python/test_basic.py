@@ -12,14 +12,15 @@ from helpers import RedisAt, lock_key
 from watchlock import exceptions as wexc
 
 
-def test_acquire_release_locked(client, name):
-    lock = client.lock(name)
-    assert not lock.locked()
+def test_locked_means_held_by_anyone_owned_means_by_this_handle(client, name):
+    lock, other = client.lock(name), client.lock(name)
+    assert not lock.locked() and not lock.owned()
     assert lock.acquire() is True
-    assert lock.locked()
+    assert lock.locked() and lock.owned()
+    assert other.locked() and not other.owned()  # as redis-py's and threading.Lock's locked()
     assert client.inspect(name).held
     lock.release()
-    assert not lock.locked()
+    assert not lock.locked() and not lock.owned() and not other.locked()
     assert not client.inspect(name).held
 
 
@@ -68,12 +69,17 @@ def test_threading_lock_argument_conventions(client, name):
         lock.acquire(blocking=False, timeout=1)
     with pytest.raises(ValueError):
         lock.acquire(timeout=-2)
-    with pytest.raises(TypeError):
+    with pytest.raises(watchlock.InvalidArgument, match="soon"):
         lock.acquire(timeout="soon")
+    with pytest.raises(TypeError):
+        lock.acquire(timeout=object())  # type: ignore[arg-type]
     assert lock.acquire(blocking=False) is True
     lock.release()
     assert lock.acquire(timeout=0) is True  # timeout 0 = try once
     lock.release()
+    for wait in ("500ms", datetime.timedelta(seconds=0.5), 0.5, None):
+        assert lock.acquire(timeout=wait) is True
+        lock.release()
 
 
 def test_fencing_tokens_strictly_increase(redis_url, client, name):
@@ -114,17 +120,19 @@ def test_bad_names_and_options(client, name):
         client.lock(42)  # type: ignore[arg-type]
     with pytest.raises(watchlock.InvalidArgument):
         client.lock(b"x" * (64 * 1024 + 1))
-    for bad in ({"ttl": 0}, {"ttl": -1}, {"ttl": float("nan")}, {"ttl": 31 * 24 * 3600},
-                {"max_hold": 0}, {"renew_interval": 5, "ttl": 5}, {"max_renewals": -1},
-                {"timeout": -3}):
+    for bad in ({"ttl": 0}, {"ttl": -1}, {"ttl": float("nan")}, {"ttl": float("inf")},
+                {"ttl": 31 * 24 * 3600}, {"ttl": "10x"}, {"ttl": "1e3s"}, {"ttl": "10s\0junk"},
+                {"ttl": datetime.timedelta(seconds=-1)}, {"max_hold": -1}, {"renew_interval": 5, "ttl": 5},
+                {"renew_interval": "5s", "ttl": "5000ms"}, {"max_renewals": -1}, {"blocking_timeout": -3},
+                {"blocking_timeout": "soon"}):
         with pytest.raises(watchlock.InvalidArgument, match=name):
             client.lock(name, **bad)
     with pytest.raises(TypeError):
-        client.lock(name, ttl="10s")
-    with pytest.raises(TypeError):
         client.lock(name, on_lost="explode")
-    lock = client.lock(name, ttl=datetime.timedelta(seconds=2))
-    assert lock.ttl == 2.0
+    with pytest.raises(TypeError):
+        client.lock(name, ttl=[10])
+    with pytest.raises(TypeError):
+        client.lock(name, bogus=1)
 
 
 def test_extend_and_remaining(client, name):
@@ -148,14 +156,17 @@ def test_with_timeout_raises_lock_timeout(client, name):
     holder.acquire()
     try:
         with pytest.raises(watchlock.LockTimeout, match=name) as info:
-            with client.lock(name, timeout=0.3):
+            with client.lock(name, blocking_timeout=0.3):
                 pytest.fail("entered a held lock")
         assert info.value.lock_name == name
         assert isinstance(info.value, watchlock.Error)
+        with pytest.raises(watchlock.LockTimeout):
+            with client.lock(name, blocking_timeout=0):  # 0 = try once
+                pytest.fail("entered a held lock")
     finally:
         holder.release()
-    with client.lock(name, timeout=0.3) as lock:
-        assert lock.locked()
+    with client.lock(name, blocking_timeout="300ms") as lock:
+        assert lock.owned()
 
 
 def test_with_releases_when_the_block_raises(client, name):

@@ -15,7 +15,7 @@ from helpers import RedisAt
 def test_key_is_formatted_from_bound_arguments_with_defaults(client, name):
     seen = []
 
-    @client.synchronized(name + ":report:{customer_id}:{fmt}", ttl=10, timeout=5)
+    @client.synchronized(name + ":report:{customer_id}:{fmt}", ttl=10, blocking_timeout=5)
     def build_report(customer_id, fmt="pdf", *, verbose=False):
         """Docstring kept."""
         # which lock is held right now? probe each candidate
@@ -71,7 +71,7 @@ def test_decorated_function_is_mutually_exclusive(client, name, redis_server):
     r = RedisAt(redis_server.port)
     r.command("SET", name + ":n", "0")
 
-    @client.synchronized(name, ttl=10, timeout=60)
+    @client.synchronized(name, ttl=10, blocking_timeout=60)
     def bump():
         r.command("SET", name + ":n", str(int(r.command("GET", name + ":n")) + 1))
 
@@ -84,7 +84,7 @@ def test_decorated_function_is_mutually_exclusive(client, name, redis_server):
 
 
 def test_timeout_and_exceptions_propagate(client, name):
-    @client.synchronized(name, timeout=0.2)
+    @client.synchronized(name, blocking_timeout=0.2)
     def work():
         raise KeyError("from the function")
 
@@ -100,7 +100,7 @@ def test_timeout_and_exceptions_propagate(client, name):
 
 
 def test_async_function(client, name):
-    @client.synchronized(name + ":{n}", timeout=5)
+    @client.synchronized(name + ":{n}", blocking_timeout=5)
     async def job(n):
         await asyncio.sleep(0)
         return client.inspect(f"{name}:{n}").held
@@ -130,7 +130,7 @@ def test_module_level_lock_and_synchronized(default_client_env, redis_server, na
     c = watchlock.default_client()
     assert c is watchlock.default_client()  # one per process
     assert c.url == redis_server.url
-    with watchlock.lock(name, timeout=5) as lock:
-        assert lock.client is c and lock.locked()
+    with watchlock.lock(name, blocking_timeout="5s") as lock:
+        assert lock.client is c and lock.owned()
     c.close()
     assert watchlock.default_client() is not c  # reopened after close

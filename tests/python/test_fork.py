@@ -22,14 +22,19 @@ def _child(client, lock, name, url, queue):
             out[what] = "no error"
         except watchlock.ForkedError as e:
             out[what] = ("ForkedError", str(e))
-    out["locked"] = lock.locked()
+    out["owned"] = lock.owned()
+    try:
+        lock.locked()  # asks the server through the parent's client
+        out["locked"] = "no error"
+    except watchlock.ForkedError:
+        out["locked"] = "ForkedError"
     # The child may open its own client: the parent's lock is still taken.
     with watchlock.Client(url) as own:
         out["own_try"] = own.lock(name).acquire(blocking=False)
     # The default client is per process: recreated here.
     os.environ["WATCHLOCK_URL"] = url
-    with watchlock.lock(name + ":child", timeout=10) as l:
-        out["default_client_works"] = l.locked()
+    with watchlock.lock(name + ":child", blocking_timeout=10) as l:
+        out["default_client_works"] = l.owned()
     # Dropping the inherited objects and closing the inherited client must
     # not release anything in the parent's name.
     client.close()
@@ -53,13 +58,14 @@ def test_forked_child_does_not_own_renew_or_release(redis_server, name):
     for what in ("release", "acquire", "extend", "lock", "inspect"):
         assert out[what][0] == "ForkedError", (what, out[what])
     assert "parent" in out["release"][1] and name in out["release"][1]
-    assert out["locked"] is False  # an inherited handle reads as not held
+    assert out["owned"] is False  # an inherited handle reads as not held
+    assert out["locked"] == "ForkedError"
     assert out["own_try"] is False
     assert out["default_client_works"] is True
     # The parent still holds it, its watchdog (not the child's) keeps it alive
     # for longer than the 1 s lease, and only the parent's token is in Redis.
     time.sleep(1.5)
-    assert lock.locked() and not lock.lost and lock.fencing_token == token
+    assert lock.owned() and not lock.lost and lock.fencing_token == token
     assert RedisAt(redis_server.port).command("PTTL", lock_key(name)) > 0
     lock.release()
     assert not client.inspect(name).held

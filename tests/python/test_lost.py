@@ -21,7 +21,7 @@ def test_watchdog_keeps_a_1s_lock_for_4s(client, name, redis_server):
         while time.monotonic() - start < 4.0:
             ttl_ms = r.command("PTTL", lock_key(name))
             assert 0 < ttl_ms <= 1000, ttl_ms
-            assert lock.locked() and not lock.lost
+            assert lock.owned() and not lock.lost
             time.sleep(0.1)
         assert lock.renewals >= 3
         assert client.lock(name).acquire(blocking=False) is False
@@ -34,7 +34,7 @@ def test_lost_when_the_key_is_deleted_from_outside(client, name, redis_server):
     RedisAt(redis_server.port).command("DEL", lock_key(name))
     assert wait_for(lambda: lock.lost, timeout=20)
     assert lock.lost_reason == watchlock.LostReason.TAKEN == "taken"
-    assert not lock.locked()
+    assert not lock.owned()
     with pytest.raises(watchlock.LockLostError, match=name) as info:
         lock.release()
     assert info.value.reason == "taken" and info.value.lock_name == name
@@ -132,9 +132,9 @@ def test_callback_that_releases_does_not_deadlock(client, name, redis_server):
             RedisAt(redis_server.port).command("DEL", lock_key(name))
             assert wait_for(lambda: outcome, timeout=20)
     assert isinstance(outcome[0], watchlock.LockLostError)
-    assert not lock.locked()
+    assert not lock.owned()
     # the lock works again afterwards
-    with client.lock(name, timeout=10):
+    with client.lock(name, blocking_timeout=10):
         pass
 
 
@@ -142,7 +142,7 @@ def test_callback_may_use_other_locks_and_the_client(client, name, redis_server)
     done = threading.Event()
 
     def on_lost(lock, reason):
-        with client.lock(name + ":inner", timeout=10):
+        with client.lock(name + ":inner", blocking_timeout=10):
             done.set()
 
     lock = client.lock(name, ttl=1, on_lost=on_lost)

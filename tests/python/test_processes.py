@@ -69,7 +69,7 @@ def _exit_holding(redis_server, client, name, how):
     parent.acquire()
     p = _worker(redis_server, "exit_holding", name, how)
     out, err = p.communicate(timeout=60)  # a hang fails here
-    assert parent.locked()
+    assert parent.owned()
     parent.release()
     assert p.returncode == 0, err
     assert "holding" in out

@@ -109,6 +109,6 @@ def test_lost_stays_lost_after_late_extend_reply(fresh_redis, name):
             with pytest.raises(watchlock.LockLostError):
                 lock.extend(1.0)
             assert seen_lost.wait(5)
-            assert lock.lost and not lock.locked()
+            assert lock.lost and not lock.owned()
             with pytest.raises(watchlock.LockLostError):
                 lock.release()

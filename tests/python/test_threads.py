@@ -58,7 +58,7 @@ def test_waiter_is_woken_by_release(client, name):
     got = threading.Event()
 
     def waiter():
-        with client.lock(name, timeout=50):
+        with client.lock(name, blocking_timeout=50):
             got.set()
 
     t = threading.Thread(target=waiter)
@@ -102,7 +102,7 @@ def test_a_lock_object_shared_by_threads_excludes_them(client, name, redis_serve
     assert not errors
     assert not overlap
     assert int(r.command("GET", key)) == 6 * 15
-    assert not shared.locked()
+    assert not shared.owned() and not shared.locked()
 
 
 def test_shared_lock_nonblocking_and_timeout_from_another_thread(client, name):
@@ -129,7 +129,7 @@ def test_release_from_another_thread(client, name):
     t = threading.Thread(target=lock.release)
     t.start()
     t.join(timeout=30)
-    assert not lock.locked() and not client.inspect(name).held
+    assert not lock.owned() and not lock.locked()
     # and the lock can then be taken by another thread
     got = []
     t = threading.Thread(target=lambda: got.append(lock.acquire(timeout=5)))
@@ -146,7 +146,7 @@ def test_per_use_locks_from_many_threads_count_exactly(client, name, redis_serve
 
     def work():
         for _ in range(20):
-            with client.lock(name, ttl=10, timeout=60):
+            with client.lock(name, ttl=10, blocking_timeout=60):
                 v = int(r.command("GET", key))
                 r.command("SET", key, str(v + 1))
 
@@ -175,7 +175,7 @@ def test_ctrl_c_interrupts_a_wait_in_the_main_thread(client, name):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert wait_for(lambda: holder.locked())
+    assert wait_for(lambda: holder.owned())
     holder.release()
     assert not client.inspect(name).held
 
@@ -186,8 +186,8 @@ def test_client_used_by_many_threads_at_once(client, name):
     def work(i):
         try:
             for j in range(10):
-                with client.lock(f"{name}:{i}:{j}", timeout=10) as lock:
-                    assert lock.locked()
+                with client.lock(f"{name}:{i}:{j}", blocking_timeout=10) as lock:
+                    assert lock.owned()
         except BaseException as e:  # pragma: no cover
             errors.append(e)
 

@@ -23,7 +23,7 @@ def counter(name: str, threads: int, rounds: int) -> None:
     def work() -> None:
         try:
             for _ in range(rounds):
-                with client.lock(name, ttl=10, timeout=120):
+                with client.lock(name, ttl=10, blocking_timeout=120):
                     v = int(r.command("GET", name + ":counter"))
                     r.command("SET", name + ":counter", str(v + 1))
         except BaseException as e:  # reported through the exit status
