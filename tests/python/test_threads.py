@@ -198,3 +198,56 @@ def test_client_used_by_many_threads_at_once(client, name):
         t.join(timeout=120)
     assert not errors
     assert isinstance(client, watchlock.Client)
+
+
+def test_unconfirmed_release_lets_other_threads_take_a_shared_lock(fresh_redis, name):
+    """A release the server never confirmed (ConnectionError) ends the
+    releasing thread's ownership of a shared Lock at once: another thread's
+    acquire on it goes to the core, which finishes that release first."""
+    from proxy import Proxy
+    with Proxy(fresh_redis.port) as proxy:
+        with watchlock.Client(proxy.url + "?command_timeout=200ms&connect_timeout=200ms") as client:
+            shared = client.lock(name, ttl=30)
+            assert shared.acquire()
+            proxy.pause()
+            with pytest.raises(watchlock.ConnectionError):
+                shared.release()
+            got = []
+            t = threading.Thread(target=lambda: got.append(shared.acquire(timeout=20)))
+            t.start()
+            time.sleep(0.3)
+            proxy.resume()
+            t.join(timeout=60)
+            assert got == [True] and shared.owned()
+            shared.release()
+            assert not shared.locked()
+
+
+def test_releasing_an_unheld_shared_lock_keeps_its_waiters_apart(client, name):
+    """A release() that finds nothing held (LockNotOwnedError) while a thread
+    waits in the core for the shared Lock must not let a second thread into
+    the core's acquire too: the handle would then count both as holders."""
+    holder = client.lock(name)
+    holder.acquire()
+    shared = client.lock(name)
+    events = []
+
+    def worker(tag):
+        assert shared.acquire(timeout=30)
+        events.append(("in", tag))
+        time.sleep(0.3)
+        events.append(("out", tag))
+        shared.release()
+
+    a = threading.Thread(target=worker, args=("a",))
+    a.start()
+    time.sleep(0.3)  # a waits in the core
+    with pytest.raises(watchlock.LockNotOwnedError):
+        shared.release()
+    b = threading.Thread(target=worker, args=("b",))
+    b.start()
+    time.sleep(0.3)
+    holder.release()
+    a.join(timeout=60)
+    b.join(timeout=60)
+    assert [e[0] for e in events] == ["in", "out", "in", "out"], events
