@@ -78,19 +78,29 @@ static int wl_lua_to_i64(lua_State *L, int idx, const char *fn, int argnum, int6
 %nodefaultdtor watchlock_client;
 %nodefaultctor watchlock_lock;
 %nodefaultdtor watchlock_lock;
+%nodefaultctor watchlock_report;
+%nodefaultdtor watchlock_report;
 struct watchlock_client {};
 struct watchlock_lock {};
+struct watchlock_report {};
 %extend watchlock_client {
     ~watchlock_client() { watchlock_client_close($self); }
 }
 %extend watchlock_lock {
     ~watchlock_lock() { watchlock_lock_free($self); }
 }
+/* A check's report is read at once by client:check() and then left to the
+ * collector, which frees it: report_free is not wrapped. */
+%extend watchlock_report {
+    ~watchlock_report() { watchlock_report_free($self); }
+}
+%ignore watchlock_report_free;
 
 %typemap(in, numinputs=0) watchlock_client **out (watchlock_client *tmp = NULL),
-                          watchlock_lock **out (watchlock_lock *tmp = NULL)
+                          watchlock_lock **out (watchlock_lock *tmp = NULL),
+                          watchlock_report **out (watchlock_report *tmp = NULL)
     %{ $1 = &tmp; %}
-%typemap(argout) watchlock_client **out, watchlock_lock **out
+%typemap(argout) watchlock_client **out, watchlock_lock **out, watchlock_report **out
     %{ SWIG_NewPointerObj(L, tmp$argnum, $*descriptor, 1); SWIG_arg++; %}
 
 /* client_close(c) / lock_free(l): disown the userdata and clear its pointer

@@ -335,6 +335,26 @@ function Client:force_release(name)
   return released ~= 0
 end
 
+--- client:check() -> { { code = "eviction", message = "..." }, ... } | nil, message
+-- The server settings and ACL permissions that break lock safety; an empty
+-- table when there is nothing to warn about. Changes nothing on the server.
+-- Codes are those `watchlock check` prints (docs/cli.md).
+function Client:check()
+  local handle = check_client(self, "check", 2)
+  local status, report = core.client_check(handle)
+  if status ~= OK then
+    return fail(status, "check", 2)
+  end
+  local findings = {}
+  for i = 0, core.report_count(report) - 1 do
+    findings[#findings + 1] = {
+      code = core.check_name(core.report_code(report, i)),
+      message = core.report_message(report, i),
+    }
+  end
+  return findings
+end
+
 -- ---------------------------------------------------------------------------
 -- Lock
 
