@@ -331,6 +331,7 @@ def default_client() -> Client:
 
 def lock(name: Name, **lock_options: Unpack[LockOptions]) -> Lock:
     """``default_client().lock(name, ...)``."""
+    check_options(lock_options)  # a TypeError for timeout= before connecting
     return default_client().lock(name, **lock_options)
 
 

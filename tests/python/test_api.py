@@ -124,3 +124,11 @@ def test_every_loss_reason_code_has_a_lost_reason():
         reason = watchlock.LostReason.from_code(code)
         assert reason is not None and reason == watchlock._native.lost_reason_str(code)
     assert watchlock.LostReason.from_code(watchlock._native.WATCHLOCK_LOST_NONE) is None
+
+
+def test_module_level_lock_refuses_timeout_before_connecting(monkeypatch):
+    import watchlock._client as wclient
+    monkeypatch.setattr(wclient, "_default", None)
+    monkeypatch.setenv("WATCHLOCK_URL", "redis://127.0.0.1:1")  # nothing listens: no connection is tried
+    with pytest.raises(TypeError, match="blocking_timeout="):
+        watchlock.lock("x", timeout=5)
