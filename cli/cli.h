@@ -10,11 +10,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "json.h"
 #include "watchlock.h"
 
 enum {
     CLI_EXIT_OK = 0,
     CLI_EXIT_WARNINGS = 1,     /* check: the server has settings that break lock safety */
+    CLI_EXIT_FREE = 1,         /* status: the lock is free */
     CLI_EXIT_USAGE = 64,       /* EX_USAGE: bad flag, bad duration, missing NAME ... */
     CLI_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: Redis unreachable, auth failed, client closed */
     CLI_EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error (a bug) or out of memory */
@@ -71,18 +73,22 @@ void cli_format_duration(char *buf, size_t size, int64_t ms);
 /* `url` with any password replaced by "***" (for messages). Static buffer. */
 const char *cli_redact_url(const char *url);
 
-/* Writes `s` as a JSON string. Bytes >= 0x80 pass through (names are
- * expected to be UTF-8); control characters are escaped. */
-void cli_json_string(FILE *f, const char *s);
+/* Writes len bytes for a terminal: printable ASCII and valid UTF-8 as
+ * they are; control characters, DEL, backslash and bytes that are not
+ * UTF-8 as \xNN (and \\), so that a name or label read from the server
+ * cannot move the cursor or fake another line. */
+void cli_print_text(FILE *f, const void *s, size_t len);
 
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_status(int argc, char **argv);
+int cli_cmd_list(int argc, char **argv);
 int cli_cmd_release(int argc, char **argv);
 int cli_cmd_check(int argc, char **argv);
 
 void cli_help_main(void);
 void cli_help_run(void);
 void cli_help_status(void);
+void cli_help_list(void);
 void cli_help_release(void);
 void cli_help_check(void);
 

@@ -171,36 +171,29 @@ const char *cli_redact_url(const char *url)
     return buf;
 }
 
-/* Writes `s` as a JSON string. Bytes >= 0x80 pass through (names are
- * expected to be UTF-8); control characters are escaped. */
-void cli_json_string(FILE *f, const char *s)
+void cli_print_text(FILE *f, const void *s, size_t len)
 {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"':
-            fputs("\\\"", f);
-            break;
-        case '\\':
+    const unsigned char *p = s;
+    for (size_t i = 0; i < len;) {
+        size_t bad = 1, n = p[i] >= 0x80 ? cli_utf8_seq(p + i, len - i, &bad) : 1;
+        if (p[i] >= 0x80 && n > 0) {
+            fwrite(p + i, 1, n, f);
+            i += n;
+        } else if (p[i] >= 0x80) {
+            for (size_t k = 0; k < bad; k++)
+                fprintf(f, "\\x%02x", p[i + k]);
+            i += bad;
+        } else if (p[i] == '\\') {
             fputs("\\\\", f);
-            break;
-        case '\n':
-            fputs("\\n", f);
-            break;
-        case '\r':
-            fputs("\\r", f);
-            break;
-        case '\t':
-            fputs("\\t", f);
-            break;
-        default:
-            if (*p < 0x20 || *p == 0x7f)
-                fprintf(f, "\\u%04x", *p);
-            else
-                fputc(*p, f);
+            i++;
+        } else if (p[i] < 0x20 || p[i] == 0x7f) {
+            fprintf(f, "\\x%02x", p[i]);
+            i++;
+        } else {
+            fputc(p[i], f);
+            i++;
         }
     }
-    fputc('"', f);
 }
 
 int cli_open_client(watchlock_client **out, const char *url)

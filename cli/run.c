@@ -51,6 +51,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,14 +72,23 @@ extern char **environ;
 static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 #define N_FORWARDED ((int)(sizeof forwarded_signals / sizeof forwarded_signals[0]))
 
+/* The owner label recorded with the lock: the command line, cut to this
+ * many bytes (ending in "...") so that `watchlock list` stays readable. */
+#define LABEL_MAX 256
+
 struct run_opts {
     const char *url;
     int64_t ttl_ms;
     int64_t wait_ms; /* < 0 forever */
     int64_t max_hold_ms;
     int64_t kill_after_ms;
+    int conflict_exit; /* -E: exit code when the lock was not obtained */
     const char *name;
     char **command;
+    const char *shell_command; /* -c */
+    char *shell_argv[4];       /* /bin/sh -c SHELL_COMMAND */
+    const char *what;          /* COMMAND for messages: argv[0] or the -c string */
+    char label[LABEL_MAX + 1]; /* the owner label: the command line */
 };
 
 struct run_state {
@@ -516,8 +526,68 @@ static int exit_code_of(int wstatus)
 
 /* ---- option parsing -------------------------------------------------------- */
 
+/* Appends `arg` to the label as POSIX sh would need it quoted (the rules
+ * of Python's shlex.quote: bare when it has only [A-Za-z0-9_@%+=:,./-],
+ * else in single quotes with each ' written as '"'"'). */
+static void label_append(char *buf, size_t *n, size_t cap, const char *arg)
+{
+    char tmp[LABEL_MAX * 2 + 8];
+    size_t k = 0;
+    int bare = *arg != '\0';
+    for (const char *p = arg; *p && bare; p++)
+        bare = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+               strchr("_@%+=:,./-", *p) != NULL;
+    if (*n > 0 && k < sizeof tmp)
+        tmp[k++] = ' ';
+    if (!bare && k < sizeof tmp)
+        tmp[k++] = '\'';
+    for (const char *p = arg; *p && k + 6 < sizeof tmp; p++) {
+        if (*p == '\'' && !bare) {
+            memcpy(tmp + k, "'\"'\"'", 5);
+            k += 5;
+        } else {
+            tmp[k++] = *p;
+        }
+    }
+    if (!bare && k < sizeof tmp)
+        tmp[k++] = '\'';
+    size_t take = k < cap - *n ? k : cap - *n;
+    memcpy(buf + *n, tmp, take);
+    *n += take;
+}
+
+/* The owner label: the -c string, or COMMAND's words quoted for sh; past
+ * LABEL_MAX bytes cut on a UTF-8 character boundary and ended with "...". */
+static void make_label(struct run_opts *o)
+{
+    char buf[LABEL_MAX * 2 + 8];
+    size_t n = 0, cap = sizeof buf - 1;
+    if (o->shell_command) {
+        n = strlen(o->shell_command);
+        if (n > cap)
+            n = cap;
+        memcpy(buf, o->shell_command, n);
+    } else {
+        for (char **a = o->command; *a && n < cap; a++)
+            label_append(buf, &n, cap, *a);
+    }
+    if (n > LABEL_MAX) {
+        n = LABEL_MAX - 3;
+        while (n > 0 && ((unsigned char)buf[n] & 0xC0) == 0x80) /* not inside a character */
+            n--;
+        memcpy(buf + n, "...", 3);
+        n += 3;
+    }
+    memcpy(o->label, buf, n);
+    o->label[n] = '\0';
+}
+
 enum { OPT_MAX_HOLD = 1000 };
 
+/* Options may come before and after NAME (as flock's `FILE -c CMD`):
+ * getopt stops at each non-option; the first is NAME, the second starts
+ * COMMAND, whose own options are never read. "--" ends the options (and
+ * NAME may follow it). */
 static int parse_run_options(int argc, char **argv, struct run_opts *o)
 {
     static const struct option longopts[] = {
@@ -525,6 +595,10 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         {"ttl", required_argument, NULL, 't'},
         {"wait", required_argument, NULL, 'w'},
         {"nonblock", no_argument, NULL, 'n'},
+        {"conflict-exit-code", required_argument, NULL, 'E'},
+        {"command", required_argument, NULL, 'c'},
+        {"exclusive", no_argument, NULL, 'x'},
+        {"shared", no_argument, NULL, 's'},
         {"max-hold", required_argument, NULL, OPT_MAX_HOLD},
         {"kill-after", required_argument, NULL, 'k'},
         {"quiet", no_argument, NULL, 'q'},
@@ -536,11 +610,26 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
     o->wait_ms = -1;
     o->max_hold_ms = 0;
     o->kill_after_ms = DEFAULT_KILL_AFTER_MS;
+    o->conflict_exit = CLI_EXIT_TEMPFAIL;
 
     opterr = 0;
     optind = 1;
     int c, rc;
-    while ((c = getopt_long(argc, argv, "+:u:t:w:nk:qvh", longopts, NULL)) != -1) {
+    bool dashdash = false;
+    for (;;) {
+        int before = optind;
+        c = getopt_long(argc, argv, "+:u:t:w:nE:c:xsk:qvh", longopts, NULL);
+        if (c == -1) {
+            if (optind == before + 1 && strcmp(argv[before], "--") == 0) {
+                dashdash = true;
+                break;
+            }
+            if (optind < argc && o->name == NULL) {
+                o->name = argv[optind++]; /* options may follow NAME */
+                continue;
+            }
+            break; /* COMMAND starts here */
+        }
         switch (c) {
         case 'u':
             o->url = optarg;
@@ -562,6 +651,23 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         case 'n':
             o->wait_ms = 0;
             break;
+        case 'E': {
+            char *end = NULL;
+            long v = optarg[0] >= '0' && optarg[0] <= '9' ? strtol(optarg, &end, 10) : -1;
+            if (end == NULL || *end != '\0' || v < 0 || v > 255)
+                return cli_usage_error("run", "invalid exit code '%s' for -E/--conflict-exit-code: expected 0 to 255",
+                                       optarg);
+            o->conflict_exit = (int)v;
+            break;
+        }
+        case 'c':
+            o->shell_command = optarg;
+            break;
+        case 'x':
+            break; /* flock's "exclusive": what every watchlock lock is */
+        case 's':
+            return cli_usage_error("run", "-s/--shared: shared (read-write) locks do not exist in watchlock yet; "
+                                          "every lock is exclusive (drop -s, or use -x)");
         case OPT_MAX_HOLD:
             if ((rc = cli_parse_duration("run", "--max-hold", optarg, &o->max_hold_ms)) != 0)
                 return rc;
@@ -585,19 +691,31 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
             return cli_option_error("run", c, argv);
         }
     }
-    if (optind >= argc)
-        return cli_usage_error("run", "missing lock NAME and COMMAND");
-    o->name = argv[optind++];
+    if (o->name == NULL && dashdash && optind < argc) {
+        o->name = argv[optind++]; /* run [OPTIONS] -- NAME [--] COMMAND */
+        if (optind < argc && strcmp(argv[optind], "--") == 0)
+            optind++;
+    }
+    if (o->name == NULL)
+        return cli_usage_error("run", o->shell_command ? "missing lock NAME" : "missing lock NAME and COMMAND");
     if (o->name[0] == '\0')
         return cli_usage_error("run", "the lock NAME must not be empty");
-    if (optind < argc && strcmp(argv[optind], "--") == 0)
-        optind++;
-    if (optind >= argc)
-        return cli_usage_error("run", "missing COMMAND after NAME '%s'", o->name);
-    if (argv[optind][0] == '-')
-        return cli_usage_error("run", "'%s' after NAME: options must come before NAME",
-                               argv[optind]);
-    o->command = argv + optind;
+    if (o->shell_command) {
+        if (optind < argc)
+            return cli_usage_error("run", "'%s': -c takes the whole command as one shell string; give no COMMAND "
+                                          "after it", argv[optind]);
+        o->shell_argv[0] = "/bin/sh";
+        o->shell_argv[1] = "-c";
+        o->shell_argv[2] = (char *)o->shell_command;
+        o->shell_argv[3] = NULL;
+        o->command = o->shell_argv;
+    } else {
+        if (optind >= argc)
+            return cli_usage_error("run", "missing COMMAND after NAME '%s' (or -c 'SHELL COMMAND')", o->name);
+        o->command = argv + optind;
+    }
+    make_label(o);
+    o->what = o->shell_command ? o->label : o->command[0];
     return 0;
 }
 
@@ -687,7 +805,7 @@ static void report_lost_and_terminate(const struct run_opts *o, pid_t pid, int r
     const char *why = watchlock_lost_reason_str(reason);
     if (o->kill_after_ms == 0) {
         cli_error("lost lock '%s' (%s) while '%s' was running; killed it (SIGKILL)", o->name, why,
-                  o->command[0]);
+                  o->what);
         kill(pid, SIGKILL);
         *kill_deadline = -1;
         return;
@@ -695,7 +813,7 @@ static void report_lost_and_terminate(const struct run_opts *o, pid_t pid, int r
     char grace[32];
     cli_format_duration(grace, sizeof grace, o->kill_after_ms);
     cli_error("lost lock '%s' (%s) while '%s' was running; sent SIGTERM (SIGKILL in %s)", o->name,
-              why, o->command[0], grace);
+              why, o->what, grace);
     kill(pid, SIGTERM);
     *kill_deadline = now_ms() + o->kill_after_ms;
 }
@@ -724,7 +842,7 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
             break;
         }
         if (r < 0 && errno != EINTR) {
-            cli_error("waiting for '%s' failed: %s", o->command[0], strerror(errno));
+            cli_error("waiting for '%s' failed: %s", o->what, strerror(errno));
             return CLI_EXIT_OSERR;
         }
 
@@ -733,7 +851,7 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
         if (kill_deadline >= 0) {
             int64_t left = kill_deadline - now;
             if (left <= 0) {
-                cli_info("'%s' did not exit within the grace period; sent SIGKILL", o->command[0]);
+                cli_info("'%s' did not exit within the grace period; sent SIGKILL", o->what);
                 kill(pid, SIGKILL);
                 kill_deadline = -1;
                 continue;
@@ -776,7 +894,7 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
                 if (si.ssi_code == SI_KERNEL && getpgid(pid) == getpgrp())
                     continue;
                 cli_verbose("forwarding signal %d (%s) to '%s'", sig, strsignal(sig),
-                            o->command[0]);
+                            o->what);
                 kill(pid, sig);
             }
         }
@@ -851,6 +969,8 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
         st_code = watchlock_lock_set_lease(lock, o->ttl_ms);
     if (st_code == WATCHLOCK_OK && o->max_hold_ms > 0)
         st_code = watchlock_lock_set_max_hold(lock, o->max_hold_ms);
+    if (st_code == WATCHLOCK_OK) /* who holds it: this host, our pid, the command line */
+        st_code = watchlock_lock_set_owner_label(lock, o->label);
     if (st_code == WATCHLOCK_OK)
         st_code = watchlock_lock_set_on_lost(lock, on_lost, &st->lost_pipe[1]);
     if (st_code != WATCHLOCK_OK) {
@@ -875,16 +995,16 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
     }
     if (st_code == WATCHLOCK_ETIMEDOUT) {
         if (o->wait_ms == 0) {
-            cli_info("lock '%s' is held by another owner; not running '%s'", o->name, o->command[0]);
+            cli_info("lock '%s' is held by another owner; not running '%s'", o->name, o->what);
         } else {
             char waitbuf[32];
             cli_format_duration(waitbuf, sizeof waitbuf, o->wait_ms);
             cli_info("lock '%s' still held by another owner after %s; not running '%s'", o->name,
-                     waitbuf, o->command[0]);
+                     waitbuf, o->what);
         }
         watchlock_lock_free(lock);
         watchlock_client_close(client);
-        return CLI_EXIT_TEMPFAIL;
+        return o->conflict_exit;
     }
     if (st_code != WATCHLOCK_OK) {
         char what[256];
@@ -911,12 +1031,12 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
     int exit_code;
     struct supervision sup = {0};
     if (spawn_err != 0) {
-        cli_error("%s: %s", o->command[0], strerror(spawn_err));
+        cli_error("%s: %s", o->what, strerror(spawn_err));
         exit_code = (spawn_err == ENOENT || spawn_err == ENOTDIR) ? CLI_EXIT_NOT_FOUND
                     : (spawn_err == EAGAIN || spawn_err == ENOMEM) ? CLI_EXIT_OSERR
                                                                    : CLI_EXIT_CANNOT_EXEC;
     } else {
-        cli_verbose("started '%s' (pid %ld)", o->command[0], (long)pid);
+        cli_verbose("started '%s' (pid %ld)", o->what, (long)pid);
         rc = supervise(st, lock, o, pid, &sup);
         if (rc != 0) {
             /* Cannot watch COMMAND any more: do not leave it running unlocked. */
@@ -926,10 +1046,10 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
         } else {
             exit_code = exit_code_of(sup.wstatus);
             if (WIFSIGNALED(sup.wstatus))
-                cli_verbose("'%s' was killed by signal %d (%s)", o->command[0],
+                cli_verbose("'%s' was killed by signal %d (%s)", o->what,
                             WTERMSIG(sup.wstatus), strsignal(WTERMSIG(sup.wstatus)));
             else
-                cli_verbose("'%s' exited with status %d", o->command[0], exit_code);
+                cli_verbose("'%s' exited with status %d", o->what, exit_code);
         }
     }
 
@@ -956,7 +1076,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
 
     if (sup.lost && !sup.reported && spawn_err == 0)
         cli_error("lock '%s' was lost (%s) before '%s' finished", o->name,
-                  watchlock_lost_reason_str(sup.lost_reason), o->command[0]);
+                  watchlock_lost_reason_str(sup.lost_reason), o->what);
 
     watchlock_lock_free(lock);
     watchlock_client_close(client);

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -85,9 +87,12 @@ class Cli:
             return self.popen(*args, stderr=f, **kw)
 
     def status(self, name: str) -> dict:
+        """`status --json NAME`, parsed; its exit code must say the same (0 held, 1 free)."""
         r = self.run("status", "--json", name)
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)
+        assert r.returncode in (0, 1), r.stderr
+        st = json.loads(r.stdout)
+        assert r.returncode == (0 if st["held"] else 1), (r.returncode, st)
+        return st
 
 
 @pytest.fixture
@@ -162,6 +167,9 @@ def test_version(cli):
     (["run", "--help"], "--kill-after"),
     (["help", "run"], "--kill-after"),
     (["status", "--help"], "--json"),
+    (["list", "--help"], "PATTERN"),
+    (["help", "list"], "PATTERN"),
+    (["run", "--help"], "--conflict-exit-code"),
     (["release", "--help"], "--force"),
 ])
 def test_help(cli, args, needle):
@@ -428,15 +436,257 @@ def test_command_dies_when_watchlock_is_killed(cli, name, tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+# ---- flock(1) habits: -n, -w SECS, -E CODE, -c, -s, -x, options after NAME ----------------
+
+
+def test_conflict_exit_code_E(cli, name, holders, tmp_path):
+    hold(holders, cli, name)
+    marker = tmp_path / "marker"
+    for opts, code in ([["-n"], EX_TEMPFAIL], [["-n", "-E", "3"], 3], [["-E", "0", "-n"], 0],
+                       [["--nonblock", "--conflict-exit-code", "42"], 42],
+                       [["-n", "--conflict-exit-code=7"], 7], [["-nE9"], 9]):
+        r = cli.run("run", *opts, name, "--", "touch", str(marker))
+        assert r.returncode == code, (opts, r.stderr)
+        assert "held by another owner" in one_error_line(r.stderr)
+        assert not marker.exists()
+    # -E is only for the conflict: COMMAND's own status is passed through.
+    free = name + ":free"
+    r = cli.run("run", "-E", "3", free, "--", "sh", "-c", "exit 4")
+    assert r.returncode == 4, r.stderr
+
+
+def test_w_seconds_times_out_with_E_and_waits_like_flock(cli, name, holders, tmp_path):
+    h = hold(holders, cli, name)
+    start = time.monotonic()
+    r = cli.run("run", "-w", "0.3", "-E", "1", name, "true")
+    assert r.returncode == 1, r.stderr
+    assert time.monotonic() - start >= 0.3
+    assert "still held" in one_error_line(r.stderr)
+    # -w with a bare number of seconds waits for the holder, then runs.
+    waiter = cli.popen_logged("run", "-v", "-w", "600", name, "--", "touch", str(tmp_path / "ran"),
+                              log=tmp_path / "waiter.err")
+    wait_for(lambda: "waiting" in (tmp_path / "waiter.err").read_text(), "the waiter to wait")
+    assert h.finish() == 0
+    waiter.wait(timeout=LONG)
+    assert waiter.returncode == 0, (tmp_path / "waiter.err").read_text()
+    assert (tmp_path / "ran").exists()
+
+
+def test_c_runs_a_shell_string(cli, name, tmp_path):
+    out = tmp_path / "out"
+    r = cli.run("run", name, "-c", f'echo "$WATCHLOCK_NAME $0" | tr a-z A-Z > {out}; exit 7')
+    assert r.returncode == 7, r.stderr
+    assert out.read_text() == f"{name.upper()} /BIN/SH\n"
+    # before NAME too, and the long form
+    r = cli.run("run", "-c", "exit 5", name)
+    assert r.returncode == 5, r.stderr
+    r = cli.run("run", "--command=test -n \"$WATCHLOCK_FENCING_TOKEN\"", name)
+    assert r.returncode == 0, r.stderr
+    # a shell that is not found is 127 as from sh itself
+    r = cli.run("run", name, "-c", "watchlock-no-such-command-xyz")
+    assert r.returncode == 127
+    assert cli.status(name)["held"] is False
+
+
+def test_options_after_name(cli, name, tmp_path):
+    r = cli.run("run", name, "--ttl", "5s", "-v", "--", "sh", "-c", "exit 3")
+    assert r.returncode == 3, r.stderr
+    assert "lease 5s" in r.stderr  # --ttl after NAME was used; -v printed it
+    # Without --, COMMAND starts at the first word after NAME that is not an
+    # option: its own options (-c here) are never read as watchlock's.
+    r = cli.run("run", name, "-q", "-n", "sh", "-c", "exit 4")
+    assert r.returncode == 4, r.stderr
+    r = cli.run("run", "--", name, "--", "sh", "-c", "exit 6")
+    assert r.returncode == 6, r.stderr
+    r = cli.run("run", "-x", name, "--exclusive", "true")  # flock's -x: accepted, exclusive anyway
+    assert r.returncode == 0, r.stderr
+
+
+def test_shared_is_refused_clearly(cli, name, tmp_path):
+    for opt in ("-s", "--shared"):
+        r = cli.run("run", opt, name, "--", "touch", str(tmp_path / "marker"))
+        assert r.returncode == EX_USAGE
+        line = one_error_line(r.stderr)
+        assert "shared" in line and "not exist" in line, line
+    assert not (tmp_path / "marker").exists()
+
+
+# ---- owner info: status --json, list ------------------------------------------------------
+
+
+def test_status_json_shows_owner_of_run(cli, name, holders):
+    h = hold(holders, cli, name, "--ttl", "40s")
+    token = h.wait_ready()
+    r = cli.run("status", "--json", name)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    script = ('echo "$WATCHLOCK_FENCING_TOKEN" > token; touch ready; '
+              'while [ ! -e stop ]; do sleep 0.05; done; echo end >> "$LOG"')
+    assert st["owner"] == {"host": socket.gethostname(), "pid": h.proc.pid,
+                           "label": shlex.join(["sh", "-c", script])}
+    assert st["held"] is True and st["fencing_token"] == token and 0 < st["remaining_ms"] <= 40000
+    assert h.finish() == 0
+    r = cli.run("status", "--json", name)
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["owner"] is None
+
+
+def test_owner_label_of_c_and_of_a_long_command(cli, name, holders, tmp_path):
+    proc = cli.popen("run", name, "-c", f"touch {tmp_path}/ready; exec sleep 600")
+    try:
+        wait_for(lambda: (tmp_path / "ready").exists(), "the command to start")
+        owner = cli.status(name)["owner"]
+        assert owner["label"] == f"touch {tmp_path}/ready; exec sleep 600"
+        assert owner["pid"] == proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=LONG)
+    # A long command line is cut to 256 bytes, on a character boundary.
+    long_arg = "é" * 300
+    proc = cli.popen("run", name, "--", "sh", "-c", f"touch {tmp_path}/ready2; exec sleep 600", long_arg)
+    try:
+        wait_for(lambda: (tmp_path / "ready2").exists(), "the command to start")
+        label = cli.status(name)["owner"]["label"]
+        assert label.endswith("...") and "\ufffd" not in label
+        assert len(label.encode()) <= 256
+        assert label.startswith(shlex.join(["sh", "-c", f"touch {tmp_path}/ready2; exec sleep 600"]) + " 'é")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=LONG)
+
+
+def test_list_with_pattern(cli, name, holders):
+    a = hold(holders, cli, f"{name}:a", "--ttl", "40s", tag="a")
+    b = hold(holders, cli, f"{name}:b", "--ttl", "50s", tag="b")
+    other = hold(holders, cli, f"other-{name}", tag="other")
+    r = cli.run("list", "--json", f"{name}:*")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert [e["name"] for e in got] == [f"{name}:a", f"{name}:b"]
+    for e, h, ttl in zip(got, (a, b), (40000, 50000)):
+        assert e["held"] is True and 0 < e["remaining_ms"] <= ttl
+        assert e["fencing_token"] == h.wait_ready()
+        assert e["owner"]["pid"] == h.proc.pid and e["owner"]["host"] == socket.gethostname()
+        assert e["owner"]["label"].startswith("sh -c ")
+    # ? and [classes] match single characters of the name
+    r = cli.run("list", "--json", f"{name}:[b-z]")
+    assert [e["name"] for e in json.loads(r.stdout)] == [f"{name}:b"]
+    r = cli.run("list", "--json", f"{name}:?")
+    assert len(json.loads(r.stdout)) == 2
+    # every lock, for people: one line each, owner last
+    r = cli.run("list")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if name in ln]
+    assert len(lines) == 3
+    line_a = next(ln for ln in lines if ln.startswith(f"{name}:a  "))
+    assert f"  fencing token {a.wait_ready()}  pid {a.proc.pid} on {socket.gethostname()}: sh -c " in line_a
+    assert " left  " in line_a
+    # no match: exit 0, nothing on stdout ("[]" with --json)
+    r = cli.run("list", f"{name}:nothing*")
+    assert r.returncode == 0 and r.stdout == ""
+    assert "no held locks match" in one_error_line(r.stderr)
+    r = cli.run("list", "-q", f"{name}:nothing*")
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+    r = cli.run("list", "--json", f"{name}:nothing*")
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+    for h in (a, b, other):
+        assert h.finish() == 0
+    r = cli.run("list", "--json", f"*{name}*")
+    assert json.loads(r.stdout) == []
+
+
+def test_list_on_an_empty_database(tmp_path):
+    with RedisServer() as srv:
+        c = Cli(srv.url, tmp_path)
+        r = c.run("list")
+        assert r.returncode == 0 and r.stdout == ""
+        assert "no locks are held" in one_error_line(r.stderr)
+        r = c.run("list", "--json")
+        assert r.returncode == 0 and r.stdout == "[]\n"
+
+
+def _set_lock(redis_server, name: bytes, label: bytes | None = None) -> None:
+    """A held lock (and owner record) written directly, for names argv cannot carry."""
+    esc = name.replace(b"%", b"%25").replace(b"{", b"%7B").replace(b"}", b"%7D")
+    key = b"watchlock:{" + esc + b"}"
+    token = uuid.uuid4().hex.encode()
+    assert redis_server.command("SET", key, token + b".1", "PX", "60000") == "OK"
+    assert redis_server.command("SET", key + b":fence", "17", "PX", "60000") == "OK"
+    if label is not None:
+        redis_server.command("HSET", key + b":owner", "token", token + b".", "host", b"h\x1bst",
+                             "pid", "99", "label", label)
+        redis_server.command("PEXPIRE", key + b":owner", "60000")
+
+
+def test_json_output_of_odd_names_and_labels(cli, name, redis_server):
+    """The JSON helper's edge cases through the real tool: quotes,
+    backslashes, control bytes, NUL and bytes that are not UTF-8, in names
+    and owner labels, parse with json.loads; invalid UTF-8 becomes U+FFFD,
+    and the exact bytes of such a name are given as name_hex."""
+    pre = name.encode()
+    names = {
+        b"quote\"back\\slash": None,
+        b"ctl\x01\x1b[31m\n\r\t\x7f": b"label\"\\\x00\x1f\xff\xc3\xa9",
+        b"nul\x00byte": b"",
+        b"bad\xff\xfeutf8": b"\xe2\x82",
+        "caf\u00e9-\u20ac".encode(): "\U0001F512".encode(),
+    }
+    for n, label in names.items():
+        _set_lock(redis_server, pre + n, label)
+    r = subprocess.run([cli.exe, "list", "--json", name + "*"], env=cli.env(), capture_output=True,
+                       timeout=LONG)
+    assert r.returncode == 0, r.stderr
+    r.stdout.decode("utf-8")  # strictly valid UTF-8
+    got = {e["name"]: e for e in json.loads(r.stdout)}
+    assert len(got) == len(names)
+    for n, label in names.items():
+        shown = (pre + n).decode("utf-8", errors="replace")
+        e = got[shown]
+        assert e["fencing_token"] == 17 and 0 < e["remaining_ms"] <= 60000
+        if shown.encode() == pre + n:
+            assert "name_hex" not in e
+        else:
+            assert bytes.fromhex(e["name_hex"]) == pre + n
+        if label is None:
+            assert e["owner"] is None
+        else:
+            assert e["owner"] == {"host": "h\x1bst", "pid": 99,
+                                  "label": label.decode("utf-8", errors="replace")}
+    # for people: nothing that moves the cursor or breaks the line
+    r = subprocess.run([cli.exe, "list", name + "*"], env=cli.env(), capture_output=True, timeout=LONG)
+    out = r.stdout.decode("utf-8")
+    assert out.count("\n") == len(names)
+    assert "\x1b" not in out and "\x00" not in out and "\r" not in out
+    assert "ctl\\x01\\x1b[31m\\x0a\\x0d\\x09\\x7f" in out
+    assert "bad\\xff\\xfeutf8" in out and "quote\"back\\\\slash" in out
+    assert "pid 99 on h\\x1bst: label\"\\\\\\x00\\x1f\\xff\u00e9" in out
+
+
+def test_status_json_of_odd_names_from_argv(cli, holders):
+    for odd in [f'quote"back\\slash\ttab-{uuid.uuid4().hex[:6]}',
+                f"ctl\x01\x1b\x7f-{uuid.uuid4().hex[:6]}",
+                os.fsdecode(b"bad\xff\xfe-" + uuid.uuid4().hex[:6].encode())]:
+        raw = os.fsencode(odd)
+        r = subprocess.run([cli.exe, "status", "--json", raw], env=cli.env(), capture_output=True,
+                           timeout=LONG)
+        assert r.returncode == 1, r.stderr
+        st = json.loads(r.stdout.decode("utf-8"))
+        assert st["name"] == raw.decode("utf-8", errors="replace")
+        assert ("name_hex" in st) == (b"\xff" in raw)
+        if "name_hex" in st:
+            assert bytes.fromhex(st["name_hex"]) == raw
+        assert st["held"] is False and st["owner"] is None
+
+
 # ---- status and release -----------------------------------------------------------------
 
 
 def test_status_free_never_used(cli, name):
     r = cli.run("status", name)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     assert r.stdout == f"{name}: free\n"
     assert cli.status(name) == {"name": name, "held": False, "remaining_ms": 0,
-                                "fencing_token": 0}
+                                "fencing_token": 0, "owner": None}
 
 
 def test_status_held_and_after_release(cli, name, holders):
@@ -445,6 +695,7 @@ def test_status_held_and_after_release(cli, name, holders):
     r = cli.run("status", name)
     assert r.returncode == 0
     assert r.stdout.startswith(f"{name}: held, ")
+    assert f", by pid {h.proc.pid} on {socket.gethostname()}: sh -c " in r.stdout
     assert f"fencing token {token}" in r.stdout
     st = cli.status(name)
     assert st["held"] is True
@@ -452,9 +703,10 @@ def test_status_held_and_after_release(cli, name, holders):
     assert 0 < st["remaining_ms"] <= 40000
     assert h.finish() == 0
     r = cli.run("status", name)
+    assert r.returncode == 1
     assert r.stdout == f"{name}: free (last fencing token {token})\n"
     assert cli.status(name) == {"name": name, "held": False, "remaining_ms": 0,
-                                "fencing_token": token}
+                                "fencing_token": token, "owner": None}
 
 
 def test_status_json_escapes_name(cli):
@@ -584,9 +836,21 @@ def test_watchdog_keeps_lock_past_its_lease(cli, name, holders):
     ["run", "only-a-name"],
     ["run", "only-a-name", "--"],
     ["run", "--bogus", "n", "--", "touch", "MARKER"],
-    ["run", "-x", "n", "--", "touch", "MARKER"],
+    ["run", "-Z", "n", "--", "touch", "MARKER"],
     ["run", "--ttl"],
-    ["run", "n", "--ttl", "5s", "--", "touch", "MARKER"],
+    ["run", "n", "--bogus", "--", "touch", "MARKER"],
+    ["run", "-s", "n", "--", "touch", "MARKER"],
+    ["run", "n", "--shared", "touch", "MARKER"],
+    ["run", "-E", "256", "n", "--", "touch", "MARKER"],
+    ["run", "-E", "-1", "n", "--", "touch", "MARKER"],
+    ["run", "-E", "x", "n", "--", "touch", "MARKER"],
+    ["run", "n", "-E"],
+    ["run", "n", "-c"],
+    ["run", "n", "-c", "touch MARKER", "extra"],
+    ["run", "-c", "touch MARKER"],
+    ["run", "n", "-n"],
+    ["list", "a", "b"],
+    ["list", "--nope"],
     ["run", "", "--", "touch", "MARKER"],
     ["status"],
     ["status", "a", "b"],
@@ -619,7 +883,7 @@ def test_bad_duration(cli, name, tmp_path, opt, value):
 
 
 @pytest.mark.parametrize("sub", [["run", "n", "--", "touch", "MARKER"], ["status", "n"],
-                                 ["release", "--force", "n"]])
+                                 ["release", "--force", "n"], ["list"], ["list", "--json", "n*"]])
 def test_unreachable_server_exits_69(cli, tmp_path, sub):
     port = free_port()
     args = [str(tmp_path / "marker") if a == "MARKER" else a for a in sub]
@@ -641,7 +905,7 @@ def test_wrong_password_exits_69_with_clear_line(tmp_path, name):
         good = Cli(srv.url, tmp_path)
         wrong = f"redis://:wrong-secret@127.0.0.1:{srv.port}"
         for url in (wrong, f"redis://127.0.0.1:{srv.port}"):
-            for sub in (["run", name, "--", "true"], ["status", name],
+            for sub in (["run", name, "--", "true"], ["status", name], ["list"],
                         ["release", "--force", name]):
                 r = good.run(*sub, url=url)
                 assert r.returncode == EX_UNAVAILABLE, (url, sub, r.stderr)
@@ -691,6 +955,12 @@ def test_acl_denied_scripts_exit_77(fresh_redis, tmp_path, name):
         assert "NOPERM" in line, line
         assert "limited-secret" not in line
     assert not marker.exists()
+    # list needs the script too once it has found a lock key (SCAN alone is allowed)
+    assert srv.command("SET", f"watchlock:{{{name}}}", "x") == "OK"
+    r = cli.run("list", url=limited)
+    assert r.returncode == EX_NOPERM, r.stderr
+    assert "NOPERM" in one_error_line(r.stderr)
+    assert srv.command("DEL", f"watchlock:{{{name}}}") == 1
     # A wrong password for the same user is still an authentication failure.
     r = cli.run("run", name, "--", "true", url=limited.replace("limited-secret", "wrong"))
     assert r.returncode == EX_UNAVAILABLE, r.stderr
