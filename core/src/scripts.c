@@ -18,20 +18,22 @@
  * The key already holding this very identity is a retry of an acquire
  * whose reply was lost: it counts as acquired, with a fresh fencing token
  * (never the stored one, which may be gone: tokens never repeat or go
- * back). Fence = max(counter + 1, server TIME in us).
+ * back). Fence = max(counter + 1, server TIME in us). GET and TIME, the
+ * commands that can fail (a wrong type, an ACL without TIME), run before
+ * the lock's SET, so a failing acquire never leaves a key held.
  * With the owner key (only when the handle has an owner label), the hold
  * also writes its owner record: a hash {token = "<token>.", host, pid,
  * label} with the fence's TTL. DEL first, so HSET cannot meet another
  * type: nothing after the lock's SET can fail. */
 static const char acquire_lua[] =
     "local c = redis.call('GET', KEYS[2])\n"
+    "local t = redis.call('TIME')\n"
     "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
     "  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
     "    return {0, redis.call('PTTL', KEYS[1])}\n"
     "  end\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "end\n"
-    "local t = redis.call('TIME')\n"
     "local n = (tonumber(c) or 0) + 1\n"
     "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
     "if now > n then n = now end\n"
