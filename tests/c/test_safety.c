@@ -455,6 +455,25 @@ static void test_acl_without_channels(void)
     CHECK_EQ(rh_int(srv, "ACL DELUSER nochan"), 1);
 }
 
+/* Item 11's cousin: a script that fails halfway is not rolled back, so
+ * every command that can fail runs before the first write. An ACL user
+ * whose categories lack TIME gets EPERM and no key is left held. (Before:
+ * SET NX ran first, the key stayed for a lease.) */
+static void test_acl_without_time_leaves_no_key(void)
+{
+    rh_server *srv = test_server();
+    CHECK(rh_ok(srv, "ACL SETUSER notime reset on >pw ~* &* +@read +@write +@scripting +@connection -time"));
+    char url[200];
+    snprintf(url, sizeof url, "redis://notime:pw@127.0.0.1:%d", rh_port(srv));
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, "notime");
+    CHECK_STATUS(watchlock_lock_acquire(l, 0), WATCHLOCK_EPERM);
+    CHECK_EQ(rh_int(srv, "EXISTS watchlock:{notime}"), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    CHECK_EQ(rh_int(srv, "ACL DELUSER notime"), 1);
+}
+
 /* Item 13: the smaller ones. */
 static void test_argument_and_error_messages(void)
 {
@@ -495,6 +514,7 @@ int main(int argc, char **argv)
         {"release_reply_lost", test_release_reply_lost, 0},
         {"release_unconfirmed_keeps_hold", test_release_unconfirmed_keeps_hold, 0},
         {"acl_without_channels", test_acl_without_channels, 0},
+        {"acl_without_time_leaves_no_key", test_acl_without_time_leaves_no_key, 0},
         {"argument_and_error_messages", test_argument_and_error_messages, 0},
         {NULL, NULL, 0},
     };
