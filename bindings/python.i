@@ -8,7 +8,10 @@
  *   - output pointers are not arguments but extra return values, after the
  *     status: `status, client = client_open(url)`,
  *     `status, held, remaining_ms, fence = client_inspect(client, name)`,
- *     `status, report = client_check(client)`;
+ *     `status, report = client_check(client)`,
+ *     `status, owner, held, remaining_ms, fence = client_inspect_owner(client, name)`;
+ *   - functions that return bytes with their length (`const char *` plus
+ *     `size_t *len`: owner_host, owner_label, lock_list_name) return bytes;
  *   - int64_t/uint64_t are Python ints; handles are opaque pointer objects
  *     whose lifetime the hand-written layer (python/watchlock/) manages.
  * Status codes are returned, never raised: the Python layer maps them to
@@ -52,6 +55,17 @@
 %nothread watchlock_report_message;
 %nothread watchlock_report_free;
 %nothread watchlock_check_name;
+%nothread watchlock_lock_set_owner_label;
+%nothread watchlock_owner_host;
+%nothread watchlock_owner_pid;
+%nothread watchlock_owner_label;
+%nothread watchlock_owner_free;
+%nothread watchlock_lock_list_count;
+%nothread watchlock_lock_list_name;
+%nothread watchlock_lock_list_remaining_ms;
+%nothread watchlock_lock_list_fence;
+%nothread watchlock_lock_list_owner;
+%nothread watchlock_lock_list_free;
 
 /* ---- binary-safe lock names: str (encoded as UTF-8) or bytes ------------- */
 %typemap(in) (const void *name, size_t name_len) {
@@ -94,6 +108,29 @@ WL_OUT_HANDLE(watchlock_lock)
 /* A check's report: read with report_count/_code/_message, then report_free
  * (the Python layer copies it into a list and frees it at once). */
 WL_OUT_HANDLE(watchlock_report)
+/* Owner records and lock lists: read with the owner_* / lock_list_*
+ * accessors, then owner_free / lock_list_free (the Python layer copies
+ * them at once). A NULL owner (none recorded) comes back as None. */
+WL_OUT_HANDLE(watchlock_owner)
+WL_OUT_HANDLE(watchlock_lock_list)
+
+/* list patterns are binary-safe like names */
+%apply (const void *name, size_t name_len) { (const void *pattern, size_t pattern_len) };
+
+/* `const char *f(..., size_t *len)`: bytes of that length (NUL bytes
+ * included), None for NULL. */
+%typemap(in, numinputs=0) size_t *len (size_t len_ = 0) {
+    $1 = &len_;
+}
+%typemap(argout) size_t *len {
+    Py_XDECREF($result);
+    if (result != NULL) {
+        $result = PyBytes_FromStringAndSize(result, (Py_ssize_t)*$1);
+    } else {
+        Py_INCREF(Py_None);
+        $result = Py_None;
+    }
+}
 
 /* ---- output integers: returned after the status -------------------------- */
 %define WL_OUT_INT(CTYPE, NAME, CONVERT)

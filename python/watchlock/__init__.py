@@ -15,7 +15,7 @@ Blocking calls release the GIL. See docs/python.md.
 from __future__ import annotations
 
 from . import _native
-from ._client import CheckCode, CheckFinding, Client, LockInfo, default_client, lock, synchronized
+from ._client import CheckCode, CheckFinding, Client, LockInfo, Owner, default_client, lock, synchronized
 from ._lock import Lock, LockOptions, OnLost
 from ._util import Duration, LostReason
 from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
@@ -27,7 +27,7 @@ __version__: str = _native.version_string()
 core_version: str = _native.version_string()
 
 __all__ = [
-    "Client", "Lock", "LockInfo", "CheckCode", "CheckFinding", "LostReason", "default_client", "lock", "synchronized",
+    "Client", "Lock", "LockInfo", "Owner", "CheckCode", "CheckFinding", "LostReason", "default_client", "lock", "synchronized",
     "Duration", "LockOptions", "OnLost",
     "Error", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "PermissionDeniedError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",

@@ -32,12 +32,22 @@ def redact_url(url: str) -> str:
     return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.I)
 
 
+class Owner(NamedTuple):
+    """Who holds a lock, as its holder recorded it (``Client.lock(..., label=)``,
+    ``watchlock run``). Text that is not UTF-8 is decoded with U+FFFD."""
+
+    host: str   #: the holder's host name
+    pid: int    #: the holder's process id when it acquired
+    label: str  #: the label it set (``watchlock run``: the command line)
+
+
 class LockInfo(NamedTuple):
     """A lock as the server sees it (:meth:`Client.inspect`)."""
 
     held: bool                   #: some owner holds it
     remaining: Optional[float]   #: seconds of lease left (0 when free, None when held with no expiry)
     fencing_token: int           #: last fencing token issued for the name (0 when none remembered)
+    owner: Optional[Owner] = None  #: the current holder, None when free or it recorded none
 
 
 class CheckCode(str, enum.Enum):
@@ -116,7 +126,7 @@ class Client:
             raise ClientClosedError(f"client for {self._url} is closed", status=ECLOSED)
         return self._h
 
-    def lock(self, name: Name, **options: Unpack[LockOptions]) -> Lock:
+    def lock(self, name: Name, *, label: Optional[str] = None, **options: Unpack[LockOptions]) -> Lock:
         """A new :class:`Lock` for ``name`` (str or bytes). No network I/O: cheap.
 
         Options (durations are seconds, "500ms"/"30s"/"2m" or timedeltas;
@@ -130,8 +140,20 @@ class Client:
         raise LockLostError in the thread (or cancel the asyncio task) that
         holds it. ``timeout=`` is refused (TypeError): it means the lease in
         redis-py; say ttl= or blocking_timeout=.
+        label: who holds it, recorded with this host's name and pid at each
+        acquire and shown by :meth:`inspect` and ``watchlock status``/``list``
+        (at most 1024 bytes as UTF-8; None = record nothing).
         """
-        return Lock(self, name, **options)
+        handle = Lock(self, name, **options)
+        if label is not None:
+            if not isinstance(label, str):
+                raise TypeError(f"label must be a str, not {type(label).__name__}")
+            if "\0" in label:  # C would cut the label at the NUL
+                raise InvalidArgument(f"label of lock {fmt_name(name)} contains a NUL character", lock_name=name)
+            st = _native.lock_set_owner_label(handle._h, label)
+            if st != OK:
+                _util.raise_status(st, f"label of lock {fmt_name(name)}", name)
+        return handle
 
     def synchronized(self, name: Union[Name, Callable[..., Name]],
                      **lock_options: Unpack[LockOptions]) -> Callable[[F], F]:
@@ -148,11 +170,20 @@ class Client:
         return _synchronized(lambda: self, name, lock_options)
 
     def inspect(self, name: Name) -> LockInfo:
-        """The state of lock ``name`` on the server, without taking it."""
-        st, held, remaining_ms, fence = _native.client_inspect(self._handle(), name)
+        """The state of lock ``name`` on the server, without taking it, and
+        who holds it (``owner``) when the holder recorded a label. One round
+        trip."""
+        st, o, held, remaining_ms, fence = _native.client_inspect_owner(self._handle(), name)
         if st != OK:
             _util.raise_status(st, f"cannot inspect lock {fmt_name(name)}", name)
-        return LockInfo(bool(held), None if remaining_ms < 0 else remaining_ms / 1000.0, fence)
+        owner = None
+        if o is not None:
+            try:
+                owner = Owner(_native.owner_host(o).decode("utf-8", "replace"), _native.owner_pid(o),
+                              _native.owner_label(o).decode("utf-8", "replace"))
+            finally:
+                _native.owner_free(o)
+        return LockInfo(bool(held), None if remaining_ms < 0 else remaining_ms / 1000.0, fence, owner)
 
     def force_release(self, name: Name) -> bool:
         """Admin: deletes lock ``name`` whoever holds it and wakes its waiters.
