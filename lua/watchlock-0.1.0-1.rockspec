@@ -1,7 +1,10 @@
 -- Build from the repository root (the rockspec lives in lua/):
 --   luarocks --lua-version 5.4 make lua/watchlock-0.1.0-1.rockspec
--- It builds the C library and the SWIG module with CMake for the Lua that
--- luarocks targets, and installs watchlock.lua and watchlock_core.so.
+--   luarocks --lua-version 5.1 make lua/watchlock-0.1.0-1.rockspec LUA_INCDIR=/usr/include/luajit-2.1
+-- (the second for LuaJIT). Always give --lua-version: Debian's luarocks
+-- targets Lua 5.1 by default. It builds the C library and the SWIG module
+-- with CMake for the Lua that luarocks targets, and installs watchlock.lua
+-- and watchlock_core.so. ctest lua_rock_5.4 / lua_rock_luajit run both lines.
 -- Needs: a C compiler, CMake >= 3.16, SWIG >= 4.0, pkg-config and the
 -- hiredis development files.
 rockspec_format = "3.0"
