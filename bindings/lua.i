@@ -9,9 +9,14 @@
  *    binary-safe (NUL bytes included); numbers are refused, not coerced.
  *  - Output pointers (watchlock_client **out, int64_t *fence, ...) become
  *    extra results after the status code: `status, client = core.client_open(url)`.
- *  - int64_t/uint64_t are Lua integers on 5.3+ (lua_pushinteger); LuaJIT has
- *    only doubles, which hold every value the library produces exactly
- *    (fencing tokens are microsecond timestamps, far below 2^53).
+ *  - int64_t/uint64_t are Lua integers on 5.3+ (lua_pushinteger). LuaJIT
+ *    (and 5.1/5.2) have only doubles: counts, ids and milliseconds stay
+ *    numbers there (exact below 2^53), but fencing tokens - lock_fencing_token(),
+ *    lock_list_fence() and every `int64_t *fence` output - become exact decimal strings
+ *    ("1795411183266123"): as doubles around 1.8e15 they are exact but print
+ *    as 1.7954111832661e+15 (LuaJIT's %.14g), and a token is an identifier
+ *    that is printed, logged and sent to storage far more than computed with.
+ *    tostring(t) and tonumber(t) give the same answer on every Lua.
  *  - Handles are SWIG userdata that own their C object: the garbage collector
  *    calls watchlock_client_close / watchlock_lock_free. client_close and
  *    lock_free take ownership away from the userdata and clear its pointer, so
@@ -20,12 +25,16 @@
  *    a dangling pointer. A lock holds a counted reference to its client in C,
  *    so the collector may free them in any order.
  *  - watchlock_lock_set_on_lost is not wrapped: the watchdog thread must never
- *    call into a lua_State. Loss is observed from Lua with lock_state().
+ *    call into a lua_State. Loss is observed from Lua with lock_state(), and
+ *    lua/watchlock.lua runs its on_lost hooks from the client's lost-event
+ *    queue (client_enable_lost_events, client_next_lost_event with timeout 0),
+ *    polled in the caller's thread at each call into the module.
  */
 
 %rename("%(strip:[watchlock_])s") "";
 
 %{
+#include <stdio.h>
 #include <string.h>
 
 static void wl_lua_push_i64(lua_State *L, int64_t v)
@@ -34,6 +43,19 @@ static void wl_lua_push_i64(lua_State *L, int64_t v)
     lua_pushinteger(L, (lua_Integer)v);
 #else
     lua_pushnumber(L, (lua_Number)v);
+#endif
+}
+
+/* A fencing token: an integer where Lua has 64-bit integers, else the exact
+ * decimal string (see the top of this file). */
+static void wl_lua_push_token(lua_State *L, int64_t v)
+{
+#if LUA_VERSION_NUM >= 503
+    lua_pushinteger(L, (lua_Integer)v);
+#else
+    char buf[24];
+    snprintf(buf, sizeof buf, "%lld", (long long)v);
+    lua_pushstring(L, buf);
 #endif
 }
 
@@ -172,6 +194,8 @@ static int wl_lua_lock_name(lua_State *L)
         SWIG_fail;
 %}
 %typemap(out) int64_t %{ wl_lua_push_i64(L, $1); SWIG_arg++; %}
+%typemap(out) int64_t watchlock_lock_fencing_token, int64_t watchlock_lock_list_fence
+    %{ wl_lua_push_token(L, $1); SWIG_arg++; %}
 %typemap(out) uint64_t %{ wl_lua_push_i64(L, (int64_t)$1); SWIG_arg++; %}
 
 /* ---- output parameters become extra results -------------------------------- */
@@ -184,7 +208,10 @@ static int wl_lua_lock_name(lua_State *L)
 %typemap(argout) int *OUTPUT %{ lua_pushinteger(L, tmp$argnum); SWIG_arg++; %}
 
 %apply int *OUTPUT { int *held, int *released, int *reason };
-%apply int64_t *OUTPUT { int64_t *remaining_ms, int64_t *fence, int64_t *out_ms };
+%apply int64_t *OUTPUT { int64_t *remaining_ms, int64_t *out_ms };
+/* Fencing tokens out of client_inspect: a token, as lock_fencing_token(). */
+%typemap(in, numinputs=0) int64_t *fence (int64_t tmp = 0) %{ $1 = &tmp; %}
+%typemap(argout) int64_t *fence %{ wl_lua_push_token(L, tmp$argnum); SWIG_arg++; %}
 %apply uint64_t *OUTPUT { uint64_t *lock_id };
 
 /* ---- not wrapped ------------------------------------------------------------- */

@@ -16,8 +16,13 @@ This file is the user-facing layer over the private SWIG module
   * Programming errors raise: wrong argument types, unknown options, a
     negative ttl, using a closed client. Messages start with "watchlock:".
   * Times are seconds (numbers, fractions allowed); the C library takes ms.
+  * Fencing tokens are integers on Lua 5.3+ and exact decimal strings on
+    LuaJIT (whose numbers are doubles and print 1.8e15 as 1.7954111832661e+15);
+    tostring(t) and tonumber(t) give the same answer on both.
   * The watchdog runs on a C thread and never calls into Lua. A lost lock is
     seen from Lua through lock:lost() / lock:state(), and with_lock checks it.
+    A lock's on_lost hook runs in the caller's thread at the next call into
+    this module (see run_hooks below).
 ]]
 
 local core = require("watchlock_core")
@@ -145,6 +150,75 @@ local function check_name(name, what, level)
 end
 
 -- ---------------------------------------------------------------------------
+-- on_lost hooks
+--
+-- The watchdog is a C thread and must never call into a lua_State. A lock
+-- created with an on_lost hook registers with its client (client._watched:
+-- lock id -> lock, weak), and the client asks the core to queue its loss
+-- events (watchlock_client_enable_lost_events). Every call into this module
+-- first drains those queues without waiting (watchlock_client_next_lost_event
+-- with timeout 0) and runs the hooks in the caller's thread, before doing its
+-- own work; watchlock.poll() does only that. So a hook runs at the next call
+-- into the module after the loss, never in the middle of Lua code.
+
+local hooked = setmetatable({}, { __mode = "k" }) -- clients with hooked locks
+local dispatching = false -- no nested dispatch from inside a hook
+
+local function report_hook_error(lock, err)
+  -- A hook's error must not break the unrelated call that ran it (a release,
+  -- with_lock's clean-up): it is reported, not raised, as Python logs it.
+  io.stderr:write(("watchlock: the on_lost hook of lock %q raised: %s\n"):format(
+    tostring(lock.name), tostring(err)))
+end
+
+local function drain_lost_events()
+  local clients = {}
+  for c in pairs(hooked) do clients[#clients + 1] = c end
+  local ran = 0
+  for _, c in ipairs(clients) do
+    while c._handle ~= nil do
+      local status, id, reason = core.client_next_lost_event(c._handle, 0)
+      if status ~= OK then
+        break -- ETIMEDOUT: nothing queued (or the client is closed/forked)
+      end
+      local lock = c._watched[id]
+      if lock ~= nil and lock._on_lost ~= nil then
+        ran = ran + 1
+        local ok, err = xpcall(lock._on_lost, traceback, lock, core.lost_reason_str(reason))
+        if not ok then
+          report_hook_error(lock, err)
+        end
+      end
+    end
+    if c._handle == nil then
+      hooked[c] = nil
+    end
+  end
+  return ran
+end
+
+local function run_hooks()
+  if dispatching or next(hooked) == nil then
+    return 0
+  end
+  dispatching = true
+  local ok, ran = pcall(drain_lost_events) -- hooks are protected; this is for the flag
+  dispatching = false
+  if not ok then
+    error(ran, 0)
+  end
+  return ran
+end
+
+--- watchlock.poll() -> number of on_lost hooks run
+-- Runs the hooks of locks lost since the last call into the module. Every
+-- other function of the module does this first; poll() is for a loop that
+-- otherwise makes no watchlock calls.
+function M.poll()
+  return run_hooks()
+end
+
+-- ---------------------------------------------------------------------------
 -- Client
 
 local Client = {}
@@ -170,6 +244,7 @@ end
 -- url: "redis://[[user]:password@]host[:port][/db][?connect_timeout=2s&...]"
 -- or "unix:///path.sock"; default: $WATCHLOCK_URL, else redis://127.0.0.1:6379.
 function M.connect(url)
+  run_hooks()
   if url == nil then
     url = os.getenv("WATCHLOCK_URL")
     if url == nil or url == "" then
@@ -187,7 +262,7 @@ function M.connect(url)
     end
     return nil, msg
   end
-  return setmetatable({ _handle = handle, url = url }, Client)
+  return setmetatable({ _handle = handle, url = url, _watched = setmetatable({}, { __mode = "v" }) }, Client)
 end
 
 --- client:close(): releases the client's held locks (best effort) and closes
@@ -197,9 +272,11 @@ function Client:close()
   if getmetatable(self) ~= Client then
     raise("close: expected a client as self (call it as client:close())", 2)
   end
+  run_hooks() -- losses seen before the close still reach their hooks
   local handle = self._handle
   if handle ~= nil then
     self._handle = nil
+    hooked[self] = nil
     core.client_close(handle)
   end
 end
@@ -226,8 +303,16 @@ end
 
 local LOCK_OPTIONS = {
   ttl = true, auto_renew = true, max_renewals = true, max_hold = true,
-  renew_interval = true, wait = true,
+  renew_interval = true, wait = true, on_lost = true,
 }
+
+local function is_callable(f)
+  if type(f) == "function" then
+    return true
+  end
+  local mt = getmetatable(f)
+  return type(mt) == "table" and mt.__call ~= nil
+end
 
 local function check_opts(opts, what, level, allowed)
   if opts == nil then
@@ -256,8 +341,11 @@ end
 -- opts: ttl (seconds, default 30), auto_renew (default true), max_renewals
 -- (count, nil = unlimited), max_hold (seconds, nil = unlimited),
 -- renew_interval (seconds, default ttl/3), wait (default for acquire() and
--- with_lock: nil = forever). No network I/O.
+-- with_lock: nil = forever), on_lost (function(lock, reason), run at the
+-- next call into the module after the watchdog found the lock lost). No
+-- network I/O.
 function Client:lock(name, opts)
+  run_hooks()
   local handle = check_client(self, "lock", 2)
   check_name(name, "lock", 2)
   opts = check_opts(opts, "lock", 2, LOCK_OPTIONS)
@@ -290,6 +378,9 @@ function Client:lock(name, opts)
     wait_ms(opts.wait, "lock", 2) -- validate now, convert at acquire
     default_wait = opts.wait
   end
+  if opts.on_lost ~= nil and not is_callable(opts.on_lost) then
+    raise("lock: on_lost must be a function(lock, reason), got " .. type(opts.on_lost), 2)
+  end
 
   local status, lh = core.lock_new(handle, name)
   if status ~= OK then
@@ -303,13 +394,22 @@ function Client:lock(name, opts)
   if opts.auto_renew ~= nil then
     set_opt(core.lock_set_auto_renew(lh, opts.auto_renew and 1 or 0), "lock: auto_renew", 2)
   end
+  if opts.on_lost ~= nil then
+    if not hooked[self] then
+      set_opt(core.client_enable_lost_events(handle, 1), "lock: on_lost", 2)
+      hooked[self] = true
+    end
+    lock._on_lost = opts.on_lost
+    self._watched[core.lock_id(lh)] = lock
+  end
   return lock
 end
 
---- client:inspect(name) -> { held = bool, remaining = seconds|nil, fence = int } | nil, message
+--- client:inspect(name) -> { held = bool, remaining = seconds|nil, fence = token } | nil, message
 -- The server's view of a lock name, without taking it. remaining is nil
--- when held with no expiry.
+-- when held with no expiry; fence is a fencing token (as lock:fencing_token()).
 function Client:inspect(name)
+  run_hooks()
   local handle = check_client(self, "inspect", 2)
   check_name(name, "inspect", 2)
   local status, held, remaining_ms, fence = core.client_inspect(handle, name)
@@ -326,6 +426,7 @@ end
 --- client:force_release(name) -> true (a key was deleted) | false (was free) | nil, message
 -- Admin: deletes the lock whatever its owner and wakes its waiters.
 function Client:force_release(name)
+  run_hooks()
   local handle = check_client(self, "force_release", 2)
   check_name(name, "force_release", 2)
   local status, released = core.client_force_release(handle, name)
@@ -340,6 +441,7 @@ end
 -- table when there is nothing to warn about. Changes nothing on the server.
 -- Codes are those `watchlock check` prints (docs/cli.md).
 function Client:check()
+  run_hooks()
   local handle = check_client(self, "check", 2)
   local status, report = core.client_check(handle)
   if status ~= OK then
@@ -361,6 +463,7 @@ end
 -- For calls that talk to Redis (acquire, release, extend) `need_open`
 -- makes a closed client an error; the getters read local state only.
 local function check_lock(self, what, level, need_open)
+  run_hooks()
   if getmetatable(self) ~= Lock then
     raise(what .. ": expected a lock as self (call it as lock:" .. what .. "(...))", level + 1)
   end
@@ -421,6 +524,7 @@ function Lock:extend(ttl)
 end
 
 local function state_of(self, what)
+  run_hooks()
   if getmetatable(self) ~= Lock then
     raise(what .. ": expected a lock as self (call it as lock:" .. what .. "())", 3)
   end
@@ -450,7 +554,10 @@ function Lock:lost()
   return true, core.lost_reason_str(core.lock_lost_reason(self._handle))
 end
 
---- lock:fencing_token() -> integer (0 before the first acquire)
+--- lock:fencing_token() -> token (0 before the first acquire)
+-- An integer on Lua 5.3+; on LuaJIT (doubles only) the exact decimal
+-- string, so that it prints, concatenates and travels as the integer it is.
+-- tonumber(token) is exact on both (tokens are far below 2^53).
 function Lock:fencing_token()
   local handle = check_lock(self, "fencing_token", 2)
   return core.lock_fencing_token(handle)
@@ -480,9 +587,13 @@ function Lock:free()
   if getmetatable(self) ~= Lock then
     raise("free: expected a lock as self (call it as lock:free())", 2)
   end
+  run_hooks() -- a loss already queued still reaches the hook
   local handle = self._handle
   if handle ~= nil then
     self._handle = nil
+    if self._on_lost ~= nil then
+      self._client._watched[core.lock_id(handle)] = nil
+    end
     core.lock_free(handle)
   end
 end
@@ -543,7 +654,12 @@ local function run_locked(lock, wait, fn, ...)
   -- unlocked; a connection failure drops the hold locally and the key runs
   -- out by its lease. Only misuse raises here (fn closed the client), and
   -- fn's own error takes precedence over that.
-  local rok, rerr = pcall(lock.release, lock)
+  local rok, released, rerr = pcall(lock.release, lock)
+  if rok and not released and rerr == "not owner" and not lost then
+    -- Lost between the check above and the release: fn's work was not
+    -- protected to its end either.
+    lost, reason = true, "not owner"
+  end
   if not res[1] then
     local e = res[2]
     if lost and type(e) == "string" then
@@ -552,7 +668,7 @@ local function run_locked(lock, wait, fn, ...)
     error(e, 0)
   end
   if not rok then
-    error(rerr, 0)
+    error(released, 0)
   end
   if lost then
     return nil, "lost: " .. reason
@@ -583,6 +699,7 @@ local default_client
 -- The client used by wrap() without a `client` option: connected on first
 -- use to $WATCHLOCK_URL (else redis://127.0.0.1:6379), reconnected if closed.
 function M.default_client()
+  run_hooks()
   if default_client == nil or default_client._handle == nil then
     local c, err = M.connect()
     if not c then
@@ -597,21 +714,110 @@ local WRAP_OPTIONS = {}
 for k in pairs(LOCK_OPTIONS) do WRAP_OPTIONS[k] = true end
 WRAP_OPTIONS.client = true
 
---- watchlock.wrap(name_or_keyfn, [opts], fn) -> guarded function
--- Each call of the guarded function takes a fresh lock on the key (a fixed
--- string, or keyfn(...) computed from the call's arguments), runs fn(...)
--- under it like with_lock, and frees the handle. opts: the lock options,
--- `wait` (seconds, nil = forever) and `client` (default: default_client()).
--- The guarded function returns fn's results, or nil plus a message.
+-- Key templates: "report:{1}" names the lock from the guarded call's first
+-- argument, "invoice:{2.id}" from a field of the second; "{{" and "}}" are
+-- literal braces. compile_template returns nil for a plain name (no braces)
+-- and otherwise a function(...) -> name. Malformed templates raise at wrap().
+
+local function key_piece(v, tpl, pos)
+  local t = type(v)
+  if t == "string" then
+    return v
+  elseif t == "number" then
+    if v == floor(v) and v > -2^63 and v < 2^63 then
+      return ("%d"):format(v) -- 42, never 42.0 (5.4) or 1.7954111832661e+15 (LuaJIT)
+    end
+    return tostring(v)
+  elseif t == "boolean" then
+    return tostring(v)
+  end
+  raise(("wrap: key template %q: {%s} is %s; give a string or a number, or use a key function"):format(
+    tpl, pos, t == "nil" and "nil" or "a " .. t), 4)
+end
+
+local function compile_template(tpl)
+  if not tpl:find("[{}]") then
+    return nil
+  end
+  local parts = {} -- strings and { index, fields, source }
+  local i, n = 1, #tpl
+  while i <= n do
+    local c = tpl:sub(i, i)
+    local c2 = tpl:sub(i + 1, i + 1)
+    if (c == "{" and c2 == "{") or (c == "}" and c2 == "}") then
+      parts[#parts + 1] = c
+      i = i + 2
+    elseif c == "{" then
+      local close = tpl:find("}", i + 1, true)
+      local field = close and tpl:sub(i + 1, close - 1) or tpl:sub(i + 1)
+      local index, rest = field:match("^(%d+)(.*)$")
+      local fields = {}
+      while close and index and rest ~= "" do -- ".id.name" -> { "id", "name" }
+        local f, tail = rest:match("^%.([%a_][%w_]*)(.*)$")
+        if not f then break end
+        fields[#fields + 1], rest = f, tail
+      end
+      if not close or not index or tonumber(index) < 1 or rest ~= "" then
+        raise(("wrap: key template %q: {%s is not an argument ({1}, {2}, {1.id}, ...); "
+          .. "write {{ and }} for literal braces"):format(tpl, field .. (close and "}" or "")), 3)
+      end
+      parts[#parts + 1] = { tonumber(index), fields, field }
+      i = close + 1
+    elseif c == "}" then
+      raise(("wrap: key template %q: a single '}'; write }} for a literal brace"):format(tpl), 3)
+    else
+      local j = tpl:find("[{}]", i) or n + 1
+      parts[#parts + 1] = tpl:sub(i, j - 1)
+      i = j
+    end
+  end
+  return function(...)
+    local nargs = select("#", ...)
+    local out = {}
+    for k, part in ipairs(parts) do
+      if type(part) == "string" then
+        out[k] = part
+      else
+        local index, fields, source = part[1], part[2], part[3]
+        if index > nargs then
+          raise(("wrap: key template %q needs argument %d, the call has %d"):format(tpl, index, nargs), 3)
+        end
+        local v = (select(index, ...))
+        for _, f in ipairs(fields) do
+          if type(v) ~= "table" then
+            raise(("wrap: key template %q: {%s}: argument %d%s is not a table"):format(
+              tpl, source, index, v == nil and " (nil)" or ""), 3)
+          end
+          v = v[f]
+        end
+        out[k] = key_piece(v, tpl, source)
+      end
+    end
+    return table.concat(out)
+  end
+end
+
+--- watchlock.wrap(key, [opts], fn) -> guarded function
+-- Each call of the guarded function takes a fresh lock on the key, runs
+-- fn(...) under it like with_lock, and frees the handle. key: a lock name;
+-- a template naming it from the call's arguments ("report:{1}",
+-- "invoice:{1.id}"); or a function(...) returning the name. opts: the lock
+-- options (ttl, wait = seconds or nil for forever, on_lost, ...) and
+-- `client` (default: default_client()); client:wrap(key, [opts], fn) is the
+-- same with that client. The guarded function returns fn's results, or nil
+-- plus a message.
 function M.wrap(key, opts, fn)
+  run_hooks()
   if fn == nil and type(opts) == "function" then
     opts, fn = nil, opts
   end
   if type(key) ~= "string" and type(key) ~= "function" then
     raise("wrap: the key must be a lock name or a function computing it, got " .. type(key), 2)
   end
+  local keyfn = key
   if type(key) == "string" then
     check_name(key, "wrap", 2)
+    keyfn = compile_template(key)
   end
   if type(fn) ~= "function" then
     raise("wrap: the last argument must be the function to guard, got " .. type(fn), 2)
@@ -628,13 +834,17 @@ function M.wrap(key, opts, fn)
   if lock_opts.wait ~= nil then
     wait_ms(lock_opts.wait, "wrap", 2)
   end
+  if lock_opts.on_lost ~= nil and not is_callable(lock_opts.on_lost) then
+    raise("wrap: on_lost must be a function(lock, reason), got " .. type(lock_opts.on_lost), 2)
+  end
 
   return function(...)
     local name = key
-    if type(key) == "function" then
-      name = key(...)
+    if keyfn ~= nil then
+      name = keyfn(...)
       if type(name) ~= "string" or #name == 0 then
-        raise("wrap: the key function must return a non-empty string, got "
+        raise("wrap: the key " .. (type(key) == "function" and "function must return" or "template must give")
+          .. " a non-empty string, got "
           .. (type(name) == "string" and "an empty string" or type(name)), 2)
       end
     end
@@ -656,8 +866,28 @@ function M.wrap(key, opts, fn)
   end
 end
 
+--- client:wrap(key, [opts], fn) -> guarded function: watchlock.wrap with
+-- this client (opts.client, if given, must be this client).
+function Client:wrap(key, opts, fn)
+  check_client(self, "wrap", 2)
+  if fn == nil and type(opts) == "function" then
+    opts, fn = nil, opts
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("wrap: options must be a table, got " .. type(opts), 2)
+  end
+  if opts ~= nil and opts.client ~= nil and opts.client ~= self then
+    raise("wrap: option client must be this client (or omitted) in client:wrap()", 2)
+  end
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  o.client = self
+  return M.wrap(key, o, fn)
+end
+
 --- watchlock.parse_duration("1.5s") -> seconds | nil, message
 function M.parse_duration(text)
+  run_hooks()
   if type(text) ~= "string" then
     raise("parse_duration: expected a string, got " .. type(text), 2)
   end

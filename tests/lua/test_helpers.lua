@@ -113,6 +113,22 @@ test("with_lock raises fn's error when the lock was also lost", function()
   c:close()
 end)
 
+test("with_lock reports a release that finds the lock gone as 'lost: not owner'", function()
+  -- auto_renew = false: no renewal can notice the deleted key, so only the
+  -- release finds out; fn's results must not come back as if protected.
+  local c = client()
+  local name = H.name()
+  local l = c:lock(name, { ttl = 30, auto_renew = false })
+  local ok, err = watchlock.with_lock(l, function()
+    H.redis("DEL", H.lock_key(name))
+    return "work done"
+  end)
+  H.eq(ok, nil, "result dropped")
+  H.eq(err, "lost: not owner", "message")
+  H.eq(l:state(), "unlocked", "handle reset")
+  c:close()
+end)
+
 test("wrap with a key function: one lock per computed key", function()
   local c = client()
   local tag = H.name("report")
@@ -169,6 +185,80 @@ test("wrap with a fixed name and the default client", function()
   H.match(err, "wrapped boom", "message")
   H.match(err, "stack traceback:", "traceback")
   H.eq(H.redis("EXISTS", H.lock_key(name)), "0", "released after error")
+end)
+
+test("client:wrap with a key template: {1} and {2.id} from the call's arguments", function()
+  local c = client()
+  local tag = H.name("tpl")
+  local seen = {}
+  local build = c:wrap(tag .. ":report:{1}:{2.id}", { ttl = 10, wait = 0 }, function(customer, order)
+    local name = tag .. ":report:" .. tostring(customer) .. ":" .. tostring(order.id)
+    seen.name = name
+    seen.held = c:inspect(name).held
+    local _, err = c:lock(name):acquire(0)
+    seen.other = err
+    return "built " .. name
+  end)
+  H.eq(build("acme", { id = 7 }), "built " .. tag .. ":report:acme:7", "result")
+  H.eq(seen.held, true, "the templated name was held during the call")
+  H.eq(seen.other, "timeout", "another handle excluded during the call")
+  H.eq(c:inspect(seen.name).held, false, "released after the call")
+
+  -- numbers are named as integers: 42, never 42.0 (5.4) or 1.7954111832661e+15 (LuaJIT)
+  local held = {}
+  local probe = c:wrap(tag .. ":{1}", { wait = 0 }, function(_, expected)
+    held[#held + 1] = c:inspect(tag .. ":" .. expected).held
+  end)
+  probe(42.0, "42")
+  probe(1795411183266123, "1795411183266123")
+  probe(-3, "-3")
+  probe(true, "true")
+  H.eq(table.concat({ tostring(held[1]), tostring(held[2]), tostring(held[3]), tostring(held[4]) }, ","),
+    "true,true,true,true", "names held for 42.0, a 16-digit integer, -3, true")
+
+  -- watchlock.wrap with a client option is the same thing
+  local same = watchlock.wrap(tag .. ":{1}", { client = c }, function(x) return c:inspect(tag .. ":" .. x).held end)
+  H.eq(same("k"), true, "watchlock.wrap(template, { client = c }, fn)")
+  c:close()
+end)
+
+test("key templates: literal braces, and mistakes raise at wrap() or at the call", function()
+  local c = client()
+  local tag = H.name("tplerr")
+  local held
+  local f = c:wrap(tag .. ":{{literal}}:{1}", function(x) held = c:inspect(tag .. ":{literal}:" .. x).held end)
+  f("a")
+  H.eq(held, true, "{{ and }} are literal braces")
+  H.match(H.raises(c.wrap, c, "a{b}", print), "key template \"a{b}\": {b} is not an argument", "named field")
+  H.match(H.raises(c.wrap, c, "a{0}", print), "{0} is not an argument", "position 0")
+  H.match(H.raises(c.wrap, c, "a{1", print), "{1 is not an argument", "unclosed")
+  H.match(H.raises(c.wrap, c, "a}", print), "a single '}'", "single close")
+  H.match(H.raises(c.wrap, c, "a{1.}", print), "{1.} is not an argument", "empty field")
+  local two = c:wrap(tag .. ":{2}", function() end)
+  H.match(H.raises(two, "only one"), "needs argument 2, the call has 1", "missing argument")
+  local one = c:wrap(tag .. ":{1}", function() end)
+  H.match(H.raises(one, {}), "{1} is a table; give a string or a number", "table argument")
+  H.match(H.raises(one, nil), "{1} is nil", "nil argument")
+  H.match(H.raises(c:wrap("{1}", function() end), ""), "template must give a non%-empty string", "empty name")
+  local field = c:wrap(tag .. ":{1.id}", function() end)
+  H.match(H.raises(field, "str"), "{1.id}: argument 1 is not a table", "field of a string")
+  H.match(H.raises(field, { id = print }), "{1.id} is a function", "function field")
+  c:close()
+end)
+
+test("client:wrap uses that client; a client option must be the same client", function()
+  local c = client()
+  local other = client()
+  local name = H.name("cwrap")
+  local f = c:wrap(name, { wait = 0 }, function() return "ran" end)
+  H.eq(f(), "ran", "runs")
+  H.match(H.raises(c.wrap, c, name, { client = other }, print), "option client must be this client", "other client")
+  H.eq(c:wrap(name, { client = c }, function() return 1 end)(), 1, "the same client is fine")
+  c:close()
+  -- bound to c, not to the default client (which would still work)
+  H.match(H.raises(f), "client is closed", "closed client")
+  H.match(H.raises(c.wrap, c, name, print), "client is closed", "wrap on a closed client")
+  other:close()
 end)
 
 return T

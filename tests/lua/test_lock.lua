@@ -92,7 +92,7 @@ test("fencing tokens strictly increase across handles", function()
   local c = client()
   local name = H.name()
   local a, b = c:lock(name), c:lock(name)
-  H.eq(a:fencing_token(), 0, "before the first acquire")
+  H.eq(tostring(a:fencing_token()), "0", "before the first acquire")
   local last = 0
   for i = 1, 5 do
     local l = (i % 2 == 1) and a or b
@@ -100,11 +100,33 @@ test("fencing tokens strictly increase across handles", function()
     local t = l:fencing_token()
     if math.type then
       H.eq(math.type(t), "integer", "token type on " .. _VERSION)
+    else
+      H.eq(type(t), "string", "token type on LuaJIT")
     end
-    assert(t > last, ("token %s not above %s"):format(t, last))
-    last = t
+    assert(tonumber(t) > last, ("token %s not above %s"):format(t, last))
+    last = tonumber(t)
     assert(l:release())
   end
+  c:close()
+end)
+
+test("fencing tokens are exact integers: they print as the server stores them", function()
+  -- LuaJIT's numbers are doubles: a microsecond token (~1.8e15) would print
+  -- as 1.7954111832661e+15, so there it is the exact decimal string.
+  local c = client()
+  local name = H.name()
+  local l = c:lock(name)
+  assert(l:acquire(0))
+  local t = l:fencing_token()
+  local stored = H.redis("GET", H.lock_key(name) .. ":fence")
+  H.match(stored, "^%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d+$", "the server's counter (microseconds)")
+  H.eq(tostring(t), stored, "tostring(token)")
+  H.eq("token " .. t, "token " .. stored, "concatenated")
+  H.eq(("%d"):format(t), stored, "%d")
+  H.eq(tostring(c:inspect(name).fence), stored, "inspect().fence")
+  H.eq(c:inspect(name).fence, t, "inspect().fence is the same value and type")
+  H.eq(tonumber(t), tonumber(stored), "tonumber")
+  assert(l:release())
   c:close()
 end)
 
