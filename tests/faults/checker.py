@@ -39,6 +39,9 @@ What it reports, per lock name:
     stopped; told_after_resume_ms is reported instead, and acting before
     learning is caught as a violation.
   - killed holder (SIGKILL): takeover_ms = next acquire - kill.
+  - let go: it was told, then released, and the next hold got the key
+    because that release deleted it (from the server's MONITOR stream when
+    given, else judged by the times): not a takeover, no margin counted.
 
 Usage as a program: ``checker.py DIR`` reads DIR/*.jsonl and DIR/resource.json
 (written by tests/faults/run) and prints the report; exit 1 when it finds a
@@ -193,21 +196,25 @@ def _fault_on(faults: List[dict], kind: str, h: Hold) -> List[dict]:
     return out
 
 
-def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[dict]] = None) -> dict:
+def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[dict]] = None,
+          handoffs: Optional[Dict[int, Tuple[str, Optional[int]]]] = None) -> dict:
     """Checks a merged history. resource: {lock: {"counter": int|None,
     "fence_log": ["<token> <1|0> <w:hold> <max before>", ...]}}.
-    faults: the runner's fault events (default: those found in events)."""
+    faults: the runner's fault events (default: those found in events).
+    handoffs: from the server's MONITOR stream (audit.handoffs_by_fence):
+    {fence of a hold: (how it got the key, fence of the previous owner)},
+    "release" when the previous hold's own release deleted the key."""
     if faults is None:
         faults = _fault_events(events)
     holds, workers = build_holds(events)
     report: Dict[str, Any] = {"locks": {}, "violations": [], "acted_after_told": [], "lost_updates": 0,
                               "stale_accepted": 0, "stale_rejected": 0, "fence_order_errors": [],
-                              "losses": [], "anomalies": []}
+                              "losses": [], "anomalies": [], "notes": []}
     by_lock: Dict[str, List[Hold]] = {}
     for h in holds.values():
         if h.start is None:
-            if h.events and h.cli_exit not in (75, None):
-                report["anomalies"].append(f"hold {h.key}: events but no 'acquired'")
+            if h.cli_exit in (0, 79):  # watchlock ran COMMAND, which recorded nothing
+                report["notes"].append(f"hold {h.key}: watchlock exited {h.cli_exit} before COMMAND recorded its start")
             continue
         by_lock.setdefault(h.lock or "?", []).append(h)
 
@@ -298,7 +305,18 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
             stops = [f for f in _fault_on(faults, "sigstop", h1)
                      if f["t0"] >= h1.start and (h1.release_call is None or f["t0"] <= h1.release_call)
                      and f["t0"] <= takeover <= f.get("t1", takeover) + 50 * NS]
-            if kills:
+            via = (handoffs or {}).get(h2.fence) if h2.fence is not None else None
+            if via is not None and via[1] == h1.fence:
+                loss["via"] = via[0]
+                let_go = via[0] == "release" and h1.told is not None and h1.told <= (h1.release_call or 0)
+            else:  # no server-side record: judge by the times
+                let_go = (h1.release_call is not None and h1.told is not None and h1.told <= h1.release_call
+                          and takeover > h1.release_call)
+            if let_go:
+                # it learned of the loss, then released: the next hold came after its own release
+                loss["class"] = "let go"
+                loss["margin_ms"] = ms(takeover - h1.told)
+            elif kills:
                 loss["class"] = "killed"
                 loss["takeover_ms"] = ms(h2.start - kills[0]["t0"])
                 loss["takeover_srv_ms"] = ms(takeover - kills[0]["t0"])
@@ -333,6 +351,7 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
         "margin_median_ms": statistics.median(margins) if margins else None,
         "losses_frozen": sum(1 for x in report["losses"] if x.get("class") == "frozen"),
         "losses_killed": sum(1 for x in report["losses"] if x.get("class") == "killed"),
+        "losses_let_go": sum(1 for x in report["losses"] if x.get("class") == "let go"),
         "anomalies": len(report["anomalies"]),
     }
     return report

@@ -30,8 +30,14 @@ def main() -> int:
             hist.emit("told", t=told["t"], hold=hold, lock=name, how="sigterm", reason="sigterm",
                       fence=fence)
 
+    stopping = {"now": False}
+
+    def on_usr1(signum, frame):  # the worker is asked to stop: finish this iteration
+        stopping["now"] = True
+
     fence = int(e.get("WATCHLOCK_FENCING_TOKEN", "0"))
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGUSR1, on_usr1)
     hist.emit("acquired", t=t_start, hold=hold, lock=name, fence=fence, pid=os.getpid(), ppid=os.getppid())
     res = Redis(int(e["FAULTS_RESOURCE_PORT"]))
     work = Work(hist, res, e["FAULTS_FENCE_SHA"], name)
@@ -44,7 +50,9 @@ def main() -> int:
         return False
 
     for k in range(iters):
-        if not work.once(hold, fence, check, idles[k % len(idles)], last=k == iters - 1):
+        if stopping["now"]:
+            break
+        if not work.once(hold, fence, check, idles[k % len(idles)], left=iters - 1 - k):
             break
     hist.emit("release_call", hold=hold, lock=name, held=told["t"] is None)
     res.close()

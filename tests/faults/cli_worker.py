@@ -6,7 +6,9 @@ per run), recording "cli_spawn" (watchlock's pid) and "cli_exit" (its exit
 code: 0, 75 not obtained, 79 lost while COMMAND ran, -9 killed ...). The job
 (cli_job.py) does the resource work and records its own events into the
 same history file. watchlock runs in a session of its own, so that a fault
-can stop or kill it (and its COMMAND) as a group.
+can stop or kill it (and its COMMAND) as a group. SIGTERM ends the loop:
+the job in progress gets SIGUSR1 (forwarded by watchlock) and stops after
+its current iteration.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import History, die_with_parent, start_fields  # noqa: E402
+from common import History, die_with_parent, iterations, start_fields  # noqa: E402
 
 stop = False
 
@@ -43,14 +45,26 @@ def main() -> int:
     p.add_argument("--idle-min-ms", type=int, default=50)
     p.add_argument("--idle-max-ms", type=int, default=300)
     p.add_argument("--gap-max-ms", type=int, default=30)
+    p.add_argument("--long-pct", type=int, default=30)
+    p.add_argument("--long-iters", type=int, default=16)
     p.add_argument("--seed", type=int, default=None)
     a = p.parse_args()
 
     die_with_parent()
 
+    current = {"proc": None}
+
     def on_signal(signum, frame):
+        # end the current run soon: watchlock forwards SIGUSR1 to the job,
+        # which then stops after its current iteration (and releases)
         global stop
         stop = True
+        p = current["proc"]
+        if p is not None and p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGUSR1)
+            except OSError:
+                pass
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -62,10 +76,11 @@ def main() -> int:
     job = os.path.join(HERE, "cli_job.py")
     while not stop and time.monotonic() < end:
         hold += 1
+        iters = iterations(rng, a.iters_max, a.long_pct, a.long_iters)
         env = dict(os.environ, FAULTS_HOLD=str(hold), FAULTS_W=a.id, FAULTS_HISTORY=a.history,
                    FAULTS_RESOURCE_PORT=str(a.resource_port), FAULTS_FENCE_SHA=a.fence_sha,
-                   FAULTS_NAME=a.name, FAULTS_ITERS=str(rng.randint(1, a.iters_max)),
-                   FAULTS_IDLE=",".join(str(rng.randint(a.idle_min_ms, a.idle_max_ms)) for _ in range(a.iters_max)))
+                   FAULTS_NAME=a.name, FAULTS_ITERS=str(iters),
+                   FAULTS_IDLE=",".join(str(rng.randint(a.idle_min_ms, a.idle_max_ms)) for _ in range(iters)))
         cmd = [a.cli, "run", "--quiet", "--url", a.url, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",
                "--kill-after", f"{a.kill_after_ms}ms", a.name, "--", a.job_python, "-S", job]
         t = time.monotonic_ns()
@@ -75,6 +90,7 @@ def main() -> int:
             hist.emit("cli_spawn_failed", t=t, hold=hold, error=str(e))
             time.sleep(0.1)
             continue
+        current["proc"] = proc
         hist.emit("cli_spawn", t=t, hold=hold, lock=a.name, pid=proc.pid)
         while True:
             try:

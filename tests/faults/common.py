@@ -180,7 +180,7 @@ class Work:
         self.name = lock_name
 
     def once(self, hold: int, fence: int, check, idle_ms: float, window_ms: float = 0,
-             last: bool = False) -> bool:
+             left: int = 0) -> bool:
         h, n = self.hist, self.name
         if not check():
             return False
@@ -219,6 +219,13 @@ class Work:
         t1 = time.monotonic_ns()
         h.emit("op_end", t=t1, hold=hold, lock=n, op="fence", t0=t0, t1=t1, token=fence,
                accepted=acc == 1, window=window_ms > 0)
-        h.emit("idle", hold=hold, lock=n, ms=idle_ms, last=last)
+        h.emit("idle", hold=hold, lock=n, ms=idle_ms, left=left)
         time.sleep(idle_ms / 1000.0)
         return True
+
+
+def iterations(rng, iters_max: int, long_pct: int, long_iters: int) -> int:
+    """Short holds, and long ones (several leases: the watchdog's job)."""
+    if rng.randint(1, 100) <= long_pct:
+        return rng.randint(long_iters // 2, long_iters)
+    return rng.randint(1, iters_max)

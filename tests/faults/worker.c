@@ -4,7 +4,8 @@
  * Loops until told to stop (SIGTERM/SIGINT) or its --duration-ms runs out:
  *
  *   acquire -> record "acquired" (CLOCK_MONOTONIC, fencing token)
- *   1..iters-max times: check -> GET counter -> check -> SET counter+1
+ *   1..iters-max times (a long hold, --long-pct of them: long-iters/2 ..
+ *   long-iters times): check -> GET counter -> check -> SET counter+1
  *                       -> check -> [window] -> fenced write -> idle
  *   record "release_call" -> release -> record "released"
  *
@@ -58,11 +59,12 @@ static struct {
     int resource_port;
     int64_t lease_ms, lease2_ms, renew_ms, duration_ms, wait_ms, idle_min_ms, idle_max_ms, window_ms,
         gap_max_ms, slow_cb_ms, hold_ms;
-    int iters_max;
+    int iters_max, long_pct, long_iters;
     unsigned seed;
 } opt = {.name = "faults", .mode = "single", .lease_ms = 1000, .lease2_ms = 1500, .duration_ms = 600000,
          .wait_ms = 5000, .idle_min_ms = 50, .idle_max_ms = 300, .gap_max_ms = 30, .iters_max = 3,
-         .slow_cb_ms = 3000, .hold_ms = 2000};
+         .slow_cb_ms = 3000, .hold_ms = 2000, .long_pct = 30,
+         .long_iters = 16};
 
 static int64_t now_ns(void)
 {
@@ -229,7 +231,7 @@ static redisReply *res_cmd(const char *fmt, ...)
 }
 
 /* One iteration of work under h: GET, SET+1, fenced write. false: stop the hold. */
-static bool work_once(hold *h, unsigned *seed, bool last)
+static bool work_once(hold *h, unsigned *seed, int left)
 {
     char name[256];
     json_str(name, sizeof name, h->lock_name);
@@ -296,8 +298,7 @@ static bool work_once(hold *h, unsigned *seed, bool last)
             h->id, name, t0, t1, h->fence, acc == 1 ? "true" : "false", opt.window_ms > 0 ? "true" : "false");
 
     int64_t idle = rand_between(seed, opt.idle_min_ms, opt.idle_max_ms);
-    emit("idle", ",\"hold\":%ld,\"lock\":%s,\"ms\":%" PRId64 ",\"last\":%s", h->id, name, idle,
-         last ? "true" : "false");
+    emit("idle", ",\"hold\":%ld,\"lock\":%s,\"ms\":%" PRId64 ",\"left\":%d", h->id, name, idle, left);
     sleep_ms(idle);
     return true;
 }
@@ -392,9 +393,11 @@ static void run_single(int64_t end, unsigned *seed)
             sleep_ms(rand_between(seed, 10, 60));
             continue;
         }
-        int iters = (int)rand_between(seed, 1, opt.iters_max);
+        /* short holds, and long ones (several leases: the watchdog's job) */
+        int iters = rand_between(seed, 1, 100) <= opt.long_pct ? (int)rand_between(seed, opt.long_iters / 2, opt.long_iters)
+                                                              : (int)rand_between(seed, 1, opt.iters_max);
         for (int k = 0; k < iters && !stop_flag; k++)
-            if (!work_once(h, seed, k == iters - 1))
+            if (!work_once(h, seed, iters - 1 - k))
                 break;
         release_hold(h);
         free_hold(h);
@@ -440,9 +443,9 @@ static void run_multi(int64_t end, unsigned *seed)
                 int64_t save_min = opt.idle_min_ms, save_max = opt.idle_max_ms;
                 opt.idle_min_ms = opt.idle_max_ms = 0;
                 if (a_ok)
-                    a_ok = work_once(a, seed, false);
+                    a_ok = work_once(a, seed, 1);
                 if (b_ok)
-                    b_ok = work_once(b, seed, false);
+                    b_ok = work_once(b, seed, 1);
                 opt.idle_min_ms = save_min;
                 opt.idle_max_ms = save_max;
                 next_work = now_ns() + rand_between(seed, save_min, save_max) * 1000000;
@@ -467,7 +470,7 @@ static void usage(void)
                     "              [--name N] [--lease-ms MS] [--renew-ms MS] [--duration-ms MS] [--wait-ms MS]\n"
                     "              [--iters-max N] [--idle-min-ms MS] [--idle-max-ms MS] [--gap-max-ms MS]\n"
                     "              [--window-ms MS] [--seed N] [--mode single|multi] [--name2 N]\n"
-                    "              [--lease2-ms MS] [--slow-cb-ms MS] [--hold-ms MS]\n");
+                    "              [--lease2-ms MS] [--slow-cb-ms MS] [--hold-ms MS] [--long-pct P] [--long-iters N]\n");
     exit(64);
 }
 
@@ -475,7 +478,7 @@ int main(int argc, char **argv)
 {
     enum {
         O_URL = 1, O_RPORT, O_SHA, O_ID, O_HIST, O_NAME, O_LEASE, O_RENEW, O_DUR, O_WAIT, O_ITERS, O_IDLEMIN,
-        O_IDLEMAX, O_GAP, O_WINDOW, O_SEED, O_MODE, O_NAME2, O_LEASE2, O_SLOWCB, O_HOLD
+        O_IDLEMAX, O_GAP, O_WINDOW, O_SEED, O_MODE, O_NAME2, O_LEASE2, O_SLOWCB, O_HOLD, O_LONGPCT, O_LONGITERS
     };
     static const struct option longopts[] = {
         {"url", 1, 0, O_URL}, {"resource-port", 1, 0, O_RPORT}, {"fence-sha", 1, 0, O_SHA},
@@ -484,7 +487,8 @@ int main(int argc, char **argv)
         {"iters-max", 1, 0, O_ITERS}, {"idle-min-ms", 1, 0, O_IDLEMIN}, {"idle-max-ms", 1, 0, O_IDLEMAX},
         {"gap-max-ms", 1, 0, O_GAP}, {"window-ms", 1, 0, O_WINDOW}, {"seed", 1, 0, O_SEED},
         {"mode", 1, 0, O_MODE}, {"name2", 1, 0, O_NAME2}, {"lease2-ms", 1, 0, O_LEASE2},
-        {"slow-cb-ms", 1, 0, O_SLOWCB}, {"hold-ms", 1, 0, O_HOLD}, {0, 0, 0, 0}};
+        {"slow-cb-ms", 1, 0, O_SLOWCB}, {"hold-ms", 1, 0, O_HOLD}, {"long-pct", 1, 0, O_LONGPCT},
+        {"long-iters", 1, 0, O_LONGITERS}, {0, 0, 0, 0}};
     opt.seed = (unsigned)getpid();
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -510,6 +514,8 @@ int main(int argc, char **argv)
         case O_LEASE2: opt.lease2_ms = atoll(optarg); break;
         case O_SLOWCB: opt.slow_cb_ms = atoll(optarg); break;
         case O_HOLD: opt.hold_ms = atoll(optarg); break;
+        case O_LONGPCT: opt.long_pct = atoi(optarg); break;
+        case O_LONGITERS: opt.long_iters = atoi(optarg); break;
         default: usage();
         }
     }

@@ -4,7 +4,8 @@
 Same loop and events as worker.c, through the watchlock Python package:
 acquire -> "acquired" -> iterations of check / GET / SET+1 / fenced write /
 idle (common.Work) -> "release_call" -> release -> "released". A check is
-``lock.locked()``; the on_lost callback records "told" (how=callback);
+``lock.owned()`` (``lock.locked()`` in packages before owned() existed,
+when locked() meant "held by this Lock"); the on_lost callback records "told" (how=callback);
 LockLostError at release records "told" (how=release) if nothing told it
 earlier. One Lock object per hold (the package's advice: a Lock per use).
 """
@@ -18,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import History, Redis, Work, die_with_parent, start_fields  # noqa: E402
+from common import History, Redis, Work, die_with_parent, iterations, start_fields  # noqa: E402
 
 import watchlock  # noqa: E402
 
@@ -42,6 +43,8 @@ def main() -> int:
     p.add_argument("--idle-max-ms", type=int, default=300)
     p.add_argument("--gap-max-ms", type=int, default=30)
     p.add_argument("--window-ms", type=int, default=0)
+    p.add_argument("--long-pct", type=int, default=30)
+    p.add_argument("--long-iters", type=int, default=16)
     p.add_argument("--seed", type=int, default=None)
     a = p.parse_args()
 
@@ -100,21 +103,23 @@ def main() -> int:
         hist.emit("acquired", t=t, hold=hold_no, lock=a.name, t_call=t_call, fence=fence,
                   remaining_ms=int(lock.remaining * 1000), pid=os.getpid())
 
-        def check(lock=lock, hold=hold_no, fence=fence):
-            if lock.locked():
+        owned = getattr(lock, "owned", None) or lock.locked
+
+        def check(lock=lock, hold=hold_no, fence=fence, owned=owned):
+            if owned():
                 return True
             hist.emit("told", hold=hold, lock=a.name, how="check",
                       reason=str(lock.lost_reason) if lock.lost else "not held", fence=fence)
             return False
 
-        iters = rng.randint(1, a.iters_max)
+        iters = iterations(rng, a.iters_max, a.long_pct, a.long_iters)
         for k in range(iters):
             if stop:
                 break
             if not work.once(hold_no, fence, check, rng.randint(a.idle_min_ms, a.idle_max_ms),
-                             a.window_ms, last=k == iters - 1):
+                             a.window_ms, left=iters - 1 - k):
                 break
-        hist.emit("release_call", hold=hold_no, lock=a.name, held=lock.locked())
+        hist.emit("release_call", hold=hold_no, lock=a.name, held=owned())
         result, status, detail = "ok", "", ""
         try:
             lock.release()
