@@ -23,8 +23,11 @@
  * the lock's SET, so a failing acquire never leaves a key held.
  * With the owner key (only when the handle has an owner label), the hold
  * also writes its owner record: a hash {token = "<token>.", host, pid,
- * label} with the fence's TTL. DEL first, so HSET cannot meet another
- * type: nothing after the lock's SET can fail. */
+ * label} with the fence's TTL. The record is best effort, so every write
+ * of it runs under pcall: an ACL that denies HSET (or a key of another
+ * type) costs the record, never the acquire (the lock's SET is done and
+ * a failing script would leave it held unreported); a record whose TTL
+ * could not be set is deleted rather than kept forever. */
 static const char acquire_lua[] =
     "local c = redis.call('GET', KEYS[2])\n"
     "local t = redis.call('TIME')\n"
@@ -40,10 +43,12 @@ static const char acquire_lua[] =
     "local s = string.format('%.0f', n)\n"
     "redis.call('SET', KEYS[2], s, 'PX', ARGV[3])\n"
     "if KEYS[3] then\n"
-    "  redis.call('DEL', KEYS[3])\n"
-    "  redis.call('HSET', KEYS[3], 'token', string.match(ARGV[1], '^.*%.'), 'host', ARGV[4],\n"
-    "             'pid', ARGV[5], 'label', ARGV[6])\n"
-    "  redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"
+    "  redis.pcall('DEL', KEYS[3])\n"
+    "  local w = redis.pcall('HSET', KEYS[3], 'token', string.match(ARGV[1], '^.*%.'), 'host', ARGV[4],\n"
+    "                       'pid', ARGV[5], 'label', ARGV[6])\n"
+    "  if type(w) == 'number' and type(redis.pcall('PEXPIRE', KEYS[3], ARGV[3])) ~= 'number' then\n"
+    "    redis.pcall('DEL', KEYS[3])\n"
+    "  end\n"
     "end\n"
     "return {1, s}\n";
 

@@ -235,6 +235,50 @@ static void test_owner_label_limits(void)
     watchlock_client_close(c);
 }
 
+/* The owner record is best effort: an ACL user who may not HSET (or
+ * HMGET) still acquires, releases, inspects and lists; only the record is
+ * missing. The acquire must not fail after the lock's SET. */
+static void test_owner_record_denied_by_acl(void)
+{
+    rh_server *srv = test_server();
+    CHECK(rh_ok(srv, "ACL SETUSER nohash on >nohash-pw ~* &* +@all -hset -hmget"));
+    char url[256];
+    snprintf(url, sizeof url, "redis://nohash:nohash-pw@127.0.0.1:%d", rh_port(srv));
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, "acl-owner");
+    CHECK_OK(watchlock_lock_set_owner_label(l, "denied"));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(rh_int(srv, "EXISTS watchlock:{acl-owner}:owner"), 0);
+    watchlock_owner *o = (watchlock_owner *)1;
+    int held = -1;
+    CHECK_OK(watchlock_client_inspect_owner(&o, &held, NULL, NULL, c, "acl-owner", 9));
+    CHECK(o == NULL);
+    CHECK_EQ(held, 1);
+    watchlock_lock_list *list = NULL;
+    CHECK_OK(watchlock_client_list(&list, c, "acl-*", 5));
+    CHECK_EQ(watchlock_lock_list_count(list), 1);
+    CHECK(watchlock_lock_list_owner(list, 0) == NULL);
+    watchlock_lock_list_free(list);
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(rh_int(srv, "EXISTS watchlock:{acl-owner}"), 0);
+    /* A record written by an allowed user is not readable to this one: none. */
+    watchlock_client *full = open_client(test_url(""));
+    watchlock_lock *f = new_lock(full, "acl-owner");
+    CHECK_OK(watchlock_lock_set_owner_label(f, "allowed"));
+    CHECK_OK(watchlock_lock_acquire(f, 0));
+    CHECK_OK(watchlock_client_inspect_owner(&o, NULL, NULL, NULL, full, "acl-owner", 9));
+    check_owner(o, "allowed");
+    watchlock_owner_free(o);
+    CHECK_OK(watchlock_client_inspect_owner(&o, &held, NULL, NULL, c, "acl-owner", 9));
+    CHECK(o == NULL);
+    CHECK_EQ(held, 1);
+    watchlock_lock_free(f);
+    watchlock_lock_free(l);
+    watchlock_client_close(full);
+    watchlock_client_close(c);
+    CHECK(rh_int(srv, "ACL DELUSER nohash") == 1);
+}
+
 /* ---- list ---- */
 
 typedef struct named {
@@ -500,6 +544,7 @@ int main(int argc, char **argv)
         {"owner_not_recorded_without_label", test_owner_not_recorded_without_label, 0},
         {"stale_owner_not_shown", test_stale_owner_not_shown, 0},
         {"owner_label_limits", test_owner_label_limits, 0},
+        {"owner_record_denied_by_acl", test_owner_record_denied_by_acl, 0},
         {"list_patterns", test_list_patterns, 0},
         {"list_empty_db_and_errors", test_list_empty_db_and_errors, 0},
         {"list_many_pages", test_list_many_pages, 0},

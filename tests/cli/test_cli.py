@@ -595,6 +595,20 @@ def test_list_with_pattern(cli, name, holders):
     assert json.loads(r.stdout) == []
 
 
+def test_run_works_when_the_acl_denies_the_owner_record(fresh_redis, tmp_path, name):
+    """The owner record is best effort: a user who may not HSET still runs
+    (status then shows no owner)."""
+    srv = fresh_redis
+    assert srv.command("ACL", "SETUSER", "nohash", "on", ">nohash-secret", "~*", "&*", "+@all",
+                       "-hset", "-hmget") == "OK"
+    cli = Cli(f"redis://nohash:nohash-secret@127.0.0.1:{srv.port}", tmp_path)
+    r = cli.run("run", name, "-c", f"watchlock_status=$({cli.exe} status --json {name}); echo \"$watchlock_status\"")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["held"] is True and st["owner"] is None
+    assert cli.status(name)["held"] is False
+
+
 def test_list_on_an_empty_database(tmp_path):
     with RedisServer() as srv:
         c = Cli(srv.url, tmp_path)
