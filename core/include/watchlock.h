@@ -463,7 +463,10 @@ WATCHLOCK_API const char *watchlock_check_name(int code);
  * it belongs to: a later hold of the name (by a handle without a label,
  * say) never shows an earlier hold's owner. It expires with the fencing
  * counter (max(2 x lease, 1 day) after the acquire); renewals do not
- * refresh it, so a hold longer than that shows no owner.
+ * refresh it, so a hold longer than that shows no owner. The record is
+ * best effort: where the server's ACL denies HSET the acquire still
+ * succeeds, without a record. A reentrant acquire (no round trip) writes
+ * nothing.
  *
  * label: any text of at most WATCHLOCK_MAX_LABEL bytes (a command line, a
  * job id; "" records host and pid only); copied. NULL (the default) records
