@@ -6,19 +6,22 @@ worker.c for the events), the runner's fault events, and the resource's final
 state (counter per lock name, the fenced-write log in the resource's order).
 All times are CLOCK_MONOTONIC nanoseconds of this machine.
 
-A *hold* is one acquire of one worker: key (w, hold). Its interval starts
-when acquire returned ("acquired") and ends at the end of its last access to
-the resource ("act": GET, SET, or a fenced write the resource accepted; a
-write the fence rejected had no effect). An access whose reply never came
-(the process died, the connection failed) counts until the last sign of
-life of that process.
+A *hold* is one acquire of one worker: key (w, hold). It starts when
+acquire returned ("acquired"); its accesses to the resource ("acts": GET,
+SET, or a fenced write the resource accepted; a write the fence refused had
+no effect) each carry the resource's own sequence number, so the order in
+which the resource saw them is known exactly. An access whose reply never
+came (the process died, the connection failed) counts as open until the
+last sign of life of that process.
 
 What it reports, per lock name:
 
-* violations: two holds H1, H2 with start(H1) < start(H2) < end(H1): H1 was
-  still working on the resource after H2 began. ``told_before`` says
-  whether H1 had been told of its loss by then (acting after being told is
-  worse, and is also listed in ``acted_after_told``).
+* violations: two holds H1, H2 with start(H1) < start(H2) where H1 sent an
+  access after H2's acquire returned, or the resource ran an access of H1
+  after H2's first one, or an unanswered access of H1 was open when H2
+  began. ``told_before`` says whether H1 had been told of its loss by then
+  (acting after being told is worse, and is also listed in
+  ``acted_after_told``).
 * acted_after_told: accesses started after the holder was told of the loss.
 * lost updates: the counter is incremented by GET then SET value+1. The
   final counter must equal the number of increments recorded as done, plus
@@ -66,7 +69,7 @@ def ms(ns: Optional[float]) -> Optional[float]:
 class Hold:
     __slots__ = ("w", "hold", "lock", "lang", "start", "t_call", "fence", "srv_start", "ops", "told",
                  "told_how", "told_reason", "release_call", "release_result", "cli_exit", "pid",
-                 "ppid", "in_doubt", "end", "events")
+                 "ppid", "in_doubt", "end", "events", "max_seq")
 
     def __init__(self, w: str, hold: int):
         self.w, self.hold = w, hold
@@ -87,6 +90,7 @@ class Hold:
         self.pid: Optional[int] = None
         self.ppid: Optional[int] = None
         self.end: Optional[int] = None
+        self.max_seq: Optional[int] = None
         self.events = 0
 
     @property
@@ -178,10 +182,38 @@ def build_holds(events: List[dict]) -> Tuple[Dict[Tuple[str, int], Hold], Dict[s
             # acquire call (or shortly before its return)
             if lo <= srv <= h.start + 5 * NS:
                 h.srv_start = int(srv)
-        ends = [o["t1"] for o in h.ops if not (o.get("op") == "fence" and o.get("accepted") is False)]
-        ends += [b["t_end"] for b in h.in_doubt]
+        ends = [o["t1"] for o in _acts(h)] + [b["t_end"] for b in h.in_doubt]
         h.end = max(ends) if ends else None
+        seqs = [o["seq"] for o in _acts(h) if o.get("seq") is not None]
+        h.max_seq = max(seqs) if seqs else None
     return holds, workers
+
+
+def _acts(h: Hold) -> List[dict]:
+    """Accesses that may have had an effect (a write the fence refused had none)."""
+    return [o for o in h.ops if not (o.get("op") == "fence" and o.get("accepted") is False)]
+
+
+def _overlap(h1: Hold, h2: Hold, first2: Optional[int]) -> Optional[str]:
+    """Why H1 (started first) acted while H2 held the lock, or None.
+
+    - an access H1 sent after H2's acquire returned;
+    - an access the resource executed after H2's first one (the resource's
+      own order, from its sequence numbers);
+    - an access in doubt (never answered) still open when H2 began.
+    An access sent before H2 began whose reply came after is fine when the
+    resource ran it before anything of H2 (its sequence number says so)."""
+    for o in _acts(h1):
+        if o["t0"] > h2.start:
+            return "sent after the next hold began"
+        if o.get("seq") is not None and first2 is not None and o["seq"] > first2:
+            return "ran on the resource after the next holder's first access"
+    for o in h1.in_doubt:
+        if o["t0"] > h2.start:
+            return "sent after the next hold began"
+        if o["t_end"] > h2.start:
+            return "unanswered access still open when the next hold began"
+    return None
 
 
 def _fault_on(faults: List[dict], kind: str, h: Hold) -> List[dict]:
@@ -223,10 +255,16 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
         lr: Dict[str, Any] = {"holds": len(hs)}
         # -- overlaps: H1 still acting after H2 began
         for i, h2 in enumerate(hs):
+            seqs2 = [o["seq"] for o in h2.ops if o.get("seq") is not None]
+            first2 = min(seqs2) if seqs2 else None
             for h1 in hs[:i]:
-                if h1.end is not None and h1.end > h2.start:
+                if h1.end is None or h1.end <= h2.start and (first2 is None or h1.max_seq is None
+                                                              or h1.max_seq < first2):
+                    continue
+                why = _overlap(h1, h2, first2)
+                if why is not None:
                     report["violations"].append({
-                        "lock": lock, "earlier": h1.key, "later": h2.key,
+                        "lock": lock, "earlier": h1.key, "later": h2.key, "kind": why,
                         "later_start_ms": ms(h2.start), "earlier_last_act_ms": ms(h1.end),
                         "overlap_ms": ms(h1.end - h2.start),
                         "told_before": h1.told is not None and h1.told <= h2.start,

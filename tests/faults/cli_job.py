@@ -40,7 +40,7 @@ def main() -> int:
     signal.signal(signal.SIGUSR1, on_usr1)
     hist.emit("acquired", t=t_start, hold=hold, lock=name, fence=fence, pid=os.getpid(), ppid=os.getppid())
     res = Redis(int(e["FAULTS_RESOURCE_PORT"]))
-    work = Work(hist, res, e["FAULTS_FENCE_SHA"], name)
+    work = Work(hist, res, e["FAULTS_SCRIPTS"], name)
     iters = int(e["FAULTS_ITERS"])
     idles = [int(x) for x in e["FAULTS_IDLE"].split(",")]
 

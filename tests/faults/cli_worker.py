@@ -33,7 +33,7 @@ def main() -> int:
     p.add_argument("--job-python", default="/usr/bin/python3")
     p.add_argument("--url", required=True)
     p.add_argument("--resource-port", type=int, required=True)
-    p.add_argument("--fence-sha", required=True)
+    p.add_argument("--scripts", required=True)
     p.add_argument("--id", required=True)
     p.add_argument("--history", required=True)
     p.add_argument("--name", default="faults")
@@ -78,7 +78,7 @@ def main() -> int:
         hold += 1
         iters = iterations(rng, a.iters_max, a.long_pct, a.long_iters)
         env = dict(os.environ, FAULTS_HOLD=str(hold), FAULTS_W=a.id, FAULTS_HISTORY=a.history,
-                   FAULTS_RESOURCE_PORT=str(a.resource_port), FAULTS_FENCE_SHA=a.fence_sha,
+                   FAULTS_RESOURCE_PORT=str(a.resource_port), FAULTS_SCRIPTS=a.scripts,
                    FAULTS_NAME=a.name, FAULTS_ITERS=str(iters),
                    FAULTS_IDLE=",".join(str(rng.randint(a.idle_min_ms, a.idle_max_ms)) for _ in range(iters)))
         cmd = [a.cli, "run", "--quiet", "--url", a.url, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",

@@ -15,22 +15,38 @@ import threading
 import time
 from typing import Any, Optional
 
-# The resource's fenced write: accepted only when the token is >= the highest
-# token the resource has seen; every attempt is logged in order, so the
-# checker can recompute what should have been accepted.
-# KEYS: highest, log, data. ARGV: token, writer tag ("w:hold").
+# The resource's scripts. Every access to the resource also takes the next
+# number of a per-name sequence (seq:<name>), so the checker knows the order
+# in which the resource saw them, whatever the clients' timing.
+# GET: KEYS ctr, seq -> {value or nil, seq}
+RGET_LUA = """
+local v = redis.call('GET', KEYS[1])
+return {v, redis.call('INCR', KEYS[2])}
+"""
+# SET: KEYS ctr, seq; ARGV value -> seq
+RSET_LUA = """
+redis.call('SET', KEYS[1], ARGV[1])
+return redis.call('INCR', KEYS[2])
+"""
+# The fenced write: accepted only when the token is >= the highest token the
+# resource has seen; every attempt is logged in order ("<token> <1|0> <w:hold>
+# <highest before> <seq>"), so the checker can recompute what should have
+# been accepted. KEYS: highest, log, data, seq. ARGV: token, writer tag.
+# -> {1 accepted | 0 refused, seq}
 FENCE_LUA = """
+local seq = redis.call('INCR', KEYS[4])
 local max = tonumber(redis.call('GET', KEYS[1]) or '0')
 local tok = tonumber(ARGV[1])
+local ok = 0
 if tok >= max then
   redis.call('SET', KEYS[1], ARGV[1])
   redis.call('SET', KEYS[3], ARGV[2])
-  redis.call('RPUSH', KEYS[2], ARGV[1] .. ' 1 ' .. ARGV[2] .. ' ' .. string.format('%.0f', max))
-  return 1
+  ok = 1
 end
-redis.call('RPUSH', KEYS[2], ARGV[1] .. ' 0 ' .. ARGV[2] .. ' ' .. string.format('%.0f', max))
-return 0
+redis.call('RPUSH', KEYS[2], ARGV[1] .. ' ' .. ok .. ' ' .. ARGV[2] .. ' ' .. string.format('%.0f', max) .. ' ' .. seq)
+return {ok, seq}
 """
+SCRIPTS = (RGET_LUA, RSET_LUA, FENCE_LUA)
 
 
 class RedisError(Exception):
@@ -170,13 +186,13 @@ def die_with_parent() -> None:
 class Work:
     """The resource work of one iteration, shared by the Python worker and
     the CLI job: check -> GET -> check -> SET+1 -> check -> [window] ->
-    fenced write -> idle. check() returns False once the holder knows it
+    fenced write -> idle. scripts: "GETSHA,SETSHA,FENCESHA" (SCRIPTS loaded). check() returns False once the holder knows it
     does not hold the lock any more (it then writes nothing)."""
 
-    def __init__(self, hist: History, res: Redis, fence_sha: str, lock_name: str):
+    def __init__(self, hist: History, res: Redis, scripts: str, lock_name: str):
         self.hist = hist
         self.res = res
-        self.sha = fence_sha
+        self.get_sha, self.set_sha, self.fence_sha = scripts.split(",")
         self.name = lock_name
 
     def once(self, hold: int, fence: int, check, idle_ms: float, window_ms: float = 0,
@@ -186,23 +202,24 @@ class Work:
             return False
         t0 = time.monotonic_ns()
         try:
-            v = int(self.res.call("GET", f"ctr:{n}") or 0)
+            v, seq = self.res.call("EVALSHA", self.get_sha, 2, f"ctr:{n}", f"seq:{n}")
+            v = int(v or 0)
         except (OSError, ConnectionError, RedisError) as e:
             h.emit("op_error", hold=hold, lock=n, op="get", t0=t0, error=str(e))
             return False
         t1 = time.monotonic_ns()
-        h.emit("op", t=t1, hold=hold, lock=n, op="get", t0=t0, t1=t1, read=v)
+        h.emit("op", t=t1, hold=hold, lock=n, op="get", t0=t0, t1=t1, read=v, seq=seq)
         if not check():
             return False
         t0 = time.monotonic_ns()
         h.emit("op_begin", t=t0, hold=hold, lock=n, op="set", t0=t0, wrote=v + 1)
         try:
-            self.res.call("SET", f"ctr:{n}", v + 1)
+            seq = self.res.call("EVALSHA", self.set_sha, 2, f"ctr:{n}", f"seq:{n}", v + 1)
         except (OSError, ConnectionError, RedisError) as e:
             h.emit("op_error", hold=hold, lock=n, op="set", t0=t0, error=str(e))
             return False
         t1 = time.monotonic_ns()
-        h.emit("op_end", t=t1, hold=hold, lock=n, op="set", t0=t0, t1=t1, wrote=v + 1, read=v)
+        h.emit("op_end", t=t1, hold=hold, lock=n, op="set", t0=t0, t1=t1, wrote=v + 1, read=v, seq=seq)
         if not check():
             return False
         if window_ms > 0:
@@ -211,14 +228,14 @@ class Work:
         t0 = time.monotonic_ns()
         h.emit("op_begin", t=t0, hold=hold, lock=n, op="fence", t0=t0, token=fence)
         try:
-            acc = self.res.call("EVALSHA", self.sha, 3, f"fence:{n}:max", f"fence:{n}:log",
-                                f"fence:{n}:data", fence, f"{h.worker}:{hold}")
+            acc, seq = self.res.call("EVALSHA", self.fence_sha, 4, f"fence:{n}:max", f"fence:{n}:log",
+                                     f"fence:{n}:data", f"seq:{n}", fence, f"{h.worker}:{hold}")
         except (OSError, ConnectionError, RedisError) as e:
             h.emit("op_error", hold=hold, lock=n, op="fence", t0=t0, error=str(e))
             return False
         t1 = time.monotonic_ns()
         h.emit("op_end", t=t1, hold=hold, lock=n, op="fence", t0=t0, t1=t1, token=fence,
-               accepted=acc == 1, window=window_ms > 0)
+               accepted=acc == 1, window=window_ms > 0, seq=seq)
         h.emit("idle", hold=hold, lock=n, ms=idle_ms, left=left)
         time.sleep(idle_ms / 1000.0)
         return True

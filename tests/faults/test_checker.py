@@ -30,17 +30,21 @@ class H:
         self.ev("acquired", t_ms, hold=self.hold, lock=LOCK, fence=fence, t_call=int((srv - 0.3) * MS))
         return self.hold, fence
 
-    def rmw(self, hold, t_ms, read, fence, accepted=True):
-        self.ev("op", t_ms + 0.2, hold=hold, lock=LOCK, op="get", t0=int(t_ms * MS), t1=int((t_ms + 0.2) * MS),
-                read=read)
+    def rmw(self, hold, t_ms, read, fence, accepted=True, seq=None, took_ms=0.2):
+        """GET, SET+1, fenced write; seq: the resource's sequence number of the GET."""
+        s = {} if seq is None else {"seq": seq}
+        self.ev("op", t_ms + took_ms, hold=hold, lock=LOCK, op="get", t0=int(t_ms * MS),
+                t1=int((t_ms + took_ms) * MS), read=read, **s)
         t0 = int((t_ms + 0.3) * MS)
+        s = {} if seq is None else {"seq": seq + 1}
         self.ev("op_begin", t_ms + 0.3, hold=hold, lock=LOCK, op="set", t0=t0, wrote=read + 1)
         self.ev("op_end", t_ms + 0.5, hold=hold, lock=LOCK, op="set", t0=t0, t1=int((t_ms + 0.5) * MS),
-                wrote=read + 1, read=read)
+                wrote=read + 1, read=read, **s)
         t0 = int((t_ms + 0.6) * MS)
+        s = {} if seq is None else {"seq": seq + 2}
         self.ev("op_begin", t_ms + 0.6, hold=hold, lock=LOCK, op="fence", t0=t0, token=fence)
         self.ev("op_end", t_ms + 0.8, hold=hold, lock=LOCK, op="fence", t0=t0, t1=int((t_ms + 0.8) * MS),
-                token=fence, accepted=accepted)
+                token=fence, accepted=accepted, **s)
 
     def release(self, hold, t_ms, result="ok"):
         self.ev("release_call", t_ms, hold=hold, lock=LOCK)
@@ -123,6 +127,23 @@ def test_planted_violation_is_found():
     (loss,) = [x for x in r["losses"] if x["hold"] == "c1:1"]
     assert loss["class"] == "running" and not loss["told_before"]
     assert r["summary"]["stale_rejected"] == 1 and r["summary"]["stale_accepted"] == 0
+
+
+def test_reply_after_the_next_hold_began_is_judged_by_the_resource_order():
+    """c1's last GET was sent before py1's acquire returned and answered after
+    it: fine if the resource ran it before py1's first access, a violation
+    if after."""
+    for c1_seq, violations in ((1, 0), (5, 1)):
+        a, b = H("c1"), H("py1", "python")
+        h1, f1 = a.acquire(100)
+        a.ev("op", 1015, hold=h1, lock=LOCK, op="get", t0=990 * MS, t1=1015 * MS, read=0, seq=c1_seq)
+        a.told(h1, 995)
+        a.release(h1, 1016, result="lost")
+        h2, f2 = b.acquire(1010, srv_ms=1009)
+        b.rmw(h2, 1011, 0, f2, seq=2 if c1_seq == 1 else 1)
+        b.release(h2, 1100)
+        r = run(a, b, counter=1, fence_log=log((f2, True, "py1:1")))
+        assert r["summary"]["violations"] == violations, r["violations"]
 
 
 def test_lost_update_is_found():
@@ -232,3 +253,59 @@ def test_cli_exit_79_counts_as_told():
     assert checker.failures(r) == [], r
     (loss,) = r["losses"]
     assert loss["how"] == "exit79" and loss["told_before"] and abs(loss["margin_ms"] - 40) < 0.01
+
+
+# ---- the MONITOR audit (audit.py)
+
+def _acquire_lines(ts, ident, fence):
+    return [f'{ts} [0 127.0.0.1:5001] "EVALSHA" "sha1" "2" "watchlock:{{L}}" "watchlock:{{L}}:fence" "{ident}" "1000" "86400000"',
+            f'{ts} [0 lua] "GET" "watchlock:{{L}}:fence"',
+            f'{ts} [0 lua] "SET" "watchlock:{{L}}" "{ident}" "NX" "PX" "1000"',
+            f'{ts} [0 lua] "TIME"',
+            f'{ts} [0 lua] "SET" "watchlock:{{L}}:fence" "{fence}" "PX" "86400000"']
+
+
+def _renew_lines(ts, prefix, wrote):
+    out = [f'{ts} [0 127.0.0.1:5002] "EVALSHA" "sha2" "1" "watchlock:{{L}}" "{prefix}" "1" "1" "1000"',
+           f'{ts} [0 lua] "GET" "watchlock:{{L}}"']
+    if wrote:
+        out.append(f'{ts} [0 lua] "PEXPIRE" "watchlock:{{L}}" "1000"')
+    return out
+
+
+def _release_lines(ts, prefix, deleted):
+    out = [f'{ts} [0 127.0.0.1:5003] "EVALSHA" "sha3" "1" "watchlock:{{L}}" "{prefix}" "watchlock:{{L}}:released"',
+           f'{ts} [0 lua] "GET" "watchlock:{{L}}"']
+    if deleted:
+        out += [f'{ts} [0 lua] "DEL" "watchlock:{{L}}"', f'{ts} [0 lua] "PUBLISH" "watchlock:{{L}}:released" ""']
+    return out
+
+
+def test_audit_finds_a_late_renewal_that_touched_the_next_hold(tmp_path):
+    import audit
+    lines = (_acquire_lines(1.0, "aaa.1", 100) + _renew_lines(1.3, "aaa.", True)
+             + _acquire_lines(3.0, "bbb.1", 200)          # aaa's key expired (no DEL seen)
+             + _renew_lines(3.1, "aaa.", False)           # late, did nothing: fine
+             + _renew_lines(3.2, "aaa.", True)            # late, and it wrote: the bug
+             + _release_lines(3.3, "aaa.", False)         # late release, nothing deleted
+             + _release_lines(3.5, "bbb.", True)
+             + _acquire_lines(3.6, "ccc.1", 300))
+    p = tmp_path / "monitor.log"
+    p.write_text("\n".join(lines) + "\n")
+    r = audit.audit(str(p))
+    assert r["acquires"] == 3
+    assert len(r["touches"]) == 1 and r["touches"][0]["prefix"] == "aaa."
+    assert len(r["late_writes"]) == 3
+    h = audit.handoffs_by_fence(r)
+    assert h[200] == ("expiry", 100)
+    assert h[300] == ("release", 200)
+
+
+def test_audit_clean_stream_has_no_touch(tmp_path):
+    import audit
+    lines = (_acquire_lines(1.0, "aaa.1", 100) + _renew_lines(1.3, "aaa.", True) + _release_lines(1.5, "aaa.", True)
+             + _acquire_lines(1.6, "bbb.1", 200) + _renew_lines(1.9, "bbb.", True))
+    p = tmp_path / "monitor.log"
+    p.write_text("\n".join(lines) + "\n")
+    r = audit.audit(str(p))
+    assert r["touches"] == [] and r["late_writes"] == []

@@ -55,7 +55,7 @@ static int hist_fd = -1;
 static char wid[64] = "c";
 
 static struct {
-    const char *url, *name, *name2, *history, *fence_sha, *mode;
+    const char *url, *name, *name2, *history, *scripts, *mode;
     int resource_port;
     int64_t lease_ms, lease2_ms, renew_ms, duration_ms, wait_ms, idle_min_ms, idle_max_ms, window_ms,
         gap_max_ms, slow_cb_ms, hold_ms;
@@ -194,6 +194,7 @@ static bool check(hold *h)
 /* ---- the resource ---- */
 
 static redisContext *res;
+static char get_sha[64], set_sha[64], fence_sha[64]; /* common.SCRIPTS, loaded by the runner */
 
 static redisContext *res_connect(void)
 {
@@ -240,32 +241,39 @@ static bool work_once(hold *h, unsigned *seed, int left)
     if (!check(h))
         return false;
     int64_t t0 = now_ns();
-    redisReply *r = res_cmd("GET ctr:%s", n);
+    redisReply *r = res_cmd("EVALSHA %s 2 ctr:%s seq:%s", get_sha, n, n);
     int64_t t1 = now_ns();
-    if (r == NULL) {
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
         emit("op_error", ",\"hold\":%ld,\"lock\":%s,\"op\":\"get\",\"t0\":%" PRId64, h->id, name, t0);
+        if (r != NULL)
+            freeReplyObject(r);
         return false;
     }
-    long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    long long v = r->element[0]->type == REDIS_REPLY_STRING ? atoll(r->element[0]->str) : 0;
+    long long seq = r->element[1]->integer;
     freeReplyObject(r);
-    emit_at(t1, "op", ",\"hold\":%ld,\"lock\":%s,\"op\":\"get\",\"t0\":%" PRId64 ",\"t1\":%" PRId64 ",\"read\":%lld",
-            h->id, name, t0, t1, v);
+    emit_at(t1, "op", ",\"hold\":%ld,\"lock\":%s,\"op\":\"get\",\"t0\":%" PRId64 ",\"t1\":%" PRId64
+                      ",\"read\":%lld,\"seq\":%lld",
+            h->id, name, t0, t1, v, seq);
 
     if (!check(h))
         return false;
     t0 = now_ns();
     emit_at(t0, "op_begin", ",\"hold\":%ld,\"lock\":%s,\"op\":\"set\",\"t0\":%" PRId64 ",\"wrote\":%lld", h->id,
             name, t0, v + 1);
-    r = res_cmd("SET ctr:%s %lld", n, v + 1);
+    r = res_cmd("EVALSHA %s 2 ctr:%s seq:%s %lld", set_sha, n, n, v + 1);
     t1 = now_ns();
-    if (r == NULL) {
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
         emit("op_error", ",\"hold\":%ld,\"lock\":%s,\"op\":\"set\",\"t0\":%" PRId64, h->id, name, t0);
+        if (r != NULL)
+            freeReplyObject(r);
         return false;
     }
+    seq = r->integer;
     freeReplyObject(r);
     emit_at(t1, "op_end", ",\"hold\":%ld,\"lock\":%s,\"op\":\"set\",\"t0\":%" PRId64 ",\"t1\":%" PRId64
-                          ",\"wrote\":%lld,\"read\":%lld",
-            h->id, name, t0, t1, v + 1, v);
+                          ",\"wrote\":%lld,\"read\":%lld,\"seq\":%lld",
+            h->id, name, t0, t1, v + 1, v, seq);
 
     if (!check(h))
         return false;
@@ -278,24 +286,24 @@ static bool work_once(hold *h, unsigned *seed, int left)
     snprintf(tag, sizeof tag, "%s:%ld", wid, h->id);
     emit_at(t0, "op_begin", ",\"hold\":%ld,\"lock\":%s,\"op\":\"fence\",\"t0\":%" PRId64 ",\"token\":%" PRId64,
             h->id, name, t0, h->fence);
-    r = res_cmd("EVALSHA %s 3 fence:%s:max fence:%s:log fence:%s:data %" PRId64 " %s", opt.fence_sha, n, n, n,
+    r = res_cmd("EVALSHA %s 4 fence:%s:max fence:%s:log fence:%s:data seq:%s %" PRId64 " %s", fence_sha, n, n, n, n,
                 h->fence, tag);
     t1 = now_ns();
-    if (r == NULL) {
-        emit("op_error", ",\"hold\":%ld,\"lock\":%s,\"op\":\"fence\",\"t0\":%" PRId64, h->id, name, t0);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        char msg[300];
+        json_str(msg, sizeof msg, r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : "no reply");
+        emit("op_error", ",\"hold\":%ld,\"lock\":%s,\"op\":\"fence\",\"t0\":%" PRId64 ",\"error\":%s", h->id,
+             name, t0, msg);
+        if (r != NULL)
+            freeReplyObject(r);
         return false;
     }
-    long long acc = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    if (r->type == REDIS_REPLY_ERROR) {
-        char msg[300];
-        json_str(msg, sizeof msg, r->str);
-        emit("op_error", ",\"hold\":%ld,\"lock\":%s,\"op\":\"fence\",\"t0\":%" PRId64 ",\"error\":%s", h->id, name,
-             t0, msg);
-    }
+    long long acc = r->element[0]->integer;
+    seq = r->element[1]->integer;
     freeReplyObject(r);
     emit_at(t1, "op_end", ",\"hold\":%ld,\"lock\":%s,\"op\":\"fence\",\"t0\":%" PRId64 ",\"t1\":%" PRId64
-                          ",\"token\":%" PRId64 ",\"accepted\":%s,\"window\":%s",
-            h->id, name, t0, t1, h->fence, acc == 1 ? "true" : "false", opt.window_ms > 0 ? "true" : "false");
+                          ",\"token\":%" PRId64 ",\"accepted\":%s,\"window\":%s,\"seq\":%lld",
+            h->id, name, t0, t1, h->fence, acc == 1 ? "true" : "false", opt.window_ms > 0 ? "true" : "false", seq);
 
     int64_t idle = rand_between(seed, opt.idle_min_ms, opt.idle_max_ms);
     emit("idle", ",\"hold\":%ld,\"lock\":%s,\"ms\":%" PRId64 ",\"left\":%d", h->id, name, idle, left);
@@ -466,7 +474,7 @@ static void run_multi(int64_t end, unsigned *seed)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: worker --url URL --resource-port P --fence-sha SHA --id ID --history FILE\n"
+    fprintf(stderr, "usage: worker --url URL --resource-port P --scripts GET,SET,FENCE --id ID --history FILE\n"
                     "              [--name N] [--lease-ms MS] [--renew-ms MS] [--duration-ms MS] [--wait-ms MS]\n"
                     "              [--iters-max N] [--idle-min-ms MS] [--idle-max-ms MS] [--gap-max-ms MS]\n"
                     "              [--window-ms MS] [--seed N] [--mode single|multi] [--name2 N]\n"
@@ -481,7 +489,7 @@ int main(int argc, char **argv)
         O_IDLEMAX, O_GAP, O_WINDOW, O_SEED, O_MODE, O_NAME2, O_LEASE2, O_SLOWCB, O_HOLD, O_LONGPCT, O_LONGITERS
     };
     static const struct option longopts[] = {
-        {"url", 1, 0, O_URL}, {"resource-port", 1, 0, O_RPORT}, {"fence-sha", 1, 0, O_SHA},
+        {"url", 1, 0, O_URL}, {"resource-port", 1, 0, O_RPORT}, {"scripts", 1, 0, O_SHA},
         {"id", 1, 0, O_ID}, {"history", 1, 0, O_HIST}, {"name", 1, 0, O_NAME}, {"lease-ms", 1, 0, O_LEASE},
         {"renew-ms", 1, 0, O_RENEW}, {"duration-ms", 1, 0, O_DUR}, {"wait-ms", 1, 0, O_WAIT},
         {"iters-max", 1, 0, O_ITERS}, {"idle-min-ms", 1, 0, O_IDLEMIN}, {"idle-max-ms", 1, 0, O_IDLEMAX},
@@ -495,7 +503,7 @@ int main(int argc, char **argv)
         switch (c) {
         case O_URL: opt.url = optarg; break;
         case O_RPORT: opt.resource_port = atoi(optarg); break;
-        case O_SHA: opt.fence_sha = optarg; break;
+        case O_SHA: opt.scripts = optarg; break;
         case O_ID: snprintf(wid, sizeof wid, "%s", optarg); break;
         case O_HIST: opt.history = optarg; break;
         case O_NAME: opt.name = optarg; break;
@@ -520,8 +528,9 @@ int main(int argc, char **argv)
         }
     }
     bool multi = strcmp(opt.mode, "multi") == 0;
-    if (opt.url == NULL || opt.resource_port <= 0 || opt.fence_sha == NULL || opt.history == NULL ||
-        (multi && opt.name2 == NULL) || opt.iters_max < 1)
+    if (opt.url == NULL || opt.resource_port <= 0 || opt.scripts == NULL || opt.history == NULL ||
+        (multi && opt.name2 == NULL) || opt.iters_max < 1 ||
+        sscanf(opt.scripts, "%63[^,],%63[^,],%63s", get_sha, set_sha, fence_sha) != 3)
         usage();
 
     /* Die with the runner (and exit now if it is already gone). */

@@ -30,7 +30,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--url", required=True)
     p.add_argument("--resource-port", type=int, required=True)
-    p.add_argument("--fence-sha", required=True)
+    p.add_argument("--scripts", required=True, help="SHA1s of common.SCRIPTS, comma-separated")
     p.add_argument("--id", required=True)
     p.add_argument("--history", required=True)
     p.add_argument("--name", default="faults")
@@ -70,7 +70,7 @@ def main() -> int:
         hist.emit("exit", error="cannot open a client")
         return 69
     res = Redis(a.resource_port)
-    work = Work(hist, res, a.fence_sha, a.name)
+    work = Work(hist, res, a.scripts, a.name)
     end = time.monotonic() + a.duration_ms / 1000.0
     hold_no = 0
     renew = a.renew_ms / 1000.0 if a.renew_ms else None
