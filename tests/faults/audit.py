@@ -5,8 +5,8 @@ command a Lua script runs right after the script's own line ("[0 lua]").
 That is enough to follow each lock key's owner without trusting any client:
 
 * a successful acquire is the acquire script's ``SET key <identity> NX PX``
-  followed by ``TIME`` (the fencing token it computes is the value of its
-  ``SET <fence key>``, which ties the identity to a hold in the histories);
+  followed by its ``SET <fence key> <token>`` (a failed one returns before
+  that); the token ties the identity to a hold in the histories;
 * a renewal (``PEXPIRE`` or ``SET ... PX`` inside a renewal script) or a
   release (``DEL`` inside a release script) must only ever act on a key that
   holds the writer's own hold identity ("<token>.").
@@ -208,10 +208,13 @@ def audit(path: str) -> dict:
         if not a or a[0].lower() not in ("evalsha", "eval"):
             continue
         if any(x[0].upper() == "SET" and "NX" in [y.upper() for y in x[3:]] for x in ex.inner):
-            # acquire: SET key ident NX PX ms [, GET, PEXPIRE], TIME, SET fence s PX ttl
-            set_nx = next(x for x in ex.inner if x[0].upper() == "SET")
+            # acquire: [TIME,] SET key ident NX PX ms [, GET, PEXPIRE], [TIME,] SET fence s PX ttl
+            # [, owner record]: it got the key when it went on to set the fence (KEYS[2])
+            set_nx = next(x for x in ex.inner if x[0].upper() == "SET" and "NX" in [y.upper() for y in x[3:]])
             key, ident = set_nx[1], set_nx[2]
-            if "TIME" in cmd:
+            fence_key = a[4] if len(a) > 4 else None
+            fset = [x for x in ex.inner if x[0].upper() == "SET" and len(x) > 2 and x[1] == fence_key]
+            if fset:
                 report["acquires"] += 1
                 prev = last_owner.get(key)
                 if prev is not None and prev != ident:
@@ -224,9 +227,7 @@ def audit(path: str) -> dict:
                 last_owner[key] = ident
                 owner[key] = ident
                 acquired_at.setdefault(ident, ex.ts)
-                fset = [x for x in ex.inner if x[0].upper() == "SET" and x[1] != key]
-                if fset:
-                    fence_of[ident] = fset[-1][2]
+                fence_of[ident] = fset[-1][2]
             continue
         try:
             nkeys = int(a[2])
@@ -234,16 +235,17 @@ def audit(path: str) -> dict:
             continue
         keys = a[3:3 + nkeys]
         rest = a[3 + nkeys:]
-        if nkeys == 1 and len(rest) == 1 and rest[0].endswith(":released"):
-            if "DEL" in cmd:  # force-release (admin)
+        deleted_lock = any(x[0].upper() == "DEL" and len(x) > 1 and keys and x[1] == keys[0] for x in ex.inner)
+        if len(rest) == 1 and rest[0].endswith(":released"):
+            if deleted_lock:  # force-release (admin)
                 owner.pop(keys[0], None)
                 ended[keys[0]] = "force"
             continue
-        if nkeys == 1 and len(rest) == 2 and rest[1].endswith(":released"):
-            # release: GET, DEL, PUBLISH (or force-release without the prefix)
+        if len(rest) == 2 and rest[1].endswith(":released") and rest[0].endswith("."):
+            # release: GET, DEL, PUBLISH
             key, prefix = keys[0], rest[0]
             report["releases"] += 1
-            dele = "DEL" in cmd
+            dele = deleted_lock
             late(key, prefix, ex.ts, "release", dele)
             if dele and (owner.get(key) or "").startswith(prefix):
                 owner.pop(key, None)

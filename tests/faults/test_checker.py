@@ -257,12 +257,17 @@ def test_cli_exit_79_counts_as_told():
 
 # ---- the MONITOR audit (audit.py)
 
-def _acquire_lines(ts, ident, fence):
-    return [f'{ts} [0 127.0.0.1:5001] "EVALSHA" "sha1" "2" "watchlock:{{L}}" "watchlock:{{L}}:fence" "{ident}" "1000" "86400000"',
-            f'{ts} [0 lua] "GET" "watchlock:{{L}}:fence"',
-            f'{ts} [0 lua] "SET" "watchlock:{{L}}" "{ident}" "NX" "PX" "1000"',
-            f'{ts} [0 lua] "TIME"',
-            f'{ts} [0 lua] "SET" "watchlock:{{L}}:fence" "{fence}" "PX" "86400000"']
+def _acquire_lines(ts, ident, fence, ok=True):
+    out = [f'{ts} [0 127.0.0.1:5001] "EVALSHA" "sha1" "3" "watchlock:{{L}}" "watchlock:{{L}}:fence" '
+           f'"watchlock:{{L}}:owner" "{ident}" "1000" "86400000" "host" "1" "label"',
+           f'{ts} [0 lua] "GET" "watchlock:{{L}}:fence"',
+           f'{ts} [0 lua] "TIME"',
+           f'{ts} [0 lua] "SET" "watchlock:{{L}}" "{ident}" "NX" "PX" "1000"']
+    if not ok:
+        return out + [f'{ts} [0 lua] "GET" "watchlock:{{L}}"', f'{ts} [0 lua] "PTTL" "watchlock:{{L}}"']
+    return out + [f'{ts} [0 lua] "SET" "watchlock:{{L}}:fence" "{fence}" "PX" "86400000"',
+                  f'{ts} [0 lua] "DEL" "watchlock:{{L}}:owner"',
+                  f'{ts} [0 lua] "HSET" "watchlock:{{L}}:owner" "token" "x." "host" "h" "pid" "1" "label" "l"']
 
 
 def _renew_lines(ts, prefix, wrote):
@@ -284,6 +289,7 @@ def _release_lines(ts, prefix, deleted):
 def test_audit_finds_a_late_renewal_that_touched_the_next_hold(tmp_path):
     import audit
     lines = (_acquire_lines(1.0, "aaa.1", 100) + _renew_lines(1.3, "aaa.", True)
+             + _acquire_lines(2.0, "bbb.1", 150, ok=False)  # held by aaa: refused
              + _acquire_lines(3.0, "bbb.1", 200)          # aaa's key expired (no DEL seen)
              + _renew_lines(3.1, "aaa.", False)           # late, did nothing: fine
              + _renew_lines(3.2, "aaa.", True)            # late, and it wrote: the bug
