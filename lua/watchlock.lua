@@ -14,8 +14,13 @@ This file is the user-facing layer over the private SWIG module
   * Expected failures return nil plus a message: "timeout", "not owner",
     "connection refused (127.0.0.1:6390)", "lost: taken", ...
   * Programming errors raise: wrong argument types, unknown options, a
-    negative ttl, using a closed client. Messages start with "watchlock:".
-  * Times are seconds (numbers, fractions allowed); the C library takes ms.
+    value the core refuses (a negative ttl), using a closed client.
+    Messages start with "watchlock:".
+  * Durations are seconds (numbers, fractions allowed) or strings such as
+    "500ms", "30s", "2m", read by the core's parser; the C library takes ms.
+  * Every rule about values (ranges, defaults, the renew-interval rule) is
+    the C core's: this layer checks Lua types only and raises the core's
+    message when a setter refuses a value.
   * Fencing tokens are integers on Lua 5.3+ and exact decimal strings on
     LuaJIT (whose numbers are doubles and print 1.8e15 as 1.7954111832661e+15);
     tostring(t) and tonumber(t) give the same answer on both.
@@ -89,62 +94,51 @@ local function fail(status, what, level)
 end
 
 -- ---------------------------------------------------------------------------
--- argument checking
+-- arguments
+--
+-- Only Lua types are checked here. Every rule about values (name length,
+-- duration ranges and forms, the renew-interval rule, caps, defaults) is
+-- the C core's: durations are read by watchlock_parse_duration and option
+-- values by the watchlock_lock_set_* setters, whose messages are raised as
+-- they are (docs/design.md, "The same option everywhere").
 
-local function is_number(x)
-  return type(x) == "number" and x == x -- NaN is not a number here
-end
-
--- Seconds -> whole milliseconds, rounded; a positive value never becomes 0.
-local function to_ms(seconds)
-  local ms = floor(seconds * 1000 + 0.5)
-  if ms == 0 and seconds > 0 then
-    ms = 1
+-- A duration in ms, read by the core's one parser: a number is seconds,
+-- given to it as decimal text (rounded to ms; NaN, infinities and negatives
+-- are refused there), a string is taken as it is ("500ms", "30s", "2m").
+local function duration_ms(value, what, level)
+  local text
+  if type(value) == "number" then
+    text = ("%.3f"):format(value):gsub("(%.%d-)0+$", "%1"):gsub("%.$", "")
+  elseif type(value) == "string" then
+    text = value
+    local nul = text:find("\0", 1, true)
+    if nul then -- the C string would end there: show the parser "\0", which it refuses
+      text = text:sub(1, nul - 1) .. "\\0"
+    end
+  else
+    raise(what .. " must be seconds (a number) or a duration string such as '30s', got "
+      .. type(value), level + 1)
+  end
+  local status, ms = core.parse_duration(text)
+  if status ~= OK then
+    raise(what .. ": " .. detail(status), level + 1)
   end
   return ms
 end
 
-local MAX_SECONDS = 30 * 24 * 3600 -- WATCHLOCK_MAX_LEASE_MS
-local DEFAULT_LEASE_MS = 30000 -- the library's default lease
-
-local function check_seconds(x, what, level, allow_zero)
-  if not is_number(x) then
-    raise(what .. " must be a number of seconds, got " .. (x ~= x and "nan" or type(x)),
-      level + 1)
-  end
-  if x < 0 or (x == 0 and not allow_zero) then
-    raise(what .. " must be " .. (allow_zero and ">= 0" or "> 0") .. " seconds, got "
-      .. tostring(x), level + 1)
-  end
-  if x > MAX_SECONDS then
-    raise(what .. " must be at most " .. MAX_SECONDS .. " seconds (30 days), got " .. tostring(x),
-      level + 1)
-  end
-  return to_ms(x)
-end
-
--- wait: nil or math.huge = forever (-1), 0 = try once, > 0 = seconds.
+-- wait: nil or math.huge = forever (-1), else a duration (0 = try once).
 local function wait_ms(wait, what, level)
   if wait == nil or wait == huge then
     return -1
   end
-  if not is_number(wait) then
-    raise(what .. ": wait must be nil (wait forever) or a number of seconds, got "
-      .. (wait ~= wait and "nan" or type(wait)), level + 1)
-  end
-  if wait < 0 then
-    raise(what .. ": wait must be >= 0 seconds (nil waits forever), got " .. tostring(wait),
-      level + 1)
-  end
-  return to_ms(wait)
+  local ms = duration_ms(wait, what .. ": wait (nil waits forever)", level + 1)
+  return ms -- not a tail call: `level` counts this frame
 end
 
+-- Names are any bytes; the core refuses empty and overlong ones.
 local function check_name(name, what, level)
   if type(name) ~= "string" then
     raise(what .. ": the lock name must be a string, got " .. type(name), level + 1)
-  end
-  if #name == 0 then
-    raise(what .. ": the lock name must not be empty", level + 1)
   end
   return name
 end
@@ -329,80 +323,107 @@ local function check_opts(opts, what, level, allowed)
   return opts
 end
 
--- Applies one option setter; EINVAL from the library (e.g. a renew
--- interval not below the ttl) is a programming error.
-local function set_opt(status, what, level)
-  if status ~= OK then
-    fail(status, what, level + 1)
+-- The options that are durations, in the order their setters run: the
+-- lease first, since the core checks a renew interval against the lease
+-- set at the time.
+local DURATION_SETTERS = {
+  { "ttl", "lock_set_lease" },
+  { "renew_interval", "lock_set_renew_interval" },
+  { "max_hold", "lock_set_max_hold" },
+}
+
+-- Applies the options to a new handle with the core's setters. Their
+-- status is the rule: EINVAL (a renew interval not below the ttl, a
+-- negative max_renewals, ...) raises with the core's message. Raises
+-- after freeing the handle.
+local function apply_lock_options(lh, opts, ms, caller, level)
+  local function check(status, what, value)
+    if status ~= OK then
+      local msg = detail(status)
+      core.lock_free(lh)
+      raise(("%s: %s = %s: %s"):format(caller, what, tostring(value), msg), level + 2)
+    end
+  end
+  for _, d in ipairs(DURATION_SETTERS) do
+    local what, setter = d[1], d[2]
+    if ms[what] ~= nil then
+      check(core[setter](lh, ms[what]), what, opts[what])
+    end
+  end
+  if opts.max_renewals ~= nil then
+    check(core.lock_set_max_renewals(lh, opts.max_renewals), "max_renewals", opts.max_renewals)
+  end
+  if opts.auto_renew ~= nil then
+    check(core.lock_set_auto_renew(lh, opts.auto_renew and 1 or 0), "auto_renew", opts.auto_renew)
   end
 end
 
---- client:lock(name, [opts]) -> lock
--- opts: ttl (seconds, default 30), auto_renew (default true), max_renewals
--- (count, nil = unlimited), max_hold (seconds, nil = unlimited),
--- renew_interval (seconds, default ttl/3), wait (default for acquire() and
--- with_lock: nil = forever), on_lost (function(lock, reason), run at the
--- next call into the module after the watchdog found the lock lost). No
--- network I/O.
-function Client:lock(name, opts)
-  run_hooks()
-  local handle = check_client(self, "lock", 2)
-  check_name(name, "lock", 2)
-  opts = check_opts(opts, "lock", 2, LOCK_OPTIONS)
-  local lease, interval, max_hold, max_renewals, default_wait
-  if opts.ttl ~= nil then
-    lease = check_seconds(opts.ttl, "lock: ttl", 2)
-  end
-  if opts.renew_interval ~= nil then
-    interval = check_seconds(opts.renew_interval, "lock: renew_interval", 2)
-    if interval >= (lease or DEFAULT_LEASE_MS) then
-      raise(("lock: renew_interval must be shorter than the ttl (%g s), got %g s"):format(
-        (lease or DEFAULT_LEASE_MS) / 1000, opts.renew_interval), 2)
+-- The options' Lua types, and their durations in ms (read by the core's
+-- parser), before a handle exists.
+local function read_lock_options(opts, what, level)
+  local ms = {}
+  for _, d in ipairs(DURATION_SETTERS) do
+    if opts[d[1]] ~= nil then
+      ms[d[1]] = duration_ms(opts[d[1]], what .. ": " .. d[1], level + 1)
     end
   end
-  if opts.max_hold ~= nil then
-    max_hold = check_seconds(opts.max_hold, "lock: max_hold", 2)
-  end
-  if opts.max_renewals ~= nil then
-    local n = opts.max_renewals
-    if not is_number(n) or n ~= floor(n) or n < 1 then
-      raise("lock: max_renewals must be a whole number >= 1 (nil = unlimited; "
-        .. "auto_renew = false for no renewals), got " .. tostring(n), 2)
-    end
-    max_renewals = n
+  local n = opts.max_renewals
+  if n ~= nil and (type(n) ~= "number" or n ~= floor(n)) then
+    raise(what .. ": max_renewals must be a whole number (0 = unlimited), got " .. tostring(n), level + 1)
   end
   if opts.auto_renew ~= nil and type(opts.auto_renew) ~= "boolean" then
-    raise("lock: auto_renew must be a boolean, got " .. type(opts.auto_renew), 2)
+    raise(what .. ": auto_renew must be a boolean, got " .. type(opts.auto_renew), level + 1)
   end
   if opts.wait ~= nil then
-    wait_ms(opts.wait, "lock", 2) -- validate now, convert at acquire
-    default_wait = opts.wait
+    ms.wait = wait_ms(opts.wait, what, level + 1)
   end
   if opts.on_lost ~= nil and not is_callable(opts.on_lost) then
-    raise("lock: on_lost must be a function(lock, reason), got " .. type(opts.on_lost), 2)
+    raise(what .. ": on_lost must be a function(lock, reason), got " .. type(opts.on_lost), level + 1)
   end
+  return ms
+end
+
+-- client:lock's work; `level` counts from the caller of new_lock, so that
+-- a guarded function of wrap() raises at its own caller's line as well.
+local function new_lock(self, name, opts, level)
+  local handle = check_client(self, "lock", level)
+  check_name(name, "lock", level)
+  opts = check_opts(opts, "lock", level, LOCK_OPTIONS)
+  local ms = read_lock_options(opts, "lock", level)
 
   local status, lh = core.lock_new(handle, name)
   if status ~= OK then
-    fail(status, "lock", 2)
+    fail(status, "lock", level)
   end
-  local lock = setmetatable({ _handle = lh, _client = self, _wait = default_wait, name = name }, Lock)
-  if lease then set_opt(core.lock_set_lease(lh, lease), "lock: ttl", 2) end
-  if interval then set_opt(core.lock_set_renew_interval(lh, interval), "lock: renew_interval", 2) end
-  if max_hold then set_opt(core.lock_set_max_hold(lh, max_hold), "lock: max_hold", 2) end
-  if max_renewals then set_opt(core.lock_set_max_renewals(lh, max_renewals), "lock: max_renewals", 2) end
-  if opts.auto_renew ~= nil then
-    set_opt(core.lock_set_auto_renew(lh, opts.auto_renew and 1 or 0), "lock: auto_renew", 2)
-  end
+  apply_lock_options(lh, opts, ms, "lock", level)
+  local lock = setmetatable({ _handle = lh, _client = self, _wait_ms = ms.wait, name = name }, Lock)
   if opts.on_lost ~= nil then
     if not hooked[self] then
-      set_opt(core.client_enable_lost_events(handle, 1), "lock: on_lost", 2)
+      local st = core.client_enable_lost_events(handle, 1)
+      if st ~= OK then
+        core.lock_free(lh)
+        fail(st, "lock: on_lost", level)
+      end
       hooked[self] = true
     end
     lock._on_lost = opts.on_lost
     self._watched[core.lock_id(lh)] = lock
   end
   return lock
+end
+
+--- client:lock(name, [opts]) -> lock
+-- opts (nil or absent = the core's default): ttl (seconds or a duration
+-- string; default 30 s), auto_renew (default true), max_renewals (count,
+-- 0 = unlimited, the default), max_hold (duration, 0 = unlimited, the
+-- default), renew_interval (duration, default ttl/3), wait (default for
+-- acquire() and with_lock: nil = forever), on_lost (function(lock,
+-- reason), run at the next call into the module after the watchdog found
+-- the lock lost). Values are checked by the core. No network I/O.
+function Client:lock(name, opts)
+  run_hooks()
+  local lock = new_lock(self, name, opts, 3)
+  return lock -- not a tail call: errors name the caller's line
 end
 
 --- client:inspect(name) -> { held = bool, remaining = seconds|nil, fence = token } | nil, message
@@ -484,10 +505,10 @@ end
 -- messages.
 function Lock:acquire(wait)
   local handle = check_lock(self, "acquire", 2, true)
-  if wait == nil then
-    wait = self._wait
+  local ms = self._wait_ms or -1
+  if wait ~= nil then
+    ms = wait_ms(wait, "acquire", 2)
   end
-  local ms = wait_ms(wait, "acquire", 2)
   local status = core.lock_acquire(handle, ms)
   if status ~= OK then
     return fail(status, "acquire", 2)
@@ -508,19 +529,27 @@ function Lock:release()
 end
 
 --- lock:extend([ttl]) -> true | nil, message
--- Sets the lease to ttl seconds from now (default: the lock's ttl); a
--- given ttl also becomes the lease for later renewals.
+-- Sets the lease to ttl (seconds or a duration string) from now; nil (or
+-- 0) uses the lock's ttl. A given ttl also becomes the lease for later
+-- renewals.
 function Lock:extend(ttl)
   local handle = check_lock(self, "extend", 2, true)
   local ms = 0
   if ttl ~= nil then
-    ms = check_seconds(ttl, "extend: ttl", 2)
+    ms = duration_ms(ttl, "extend: ttl", 2)
   end
   local status = core.lock_extend(handle, ms)
   if status ~= OK then
     return fail(status, "extend", 2)
   end
   return true
+end
+
+--- lock:ttl() -> seconds: the lease the next acquire or renewal sets (the
+-- core's default, 30, unless the ttl option or extend(ttl) changed it).
+function Lock:ttl()
+  local handle = check_lock(self, "ttl", 2)
+  return core.lock_lease(handle) / 1000
 end
 
 local function state_of(self, what)
@@ -831,21 +860,25 @@ function M.wrap(key, opts, fn)
   for k, v in pairs(opts) do
     if k ~= "client" then lock_opts[k] = v end
   end
-  if lock_opts.wait ~= nil then
-    wait_ms(lock_opts.wait, "wrap", 2)
-  end
-  if lock_opts.on_lost ~= nil and not is_callable(lock_opts.on_lost) then
-    raise("wrap: on_lost must be a function(lock, reason), got " .. type(lock_opts.on_lost), 2)
+  local ms = read_lock_options(lock_opts, "wrap", 2)
+  if client ~= nil and client._handle ~= nil then
+    -- Misuse raises here, not at the first call: a handle that is never
+    -- acquired (no network I/O) lets the core's setters judge the options.
+    local status, probe = core.lock_new(client._handle, type(key) == "string" and key or "wrap")
+    if status ~= OK then
+      fail(status, "wrap", 2)
+    end
+    apply_lock_options(probe, lock_opts, ms, "wrap", 2)
+    core.lock_free(probe)
   end
 
   return function(...)
     local name = key
     if keyfn ~= nil then
       name = keyfn(...)
-      if type(name) ~= "string" or #name == 0 then
+      if type(name) ~= "string" then
         raise("wrap: the key " .. (type(key) == "function" and "function must return" or "template must give")
-          .. " a non-empty string, got "
-          .. (type(name) == "string" and "an empty string" or type(name)), 2)
+          .. " a string, got " .. type(name), 2)
       end
     end
     local c = client
@@ -856,7 +889,8 @@ function M.wrap(key, opts, fn)
         return nil, err
       end
     end
-    local lock = c:lock(name, lock_opts)
+    run_hooks()
+    local lock = new_lock(c, name, lock_opts, 3)
     local res = pack(pcall(run_locked, lock, nil, fn, ...))
     lock:free()
     if not res[1] then
