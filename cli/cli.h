@@ -48,8 +48,10 @@ int cli_usage_error(const char *sub, const char *fmt, ...) __attribute__((format
  * optstring must start with ":" after any "+"). Returns CLI_EXIT_USAGE. */
 int cli_option_error(const char *sub, int c, char **argv);
 
-/* Parses the duration `text` given to option `opt` of subcommand `sub`.
- * Returns 0, or prints a usage error and returns CLI_EXIT_USAGE. */
+/* Parses the duration `text` given to option `opt` of subcommand `sub`
+ * with watchlock_parse_duration(). Returns 0, or prints a usage error with
+ * the library's message ("run: --ttl 5x: bad duration '5x': unit must be
+ * ms, s, m or h") and returns CLI_EXIT_USAGE. */
 int cli_parse_duration(const char *sub, const char *opt, const char *text, int64_t *out_ms);
 
 /* The URL to use: the --url value, else $WATCHLOCK_URL, else NULL (the

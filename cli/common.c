@@ -74,11 +74,12 @@ int cli_usage_error(const char *sub, const char *fmt, ...)
 
 int cli_parse_duration(const char *sub, const char *opt, const char *text, int64_t *out_ms)
 {
-    if (watchlock_parse_duration(out_ms, text) != WATCHLOCK_OK)
-        return cli_usage_error(sub,
-                               "invalid duration '%s' for %s: expected a number with an "
-                               "optional unit ms, s, m or h (e.g. 500ms, 30s, 5m, 1h; at most 30 days)",
-                               text, opt);
+    /* The form and the limits are the library's parser's, and so is the
+     * message: the same words as in Python and Lua. */
+    int status = watchlock_parse_duration(out_ms, text);
+    if (status != WATCHLOCK_OK)
+        return cli_usage_error(sub, "%s %s: %s", opt, text,
+                               *watchlock_last_error() ? watchlock_last_error() : watchlock_strerror(status));
     return 0;
 }
 

@@ -66,7 +66,6 @@
 
 extern char **environ;
 
-#define DEFAULT_TTL_MS 30000
 #define DEFAULT_KILL_AFTER_MS 10000
 
 static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
@@ -76,11 +75,19 @@ static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR
  * many bytes (ending in "...") so that `watchlock list` stays readable. */
 #define LABEL_MAX 256
 
+/* A lock option as given on the command line: `text` is NULL when it was
+ * not given, and the library's default stays (the defaults and the rules
+ * about values live in the library's setters, not here). */
+struct lock_opt {
+    const char *text;
+    int64_t value; /* ms for durations, a count for --max-renewals */
+};
+
 struct run_opts {
     const char *url;
-    int64_t ttl_ms;
+    struct lock_opt ttl, renew_interval, max_renewals, max_hold;
+    int no_renew;    /* --no-renew: auto-renew off */
     int64_t wait_ms; /* < 0 forever */
-    int64_t max_hold_ms;
     int64_t kill_after_ms;
     int conflict_exit; /* -E: exit code when the lock was not obtained */
     const char *name;
@@ -582,7 +589,29 @@ static void make_label(struct run_opts *o)
     o->label[n] = '\0';
 }
 
-enum { OPT_MAX_HOLD = 1000 };
+enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW };
+
+/* --max-renewals N: a whole number in decimal. Its range (>= 0, 0 =
+ * unlimited) is the library's rule, checked by its setter. */
+static int parse_count(const char *opt, const char *text, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0)
+        return cli_usage_error("run", "invalid number '%s' for %s: expected a whole number", text, opt);
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* Reads a duration option's value; the library's parser judges its form. */
+static int parse_lock_duration(const char *opt, const char *text, struct lock_opt *out)
+{
+    int rc = cli_parse_duration("run", opt, text, &out->value);
+    if (rc == 0)
+        out->text = text;
+    return rc;
+}
 
 /* Options may come before and after NAME (as flock's `FILE -c CMD`):
  * getopt stops at each non-option; the first is NAME, the second starts
@@ -600,15 +629,16 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         {"exclusive", no_argument, NULL, 'x'},
         {"shared", no_argument, NULL, 's'},
         {"max-hold", required_argument, NULL, OPT_MAX_HOLD},
+        {"max-renewals", required_argument, NULL, OPT_MAX_RENEWALS},
+        {"renew-interval", required_argument, NULL, OPT_RENEW_INTERVAL},
+        {"no-renew", no_argument, NULL, OPT_NO_RENEW},
         {"kill-after", required_argument, NULL, 'k'},
         {"quiet", no_argument, NULL, 'q'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
 
-    o->ttl_ms = DEFAULT_TTL_MS;
     o->wait_ms = -1;
-    o->max_hold_ms = 0;
     o->kill_after_ms = DEFAULT_KILL_AFTER_MS;
     o->conflict_exit = CLI_EXIT_TEMPFAIL;
 
@@ -635,10 +665,8 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
             o->url = optarg;
             break;
         case 't':
-            if ((rc = cli_parse_duration("run", "--ttl", optarg, &o->ttl_ms)) != 0)
+            if ((rc = parse_lock_duration("--ttl", optarg, &o->ttl)) != 0)
                 return rc;
-            if (o->ttl_ms <= 0)
-                return cli_usage_error("run", "--ttl must be more than 0");
             break;
         case 'w':
             if (strcmp(optarg, "forever") == 0 || strcmp(optarg, "inf") == 0) {
@@ -669,10 +697,20 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
             return cli_usage_error("run", "-s/--shared: shared (read-write) locks do not exist in watchlock yet; "
                                           "every lock is exclusive (drop -s, or use -x)");
         case OPT_MAX_HOLD:
-            if ((rc = cli_parse_duration("run", "--max-hold", optarg, &o->max_hold_ms)) != 0)
+            if ((rc = parse_lock_duration("--max-hold", optarg, &o->max_hold)) != 0)
                 return rc;
-            if (o->max_hold_ms <= 0)
-                return cli_usage_error("run", "--max-hold must be more than 0");
+            break;
+        case OPT_RENEW_INTERVAL:
+            if ((rc = parse_lock_duration("--renew-interval", optarg, &o->renew_interval)) != 0)
+                return rc;
+            break;
+        case OPT_MAX_RENEWALS:
+            if ((rc = parse_count("--max-renewals", optarg, &o->max_renewals.value)) != 0)
+                return rc;
+            o->max_renewals.text = optarg;
+            break;
+        case OPT_NO_RENEW:
+            o->no_renew = 1;
             break;
         case 'k':
             if ((rc = cli_parse_duration("run", "--kill-after", optarg, &o->kill_after_ms)) != 0)
@@ -823,7 +861,7 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
 {
     int64_t kill_deadline = -1;
     int64_t renewals_seen = 0;
-    int64_t report_every = o->ttl_ms / 6;
+    int64_t report_every = watchlock_lock_lease(lock) / 6;
     if (report_every < 50)
         report_every = 50;
     if (report_every > 1000)
@@ -922,6 +960,53 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
     return 0;
 }
 
+/* ---- the lock's options ------------------------------------------------------- */
+
+static const char *detail_of(int status)
+{
+    const char *detail = watchlock_last_error();
+    return *detail ? detail : watchlock_strerror(status);
+}
+
+/* 0, or the exit code after one line naming the option: a value the
+ * library's setter refused (EINVAL) is a usage error in its words. */
+static int option_status(int status, const char *opt, const char *text)
+{
+    if (status == WATCHLOCK_OK)
+        return 0;
+    if (status == WATCHLOCK_EINVAL)
+        return cli_usage_error("run", "%s%s%s: %s", opt, text ? " " : "", text ? text : "",
+                               detail_of(status));
+    return cli_fail(status, "run");
+}
+
+/* Hands each option given to the library's setter, as the Python and Lua
+ * bindings do (docs/design.md, "The same option everywhere"): the lease
+ * first, since a renew interval is checked against the lease set at the
+ * time. Options not given keep the library's defaults. */
+static int apply_lock_options(watchlock_lock *lock, const struct run_opts *o, int *lost_fd)
+{
+    int rc = 0;
+    if (rc == 0 && o->ttl.text)
+        rc = option_status(watchlock_lock_set_lease(lock, o->ttl.value), "--ttl", o->ttl.text);
+    if (rc == 0 && o->renew_interval.text)
+        rc = option_status(watchlock_lock_set_renew_interval(lock, o->renew_interval.value),
+                           "--renew-interval", o->renew_interval.text);
+    if (rc == 0 && o->max_renewals.text)
+        rc = option_status(watchlock_lock_set_max_renewals(lock, o->max_renewals.value),
+                           "--max-renewals", o->max_renewals.text);
+    if (rc == 0 && o->max_hold.text)
+        rc = option_status(watchlock_lock_set_max_hold(lock, o->max_hold.value), "--max-hold",
+                           o->max_hold.text);
+    if (rc == 0 && o->no_renew)
+        rc = option_status(watchlock_lock_set_auto_renew(lock, 0), "--no-renew", NULL);
+    if (rc == 0) /* who holds it: this host, our pid, the command line */
+        rc = option_status(watchlock_lock_set_owner_label(lock, o->label), "the owner label", NULL);
+    if (rc == 0)
+        rc = option_status(watchlock_lock_set_on_lost(lock, on_lost, lost_fd), "the loss report", NULL);
+    return rc;
+}
+
 /* ---- the subcommand ----------------------------------------------------------- */
 
 static int run_locked(const struct run_opts *o, struct run_state *st);
@@ -965,23 +1050,16 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
 
     watchlock_lock *lock = NULL;
     int st_code = watchlock_lock_new(&lock, client, o->name, strlen(o->name));
-    if (st_code == WATCHLOCK_OK)
-        st_code = watchlock_lock_set_lease(lock, o->ttl_ms);
-    if (st_code == WATCHLOCK_OK && o->max_hold_ms > 0)
-        st_code = watchlock_lock_set_max_hold(lock, o->max_hold_ms);
-    if (st_code == WATCHLOCK_OK) /* who holds it: this host, our pid, the command line */
-        st_code = watchlock_lock_set_owner_label(lock, o->label);
-    if (st_code == WATCHLOCK_OK)
-        st_code = watchlock_lock_set_on_lost(lock, on_lost, &st->lost_pipe[1]);
     if (st_code != WATCHLOCK_OK) {
-        int code = st_code == WATCHLOCK_EINVAL
-                       ? cli_usage_error("run", "invalid lock name or option: %s",
-                                         *watchlock_last_error() ? watchlock_last_error()
-                                                                 : watchlock_strerror(st_code))
-                       : cli_fail(st_code, "run");
+        rc = st_code == WATCHLOCK_EINVAL ? cli_usage_error("run", "invalid lock name: %s", detail_of(st_code))
+                                         : cli_fail(st_code, "run");
+        watchlock_client_close(client);
+        return rc;
+    }
+    if ((rc = apply_lock_options(lock, o, &st->lost_pipe[1])) != 0) {
         watchlock_lock_free(lock);
         watchlock_client_close(client);
-        return code;
+        return rc;
     }
 
     int signo = 0;
@@ -1018,7 +1096,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
     int64_t fence = watchlock_lock_fencing_token(lock);
     {
         char ttlbuf[32];
-        cli_format_duration(ttlbuf, sizeof ttlbuf, o->ttl_ms);
+        cli_format_duration(ttlbuf, sizeof ttlbuf, watchlock_lock_lease(lock));
         cli_verbose("acquired '%s' (fencing token %lld, lease %s)", o->name, (long long)fence,
                     ttlbuf);
     }

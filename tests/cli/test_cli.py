@@ -828,6 +828,116 @@ def test_max_hold_stops_command(cli, name, tmp_path):
     wait_for(lambda: not cli.status(name)["held"], "the lease to run out", interval=0.05)
 
 
+def renewals_seen(log: Path) -> int:
+    """The highest renewal count a --verbose run has reported so far."""
+    counts = [int(line.split("(renewal ", 1)[1].split(",", 1)[0])
+              for line in log.read_text().splitlines() if "(renewal " in line]
+    return max(counts, default=0)
+
+
+def test_max_renewals_stops_command(cli, name, tmp_path):
+    """--max-renewals 1 with a 1 s lease and a COMMAND that outlives it: one
+    renewal, then the lease runs out while COMMAND runs: the loss is
+    reported, COMMAND stopped, exit 79."""
+    log = tmp_path / "err"
+    proc = cli.popen_logged("run", "-v", "--max-renewals", "1", "--ttl", "1s", name, "--",
+                            "sleep", "600", log=log)
+    proc.communicate(timeout=LONG)
+    err = log.read_text()
+    assert proc.returncode == EX_LOCK_LOST, err
+    (lost,) = [line for line in err.splitlines() if "lost lock" in line]
+    assert "(max renewals reached)" in lost and "sent SIGTERM" in lost, lost
+    assert renewals_seen(log) <= 1, err
+    wait_for(lambda: not cli.status(name)["held"], "the lease to run out", interval=0.05)
+
+
+def test_no_renew_lets_the_lease_run_out(cli, name, tmp_path):
+    r = cli.run("run", "-v", "--no-renew", "--ttl", "1s", name, "--", "sleep", "600")
+    assert r.returncode == EX_LOCK_LOST, r.stderr
+    (lost,) = [line for line in r.stderr.splitlines() if "lost lock" in line]
+    assert "(expired)" in lost, lost
+    assert "renewed" not in r.stderr
+    # A COMMAND that ends within the lease is not affected.
+    r = cli.run("run", "--no-renew", name, "--", "sh", "-c", "exit 3")
+    assert r.returncode == 3, r.stderr
+
+
+def test_renew_interval_sets_how_often_the_watchdog_renews(cli, name, tmp_path):
+    """--renew-interval before --ttl (the lease is still set first): with a
+    20 s lease the default interval (TTL/3) would not renew within 5 s."""
+    log = tmp_path / "err"
+    proc = cli.popen_logged("run", "-v", "--renew-interval", "100ms", "--ttl", "20s", name, "--",
+                            "sh", "-c", "while [ ! -e stop ]; do sleep 0.05; done", cwd=tmp_path,
+                            log=log)
+    try:
+        wait_for(lambda: renewals_seen(log) >= 3 or proc.poll() is not None, "three renewals",
+                 timeout=5)
+        assert proc.poll() is None, log.read_text()
+    finally:
+        (tmp_path / "stop").touch()
+        proc.communicate(timeout=LONG)
+    assert proc.returncode == 0, log.read_text()
+
+
+@pytest.mark.parametrize("opts", [["--max-hold", "0"], ["--max-renewals", "0"],
+                                  ["--max-hold", "0", "--max-renewals", "0"]])
+def test_zero_caps_mean_unlimited(cli, name, tmp_path, opts):
+    """0 is unlimited, as in C, Python and Lua: five renewals of a 300 ms
+    lease outlast any cap a 0 could otherwise mean."""
+    log = tmp_path / "err"
+    proc = cli.popen_logged("run", "-v", "--ttl", "300ms", *opts, name, "--", "sh", "-c",
+                            "while [ ! -e stop ]; do sleep 0.05; done", cwd=tmp_path, log=log)
+    try:
+        wait_for(lambda: renewals_seen(log) >= 5 or proc.poll() is not None, "five renewals")
+        assert proc.poll() is None, log.read_text()
+    finally:
+        (tmp_path / "stop").touch()
+        proc.communicate(timeout=LONG)
+    assert proc.returncode == 0, log.read_text()
+
+
+@pytest.mark.parametrize("args, refused, words", [
+    (["--ttl", "0"], "--ttl 0", "lease must be 1 ms .. 30 days, got 0 ms"),
+    (["--ttl", "30s", "--renew-interval", "40s"], "--renew-interval 40s",
+     "renew interval must be 0 (lease/3) or 1 .. 29999 ms (below the lease), got 40000"),
+    # the library's default lease, not one the CLI knows
+    (["--renew-interval", "30s"], "--renew-interval 30s", "or 1 .. 29999 ms (below the lease)"),
+    (["--renew-interval", "1s", "--ttl", "1s"], "--renew-interval 1s",
+     "or 1 .. 999 ms (below the lease), got 1000"),
+    (["--max-renewals", "-1"], "--max-renewals -1", "max renewals must be >= 0 (0 = unlimited)"),
+])
+def test_lock_option_values_are_judged_by_the_library(cli, tmp_path, args, refused, words):
+    """Each option goes to the library's setter: its rule, its message, exit 64."""
+    name = f"opt-{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "marker"
+    r = cli.run("run", *args, name, "--", "touch", str(marker))
+    assert r.returncode == EX_USAGE, r.stderr
+    line = one_error_line(r.stderr)
+    assert line.startswith(f"watchlock: run: {refused}: lock '{name}': "), line
+    assert words in line, line
+    assert not marker.exists()
+
+
+def test_option_messages_are_the_same_words_as_python(cli, name, redis_url):
+    """The CLI and the Python binding print the library's own message for
+    the same refused value (the Lua tests check the Lua side)."""
+    watchlock = pytest.importorskip("watchlock")
+    client = watchlock.Client(redis_url)
+    try:
+        for py_opts, cli_opts in (({"ttl": 0}, ["--ttl", "0"]),
+                                  ({"ttl": 1, "renew_interval": 2}, ["--ttl", "1", "--renew-interval", "2"]),
+                                  ({"max_renewals": -3}, ["--max-renewals", "-3"]),
+                                  ({"ttl": "5x"}, ["--ttl", "5x"])):
+            with pytest.raises(watchlock.InvalidArgument) as exc:
+                client.lock(name, **py_opts)
+            assert exc.value.detail
+            r = cli.run("run", *cli_opts, name, "--", "true")
+            assert r.returncode == EX_USAGE
+            assert f": {exc.value.detail} (see 'watchlock run --help')" in one_error_line(r.stderr)
+    finally:
+        client.close()
+
+
 def test_watchdog_keeps_lock_past_its_lease(cli, name, holders):
     h = hold(holders, cli, name, "--ttl", "500ms")
     token = h.wait_ready()
@@ -886,6 +996,8 @@ def test_usage_errors_exit_64_with_one_line(cli, tmp_path, args):
 @pytest.mark.parametrize("opt, value", [
     ("--ttl", "5x"), ("--ttl", "0"), ("--ttl", "-1s"), ("--wait", "soon"), ("--wait", "-1"),
     ("--max-hold", "abc"), ("--kill-after", "10 s"), ("--ttl", "31d"), ("--ttl", "999999h"),
+    ("--renew-interval", "soon"), ("--renew-interval", "-1s"), ("--max-hold", "-1"),
+    ("--max-renewals", "x"), ("--max-renewals", "1.5"), ("--max-renewals", ""),
 ])
 def test_bad_duration(cli, name, tmp_path, opt, value):
     marker = tmp_path / "marker"
