@@ -297,7 +297,7 @@ end
 
 local LOCK_OPTIONS = {
   ttl = true, auto_renew = true, max_renewals = true, max_hold = true,
-  renew_interval = true, wait = true, on_lost = true,
+  renew_interval = true, wait = true, on_lost = true, label = true,
 }
 
 local function is_callable(f)
@@ -356,6 +356,9 @@ local function apply_lock_options(lh, opts, ms, caller, level)
   if opts.auto_renew ~= nil then
     check(core.lock_set_auto_renew(lh, opts.auto_renew and 1 or 0), "auto_renew", opts.auto_renew)
   end
+  if opts.label ~= nil then
+    check(core.lock_set_owner_label(lh, opts.label), "label", #opts.label .. " bytes")
+  end
 end
 
 -- The options' Lua types, and their durations in ms (read by the core's
@@ -379,6 +382,14 @@ local function read_lock_options(opts, what, level)
   end
   if opts.on_lost ~= nil and not is_callable(opts.on_lost) then
     raise(what .. ": on_lost must be a function(lock, reason), got " .. type(opts.on_lost), level + 1)
+  end
+  if opts.label ~= nil then
+    if type(opts.label) ~= "string" then
+      raise(what .. ": label must be a string, got " .. type(opts.label), level + 1)
+    end
+    if opts.label:find("\0", 1, true) then -- the C string would end there
+      raise(what .. ": label must not contain a NUL byte", level + 1)
+    end
   end
   return ms
 end
@@ -419,7 +430,9 @@ end
 -- default), renew_interval (duration, default ttl/3), wait (default for
 -- acquire() and with_lock: nil = forever), on_lost (function(lock,
 -- reason), run at the next call into the module after the watchdog found
--- the lock lost). Values are checked by the core. No network I/O.
+-- the lock lost), label (who holds it: recorded with this host's name and
+-- pid at each acquire, for `watchlock status` and `watchlock list`).
+-- Values are checked by the core. No network I/O.
 function Client:lock(name, opts)
   run_hooks()
   local lock = new_lock(self, name, opts, 3)

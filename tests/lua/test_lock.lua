@@ -250,6 +250,23 @@ test("durations are seconds or strings, read by the core's parser", function()
   c:close()
 end)
 
+test("label records who holds the lock, as Python's label= and watchlock run do", function()
+  local c = client()
+  local name = H.name()
+  local l = c:lock(name, { label = "nightly report" })
+  assert(l:acquire(0))
+  local key = H.lock_key(name) .. ":owner"
+  H.eq(H.redis("HGET", key, "label"), "nightly report", "label")
+  H.match(H.redis("HGET", key, "pid"), "^%d+$", "pid")
+  assert(#H.redis("HGET", key, "host") > 0, "host")
+  assert(l:release())
+  H.match(H.raises(c.lock, c, name, { label = 5 }), "label must be a string, got number", "type")
+  H.match(H.raises(c.lock, c, name, { label = "a\0b" }), "label must not contain a NUL byte", "NUL")
+  H.match(H.raises(c.lock, c, name, { label = ("x"):rep(1025) }),
+    "^watchlock: lock: label = 1025 bytes: lock '.-': owner label is longer than 1024 bytes$", "the core's limit")
+  c:close()
+end)
+
 test("a custom renew_interval is used", function()
   local c = client()
   local l = c:lock(H.name(), { ttl = 20, renew_interval = 0.1 })
