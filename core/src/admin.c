@@ -107,11 +107,9 @@ int watchlock_client_inspect_owner(watchlock_owner **out, int *held, int64_t *re
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
     *out = NULL;
-    int rc = wl_check_client(c);
-    if (rc == WATCHLOCK_OK)
-        rc = wl_check_name(name, name_len);
     wl_keys keys;
-    if (rc != WATCHLOCK_OK || (rc = wl_keys_make(&keys, name, name_len)) != WATCHLOCK_OK)
+    int rc = wl_admin_keys(c, name, name_len, &keys);
+    if (rc != WATCHLOCK_OK)
         return rc;
     const char *argv[3] = {keys.lock, keys.fence, keys.owner};
     size_t lens[3] = {keys.lock_len, keys.fence_len, keys.owner_len};
@@ -314,14 +312,11 @@ static char *key_glob(const unsigned char *p, size_t plen, size_t *out_len)
 
 static int list_add(watchlock_lock_list *list, const char *name, size_t name_len, const inspected *got)
 {
-    if (list->n == list->cap) {
-        size_t cap = list->cap ? list->cap * 2 : 16;
-        list_entry *grown = realloc(list->items, cap * sizeof *grown);
-        if (grown == NULL)
-            return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-        list->items = grown;
-        list->cap = cap;
-    }
+    void *items = list->items;
+    int grown = wl_grow(&items, &list->cap, list->n, sizeof *list->items, 16);
+    list->items = items;
+    if (grown != 0)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     char *copy = malloc(name_len + 1);
     if (copy == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");

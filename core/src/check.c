@@ -72,14 +72,11 @@ static int add_finding(watchlock_report *r, int code, const char *fmt, ...) WL_F
 
 static int add_finding(watchlock_report *r, int code, const char *fmt, ...)
 {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 4;
-        finding *grown = realloc(r->items, cap * sizeof *grown);
-        if (grown == NULL)
-            return wl_fail(WATCHLOCK_ENOMEM, "check: out of memory");
-        r->items = grown;
-        r->cap = cap;
-    }
+    void *items = r->items;
+    int grown = wl_grow(&items, &r->cap, r->n, sizeof *r->items, 4);
+    r->items = items;
+    if (grown != 0)
+        return wl_fail(WATCHLOCK_ENOMEM, "check: out of memory");
     va_list ap;
     va_start(ap, fmt);
     int len = vsnprintf(NULL, 0, fmt, ap);

@@ -179,16 +179,24 @@ int wl_check_name(const void *name, size_t len)
     return WATCHLOCK_OK;
 }
 
+int wl_admin_keys(watchlock_client *c, const void *name, size_t name_len, wl_keys *keys)
+{
+    int rc = wl_check_client(c);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_check_name(name, name_len);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_keys_make(keys, name, name_len);
+    return rc;
+}
+
 /* Runs an admin script on a name's keys: inspect gets (lock, fence),
  * force-release gets (lock) and the channel as its argument. */
 static int run_admin_script(watchlock_client *c, const void *name, size_t name_len, int script, const char *what,
                             redisReply **out)
 {
-    int rc = wl_check_client(c);
-    if (rc == WATCHLOCK_OK)
-        rc = wl_check_name(name, name_len);
     wl_keys keys;
-    if (rc != WATCHLOCK_OK || (rc = wl_keys_make(&keys, name, name_len)) != WATCHLOCK_OK)
+    int rc = wl_admin_keys(c, name, name_len, &keys);
+    if (rc != WATCHLOCK_OK)
         return rc;
     bool inspect = script == WL_SCRIPT_INSPECT;
     const char *argv[2] = {keys.lock, inspect ? keys.fence : keys.channel};

@@ -87,14 +87,11 @@ int wl_heap_update(wl_heap *h, watchlock_lock *l)
         sift_up(h, *idx);
         return 0;
     }
-    if (h->len == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 16;
-        watchlock_lock **grown = realloc(h->items, cap * sizeof *grown);
-        if (grown == NULL)
-            return -1;
-        h->items = grown;
-        h->cap = cap;
-    }
+    void *items = h->items;
+    int grown = wl_grow(&items, &h->cap, h->len, sizeof *h->items, 16);
+    h->items = items;
+    if (grown != 0)
+        return -1;
     put(h, h->len, l);
     h->len++;
     sift_up(h, h->len - 1);

@@ -41,6 +41,12 @@ int wl_random_bytes(void *buf, size_t len);
 unsigned wl_fork_generation(void);
 /* Makes a printable label of bytes for messages: 'name' (truncated, escaped). */
 void wl_quote_name(char *out, size_t out_size, const void *name, size_t len);
+/* First call of every library thread: blocks all signals (they belong to
+ * the application's threads) and names the thread. */
+void wl_thread_start(const char *name);
+/* Makes room for one more item in a growing array (doubling from `first`).
+ * 0, or -1 out of memory (the array is unchanged). */
+int wl_grow(void **items, size_t *cap, size_t len, size_t size, size_t first);
 /* Now + ms, saturating (never overflows); ms < 0 gives -1 ("no limit"). */
 int64_t wl_deadline_after_ms(int64_t ms);
 /* Hex text of 16 random bytes into out[33]; -1 when getrandom fails. */
@@ -287,6 +293,8 @@ struct watchlock_lock {
 int wl_check_client(const watchlock_client *c);
 int wl_check_lock(const watchlock_lock *l);
 int wl_check_name(const void *name, size_t len);
+/* Checks client and name, then makes the name's keys (admin calls). */
+int wl_admin_keys(watchlock_client *c, const void *name, size_t name_len, wl_keys *keys);
 /* KEYS and ARGV of the release script for this lock's hold (1 key, 2
  * args), made with client->mu held (it reads the token). argv points into
  * the struct: do not copy it. */

@@ -21,7 +21,6 @@
  */
 #include "internal.h"
 
-#include <signal.h>
 #include <stdlib.h>
 
 /* The lock whose callback this thread is running (NULL outside callbacks). */
@@ -57,10 +56,7 @@ static void *callback_main(void *arg)
 {
     callback_job job = *(callback_job *)arg;
     free(arg);
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    pthread_setname_np(pthread_self(), "watchlock-cb");
+    wl_thread_start("watchlock-cb");
 
     watchlock_lock *l = job.lock;
     watchlock_client *c = l->client;
@@ -160,10 +156,7 @@ void wl_wait_callbacks(watchlock_client *c, watchlock_lock *l)
 static void *timer_main(void *arg)
 {
     watchlock_client *c = arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    pthread_setname_np(pthread_self(), "watchlock-tm");
+    wl_thread_start("watchlock-tm");
 
     pthread_mutex_lock(&c->mu);
     while (!c->wd_stop) {

@@ -26,7 +26,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -195,10 +194,7 @@ static int flush_output(redisContext *ctx)
 static void *subscriber_main(void *arg)
 {
     wl_subscriber *sub = arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    pthread_setname_np(pthread_self(), "watchlock-sub");
+    wl_thread_start("watchlock-sub");
 
     pthread_mutex_lock(&sub->mu);
     while (!sub->stop) {

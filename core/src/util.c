@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,27 @@ void wl_quote_name(char *out, size_t out_size, const void *name, size_t len)
     }
     out[o++] = '\'';
     out[o] = '\0';
+}
+
+void wl_thread_start(const char *name)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_setname_np(pthread_self(), name);
+}
+
+int wl_grow(void **items, size_t *cap, size_t len, size_t size, size_t first)
+{
+    if (len < *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : first;
+    void *grown = realloc(*items, want * size);
+    if (grown == NULL)
+        return -1;
+    *items = grown;
+    *cap = want;
+    return 0;
 }
 
 int64_t wl_deadline_after_ms(int64_t ms)

@@ -30,7 +30,6 @@
 #include "internal.h"
 
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,14 +121,8 @@ typedef struct vec {
 
 static void *vec_push(vec *v)
 {
-    if (v->len == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 16;
-        void *grown = realloc(v->items, cap * v->size);
-        if (grown == NULL)
-            return NULL;
-        v->items = grown;
-        v->cap = cap;
-    }
+    if (wl_grow(&v->items, &v->cap, v->len, v->size, 16) != 0)
+        return NULL;
     return (char *)v->items + v->size * v->len++;
 }
 
@@ -330,10 +323,7 @@ static void apply(watchlock_client *c, round_entry *es, size_t n)
 static void *watchdog_main(void *arg)
 {
     watchlock_client *c = arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    pthread_setname_np(pthread_self(), "watchlock-wd");
+    wl_thread_start("watchlock-wd");
 
     vec batch = {.size = sizeof(round_entry)};
     pthread_mutex_lock(&c->mu);
