@@ -18,6 +18,7 @@ import watchlock
 from conftest import wait_for
 
 from proxy import Proxy, ProxyError, control  # tests/harness (on sys.path via conftest)
+from redis_server import RedisError, _encode, _read_reply
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,58 +27,27 @@ RESET_ERRORS = (ConnectionError, BrokenPipeError)  # ConnectionResetError and EO
 
 
 class RespConn:
-    """A minimal RESP client on one socket (no redis package in the test venv)."""
+    """A minimal RESP client on one socket (no redis package in the test
+    venv), with the encoder and reply reader of tests/harness/redis_server.py."""
 
     def __init__(self, port: int, timeout: float = 10.0):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.buf = b""
+        self.file = self.sock.makefile("rb")
 
     def close(self) -> None:
+        self.file.close()
         self.sock.close()
 
     @staticmethod
     def encode(*args) -> bytes:
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            b = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        return b"".join(out)
+        return _encode(args)
 
     def send(self, *args) -> None:
         self.sock.sendall(self.encode(*args))
 
-    def _fill(self) -> None:
-        chunk = self.sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("connection closed")
-        self.buf += chunk
-
-    def _line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
     def reply(self):
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            return RuntimeError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            while len(self.buf) < n + 2:
-                self._fill()
-            data, self.buf = self.buf[:n], self.buf[n + 2:]
-            return data
-        if kind == b"*":
-            return [self.reply() for _ in range(int(rest))]
-        raise ConnectionError(f"bad reply {line!r}")
+        r = _read_reply(self.file)
+        return RuntimeError(*r.args) if isinstance(r, RedisError) else r
 
     def command(self, *args):
         self.send(*args)
