@@ -10,11 +10,25 @@ its PyInit function, so the hiredis and core symbols inside it never clash
 with another copy loaded into the same process (hiredis 0.14 exports sds*,
 which redis modules and other extensions also define). See docs/python.md.
 
+SWIG runs when the source distribution is made, not where it is built:
+`setup.py sdist` (and `python -m build --sdist`) writes the generated
+wrapper into the sdist's swig/ directory (watchlock_python_wrap.c,
+_native.py, and inputs.sha256, the hash of the interface files and the
+header it was made from). build_ext compiles that wrapper when it is there
+and matches the sources beside it, so `pip install watchlock-*.tar.gz`
+needs only a C compiler and the hiredis development files; it runs SWIG
+only when there is no such wrapper (a git checkout, or an sdist whose .i
+files or header were edited).
+
+setuptools' own build directories go under build/setuptools/, beside (not
+among) the files of a CMake build in build/.
+
 Environment: SWIG=/path/to/swig picks the SWIG binary;
 WATCHLOCK_HIREDIS_LINK=dynamic links libhiredis.so instead (for distribution
 packages that want the shared library).
 """
 import glob
+import hashlib
 import os
 import re
 import shlex
@@ -24,9 +38,14 @@ import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.sdist import sdist
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.path.join("core", "include", "watchlock.h")
+# What SWIG reads: the shipped wrapper is used only while these are unchanged.
+SWIG_INPUTS = [os.path.join("bindings", "watchlock.i"), os.path.join("bindings", "python.i"), HEADER]
+SHIPPED = "swig"  # the sdist's directory of SWIG output
+WRAPPER = "watchlock_python_wrap.c"
 
 # The core is compiled exactly as core/CMakeLists.txt compiles libwatchlock.
 CORE_FLAGS = ["-std=c11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wshadow",
@@ -89,28 +108,88 @@ def find_static_hiredis(compiler_cmd, libdirs):
     return path if os.path.isabs(path) and os.path.isfile(path) else None
 
 
+def note(msg):
+    """One line on stderr, which pip shows with -v (announce()'s levels
+    differ between setuptools versions, and INFO may be filtered)."""
+    sys.stderr.write("watchlock: " + msg + "\n")
+    sys.stderr.flush()
+
+
+def swig_inputs_hash(root):
+    """sha256 over the files SWIG reads (names and contents)."""
+    h = hashlib.sha256()
+    for rel in SWIG_INPUTS:
+        with open(os.path.join(root, rel), "rb") as f:
+            data = f.read()
+        h.update(b"%s %d\n" % (rel.replace(os.sep, "/").encode(), len(data)))
+        h.update(data)
+    return h.hexdigest()
+
+
+def run_swig(root, outdir):
+    """Generates outdir/watchlock_python_wrap.c and outdir/_native.py from
+    root's interface files; raises when there is no SWIG."""
+    swig = os.environ.get("SWIG") or shutil.which("swig4.0") or shutil.which("swig")
+    if not swig:
+        raise RuntimeError("SWIG (4.x) is needed to build watchlock from a git checkout and to "
+                           "make its sdist: install the 'swig' package (an sdist, "
+                           "watchlock-*.tar.gz, carries the generated wrapper and needs no SWIG)")
+    os.makedirs(outdir, exist_ok=True)
+    wrapper = os.path.join(outdir, WRAPPER)
+    cmd = [swig, "-python", "-threads", "-Werror", "-Wall",
+           "-I" + os.path.join(root, "core", "include"),
+           "-I" + os.path.join(root, "bindings"),
+           "-outdir", outdir, "-o", wrapper,
+           os.path.join(root, "bindings", "watchlock.i")]
+    note("running " + " ".join(cmd))
+    subprocess.check_call(cmd)
+    return wrapper
+
+
+class SDist(sdist):
+    """Ships SWIG's output in the sdist (swig/), so that building it needs
+    no SWIG: generated from the very files the sdist carries."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        outdir = os.path.join(base_dir, SHIPPED)
+        run_swig(base_dir, outdir)
+        with open(os.path.join(outdir, "inputs.sha256"), "w", encoding="ascii") as f:
+            f.write(swig_inputs_hash(base_dir) + "\n")
+
+
 class BuildExt(build_ext):
-    """Runs SWIG, then compiles the core and the wrapper into one module."""
+    """Compiles the core and the SWIG wrapper (shipped in an sdist, else
+    generated here) into one module."""
+
+    def shipped_wrapper(self):
+        """The sdist's wrapper when it matches the interface files beside
+        it, else None."""
+        stamp = os.path.join(ROOT, SHIPPED, "inputs.sha256")
+        wrapper = os.path.join(ROOT, SHIPPED, WRAPPER)
+        if not (os.path.isfile(stamp) and os.path.isfile(wrapper)
+                and os.path.isfile(os.path.join(ROOT, SHIPPED, "_native.py"))):
+            return None
+        with open(stamp, encoding="ascii") as f:
+            if f.read().strip() == swig_inputs_hash(ROOT):
+                # Relative when building in the tree, as the core's sources.
+                in_tree = os.path.abspath(os.getcwd()) == ROOT
+                return os.path.join(SHIPPED, WRAPPER) if in_tree else wrapper
+        note(f"{SHIPPED}/{WRAPPER} was made from other interface files than these: running SWIG")
+        return None
 
     def swig_generate(self, ext):
-        swig = os.environ.get("SWIG") or shutil.which("swig4.0") or shutil.which("swig")
-        if not swig:
-            raise RuntimeError("SWIG (4.x) is needed to build watchlock: install the 'swig' package")
-        outdir = os.path.join(self.build_temp, "swig")
-        os.makedirs(outdir, exist_ok=True)
-        wrapper = os.path.join(outdir, "watchlock_python_wrap.c")
-        cmd = [swig, "-python", "-threads", "-Werror", "-Wall",
-               "-I" + os.path.join(ROOT, "core", "include"),
-               "-I" + os.path.join(ROOT, "bindings"),
-               "-outdir", outdir, "-o", wrapper,
-               os.path.join(ROOT, "bindings", "watchlock.i")]
-        self.announce("running " + " ".join(cmd), level=2)
-        subprocess.check_call(cmd)
+        wrapper = self.shipped_wrapper()
+        if wrapper is not None:
+            note(f"using the SWIG wrapper shipped in the sdist ({SHIPPED}/{WRAPPER}); SWIG is not run")
+        else:
+            wrapper = run_swig(ROOT, os.path.join(self.build_temp, "swig"))
         # The Python half of the module goes next to the extension (the
         # wheel's tree; copy_extensions_to_source handles --inplace).
         pkg_dir = os.path.join(self.build_lib, "watchlock")
         os.makedirs(pkg_dir, exist_ok=True)
-        shutil.copyfile(os.path.join(outdir, "_native.py"), os.path.join(pkg_dir, "_native.py"))
+        shutil.copyfile(os.path.join(os.path.dirname(wrapper), "_native.py"),
+                        os.path.join(pkg_dir, "_native.py"))
         return wrapper
 
     def copy_extensions_to_source(self):
@@ -156,7 +235,7 @@ class BuildExt(build_ext):
                 "need libhiredis at run time. Install the hiredis development files with the "
                 "static library (Debian/Ubuntu: libhiredis-dev) for a self-contained wheel.\n")
             return
-        self.announce("linking hiredis statically: " + archive, level=2)
+        note("linking hiredis statically: " + archive)
         ext.libraries = [lib for lib in ext.libraries if lib != "hiredis"]
         ext.extra_objects.append(archive)
 
@@ -205,7 +284,10 @@ setup(
     packages=["watchlock"],
     package_data={"watchlock": ["py.typed", "*.pyi"]},
     ext_modules=[native],
-    cmdclass={"build_ext": BuildExt},
+    cmdclass={"build_ext": BuildExt, "sdist": SDist},
+    # Not build/ itself: that is where CMake builds (README), and setuptools'
+    # lib.*, temp.* and bdist.* directories do not belong among its files.
+    options={"build": {"build_base": os.path.join("build", "setuptools")}},
     zip_safe=False,
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -1,11 +1,13 @@
-"""Packaging: the sdist builds a self-contained wheel, and that wheel installs
-and works in a fresh virtualenv with nothing else installed.
+"""Packaging: the sdist builds a self-contained wheel with only a C compiler
+(no SWIG), and that wheel installs and works in a fresh virtualenv with
+nothing else installed.
 
-One build for the module (about 30 s): `setup.py sdist`, then `pip wheel` of
-that sdist - as a user without a clone would build it, in pip's isolated
-build environment, SWIG run and the core compiled at build time. Building
-from the sdist also proves the sdist carries everything the build needs,
-and keeps setuptools' build/ out of the source tree.
+One build for the module (about 15 s): `setup.py sdist` (which runs SWIG and
+ships its output in swig/), then `pip wheel` of that sdist - as a user
+without a clone would build it, in pip's isolated build environment, with
+SWIG hidden: PATH starts with a directory whose `swig` and `swig4.0` fail
+and leave a mark, and $SWIG is unset. Building from the sdist also proves
+the sdist carries everything the build needs.
 """
 from __future__ import annotations
 
@@ -21,6 +23,21 @@ import zipfile
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SHIPPED_NOTE = "using the SWIG wrapper shipped in the sdist"
+
+
+def no_swig_env(tmp) -> tuple[dict, object]:
+    """An environment in which SWIG cannot be run: (env, path of the file a
+    call of the fake swig would create)."""
+    fake = tmp / "no-swig"
+    fake.mkdir(exist_ok=True)
+    called = fake / "called"
+    for exe in ("swig", "swig4.0"):
+        (fake / exe).write_text(f'#!/bin/sh\necho "$0 $*" >> "{called}"\nexit 1\n')
+        (fake / exe).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "SWIG"}
+    env["PATH"] = f"{fake}{os.pathsep}{env.get('PATH', '')}"
+    return env, called
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +50,11 @@ def wheel(tmp_path_factory):
     assert out.returncode == 0, out.stdout + out.stderr
     (sdist,) = dist.glob("watchlock-*.tar.gz")
     wheels = work / "wheels"
+    env, swig_called = no_swig_env(work)
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(wheels),
-                          str(sdist)], cwd=work, capture_output=True, text=True, timeout=600)
+                          str(sdist)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert not swig_called.exists(), "the sdist's build ran SWIG: " + swig_called.read_text()
     (whl,) = wheels.glob("watchlock-*.whl")
     return sdist, whl, out.stdout + out.stderr
 
@@ -65,9 +84,56 @@ def test_sdist_carries_the_sources_and_the_license(wheel):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for needed in ("LICENSE", "setup.py", "pyproject.toml", "core/include/watchlock.h",
                    "core/src/lock.c", "bindings/watchlock.i", "bindings/python.i",
-                   "python/watchlock/__init__.py", "python/watchlock/py.typed"):
+                   "python/watchlock/__init__.py", "python/watchlock/py.typed",
+                   # SWIG's output, made by `setup.py sdist`: no SWIG needed to build
+                   "swig/watchlock_python_wrap.c", "swig/_native.py", "swig/inputs.sha256"):
         assert needed in names, f"{needed} missing from the sdist"
-    assert "python/watchlock/_native.py" not in names  # generated at build time
+    assert "python/watchlock/_native.py" not in names  # the checkout's own, never shipped
+
+
+def test_sdist_builds_without_swig_using_the_shipped_wrapper(wheel):
+    """The wheel fixture built it with SWIG hidden (and asserts the fake
+    swig was never called); the build says which wrapper it compiled."""
+    log = wheel[2]
+    assert SHIPPED_NOTE in log, log[-3000:]
+    assert "running swig" not in log.lower()
+
+
+def test_a_shipped_wrapper_that_no_longer_matches_its_interface_is_not_used(wheel, tmp_path):
+    """An sdist whose bindings were edited after it was made needs SWIG
+    again: build_ext tries to run it (the fake one fails at once) instead
+    of compiling a wrapper made from other sources."""
+    import tarfile
+    pytest.importorskip("setuptools")
+    with tarfile.open(wheel[0]) as tar:
+        tar.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    (src,) = tmp_path.glob("watchlock-*")
+    with open(src / "bindings" / "python.i", "a") as f:
+        f.write("\n/* edited after the sdist was made */\n")
+    env, swig_called = no_swig_env(tmp_path)
+    out = subprocess.run([sys.executable, "setup.py", "build_ext"], cwd=src, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "was made from other interface files than these: running SWIG" in out.stderr, out.stderr
+    assert swig_called.exists(), "the stale wrapper was compiled instead of running SWIG"
+
+
+def test_setuptools_builds_beside_cmake_not_in_its_build_dir():
+    """`pip install .` in a checkout puts setuptools' lib.*, temp.* and
+    bdist.* under build/setuptools/, not among a CMake build's files in build/."""
+    pytest.importorskip("setuptools")
+    code = ("import setuptools, distutils.core as c\n"
+            "d = c.run_setup('setup.py', script_args=['build'], stop_after='commandline')\n"
+            "b, bd = d.get_command_obj('build'), d.get_command_obj('bdist')\n"
+            "b.ensure_finalized(); bd.ensure_finalized()\n"
+            "print(b.build_base); print(b.build_lib); print(b.build_temp); print(bd.bdist_base)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    dirs = out.stdout.split()
+    assert dirs[0] == os.path.join("build", "setuptools"), dirs
+    for d in dirs[1:]:
+        assert d.startswith(os.path.join("build", "setuptools") + os.sep), dirs
 
 
 def test_wheel_links_hiredis_statically_and_exports_only_its_init(wheel, tmp_path):
