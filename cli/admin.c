@@ -67,30 +67,12 @@ static int flush_stdout(const char *sub)
 
 int cli_cmd_status(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"url", required_argument, NULL, 'u'},
-                                             {"json", no_argument, NULL, 'j'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    const char *url = NULL;
-    int json = 0;
-    opterr = 0;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, ":u:jh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'u':
-            url = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'h':
-            cli_help_status();
-            return CLI_EXIT_OK;
-        default:
-            return cli_option_error("status", c, argv);
-        }
-    }
+    struct cli_admin_opts opts;
+    int done = cli_admin_options("status", argc, argv, CLI_OPT_JSON, cli_help_status, &opts);
+    if (done >= 0)
+        return done;
+    const char *url = opts.url;
+    int json = opts.json;
     if (optind >= argc)
         return cli_usage_error("status", "missing lock NAME");
     if (optind + 1 < argc)
@@ -151,34 +133,12 @@ int cli_cmd_status(int argc, char **argv)
 
 int cli_cmd_list(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"url", required_argument, NULL, 'u'},
-                                             {"json", no_argument, NULL, 'j'},
-                                             {"quiet", no_argument, NULL, 'q'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    const char *url = NULL;
-    int json = 0;
-    opterr = 0;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, ":u:jqh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'u':
-            url = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'q':
-            cli_verbosity = 0;
-            break;
-        case 'h':
-            cli_help_list();
-            return CLI_EXIT_OK;
-        default:
-            return cli_option_error("list", c, argv);
-        }
-    }
+    struct cli_admin_opts opts;
+    int done = cli_admin_options("list", argc, argv, CLI_OPT_JSON | CLI_OPT_QUIET, cli_help_list, &opts);
+    if (done >= 0)
+        return done;
+    const char *url = opts.url;
+    int json = opts.json;
     if (optind + 1 < argc)
         return cli_usage_error("list", "too many arguments: expected at most one PATTERN (quote it: '%s*')",
                                argv[optind]);
@@ -244,34 +204,12 @@ int cli_cmd_list(int argc, char **argv)
 
 int cli_cmd_release(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"url", required_argument, NULL, 'u'},
-                                             {"force", no_argument, NULL, 'f'},
-                                             {"quiet", no_argument, NULL, 'q'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    const char *url = NULL;
-    int force = 0;
-    opterr = 0;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, ":u:fqh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'u':
-            url = optarg;
-            break;
-        case 'f':
-            force = 1;
-            break;
-        case 'q':
-            cli_verbosity = 0;
-            break;
-        case 'h':
-            cli_help_release();
-            return CLI_EXIT_OK;
-        default:
-            return cli_option_error("release", c, argv);
-        }
-    }
+    struct cli_admin_opts opts;
+    int done = cli_admin_options("release", argc, argv, CLI_OPT_FORCE | CLI_OPT_QUIET, cli_help_release, &opts);
+    if (done >= 0)
+        return done;
+    const char *url = opts.url;
+    int force = opts.force;
     if (optind >= argc)
         return cli_usage_error("release", "missing lock NAME");
     if (optind + 1 < argc)

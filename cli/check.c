@@ -47,30 +47,12 @@ void cli_help_check(void)
 
 int cli_cmd_check(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"url", required_argument, NULL, 'u'},
-                                             {"json", no_argument, NULL, 'j'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    const char *url = NULL;
-    int json = 0;
-    opterr = 0;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, ":u:jh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'u':
-            url = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'h':
-            cli_help_check();
-            return CLI_EXIT_OK;
-        default:
-            return cli_option_error("check", c, argv);
-        }
-    }
+    struct cli_admin_opts o;
+    int done = cli_admin_options("check", argc, argv, CLI_OPT_JSON, cli_help_check, &o);
+    if (done >= 0)
+        return done;
+    const char *url = o.url;
+    int json = o.json;
     if (optind < argc)
         return cli_usage_error("check", "unexpected argument '%s'", argv[optind]);
 

@@ -58,6 +58,20 @@ int cli_parse_duration(const char *sub, const char *opt, const char *text, int64
  * library's default, redis://127.0.0.1:6379). */
 const char *cli_pick_url(const char *flag_url);
 
+/* The options of the admin subcommands (status, list, release, check):
+ * --url/-u always, and those of CLI_OPT_* in `flags`; --help/-h prints
+ * help() and returns 0. Returns -1 when parsing went through (operands
+ * start at optind), else the exit code to return (0 after --help, 64 on a
+ * usage error). */
+enum { CLI_OPT_JSON = 1, CLI_OPT_QUIET = 2, CLI_OPT_FORCE = 4 };
+struct cli_admin_opts {
+    const char *url;
+    int json;
+    int force;
+};
+int cli_admin_options(const char *sub, int argc, char **argv, unsigned flags, void (*help)(void),
+                      struct cli_admin_opts *out);
+
 /* Opens a client, printing one line and returning an exit code on failure. */
 int cli_open_client(watchlock_client **out, const char *url);
 

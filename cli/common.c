@@ -7,11 +7,11 @@
  * comes from elsewhere (the library's detail message) is flattened to one
  * line first.
  */
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <getopt.h>
 
 #include "cli.h"
 
@@ -263,4 +263,40 @@ int cli_option_error(const char *sub, int c, char **argv)
     if (c == ':')
         return cli_usage_error(sub, "option '%s' needs a value", name);
     return cli_usage_error(sub, "unknown option '%s'", name);
+}
+
+int cli_admin_options(const char *sub, int argc, char **argv, unsigned flags, void (*help)(void),
+                      struct cli_admin_opts *out)
+{
+    static const struct option all[] = {{"url", required_argument, NULL, 'u'}, {"json", no_argument, NULL, 'j'},
+                                        {"quiet", no_argument, NULL, 'q'},     {"force", no_argument, NULL, 'f'},
+                                        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0}};
+    static const unsigned needs[] = {0, CLI_OPT_JSON, CLI_OPT_QUIET, CLI_OPT_FORCE, 0};
+    struct option longopts[sizeof all / sizeof all[0]];
+    char shortopts[16] = ":u:";
+    size_t n = 0, k = strlen(shortopts);
+    for (size_t i = 0; all[i].name != NULL; i++) {
+        if (needs[i] != 0 && !(flags & needs[i]))
+            continue;
+        longopts[n++] = all[i];
+        if (all[i].val != 'u')
+            shortopts[k++] = (char)all[i].val;
+    }
+    longopts[n] = all[sizeof all / sizeof all[0] - 1];
+    shortopts[k] = '\0';
+    memset(out, 0, sizeof *out);
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        switch (c) {
+        case 'u': out->url = optarg; break;
+        case 'j': out->json = 1; break;
+        case 'q': cli_verbosity = 0; break;
+        case 'f': out->force = 1; break;
+        case 'h': help(); return CLI_EXIT_OK;
+        default: return cli_option_error(sub, c, argv);
+        }
+    }
+    return -1;
 }
