@@ -377,7 +377,9 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
     margins = [x["margin_ms"] for x in running if x.get("margin_ms") is not None]
     report["summary"] = {
         "holds": sum(v["holds"] for v in report["locks"].values()),
-        "violations": len(report["violations"]),
+        # holds that acted while a later hold held the lock (each may overlap several later holds)
+        "violations": len({(v["lock"], v["earlier"]) for v in report["violations"]}),
+        "violation_pairs": len(report["violations"]),
         "acted_after_told": len(report["acted_after_told"]),
         "lost_updates": report["lost_updates"],
         "stale_accepted": report["stale_accepted"],
