@@ -473,6 +473,25 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ECLOSED, "%s: client closed", what);
     }
+    int64_t deadline = sent + lease * 1000 - wl_margin_us(c, lease);
+    int64_t took_us = wl_now_us() - sent;
+    if (sent + took_us >= deadline) {
+        /* The reply came after the hold's own local deadline (a frozen
+         * server, a link slower than the lease): the hold would be LOST on
+         * arrival. Give the key back (checked) and report the slow link
+         * instead of handing the caller a lock it cannot use. */
+        wl_release_args a;
+        wl_release_args_make(l, &a);
+        pthread_mutex_unlock(&c->mu);
+        redisReply *rr;
+        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, a.argv, a.lens, &rr, "release") == WATCHLOCK_OK)
+            freeReplyObject(rr);
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_ECONN,
+                       "%s: the server's reply took %" PRId64 " ms, past the local deadline of a %" PRId64
+                       " ms lease; the key was given back",
+                       what, took_us / 1000, lease);
+    }
     l->state = WATCHLOCK_HELD;
     l->hold_count = 1;
     l->hold_gen++;
@@ -487,7 +506,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     l->releasing = false;
     l->acquired_us = l->confirmed_us = sent;
     c->held++;
-    wl_set_deadline(c, l, sent + lease * 1000 - wl_margin_us(c, lease));
+    wl_set_deadline(c, l, deadline);
     if (l->state == WATCHLOCK_HELD)
         wl_watchdog_schedule(c, l);
     rc = wl_watchdog_ensure_started(c);

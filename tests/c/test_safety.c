@@ -474,6 +474,28 @@ static void test_acl_without_time_leaves_no_key(void)
     CHECK_EQ(rh_int(srv, "ACL DELUSER notime"), 1);
 }
 
+/* An acquire whose reply comes after the hold's own local deadline (here:
+ * a 600 ms each-way link, a 1 s lease) is not a lock the caller can use:
+ * ECONN, and the key is given back. (Before: OK, and the hold read LOST at
+ * once; the fault suite's scenario c saw 91 of these.) */
+static void test_acquire_reply_after_deadline(void)
+{
+    proxied p;
+    proxied_open(&p, "");
+    watchlock_lock *l = new_lock(p.client, "late-acquire");
+    CHECK_OK(watchlock_lock_set_lease(l, 1000));
+    CHECK_EQ(ph_cmd(p.proxy, "delay up 600 down 600"), 0);
+    CHECK_STATUS(watchlock_lock_acquire(l, 0), WATCHLOCK_ECONN);
+    CHECK(strstr(watchlock_last_error(), "past the local deadline") != NULL);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    WAIT_FOR(rh_int(test_server(), "EXISTS watchlock:{late-acquire}") == 0, 3000);
+    CHECK_EQ(ph_cmd(p.proxy, "clear"), 0);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    proxied_close(&p);
+}
+
 /* Item 13: the smaller ones. */
 static void test_argument_and_error_messages(void)
 {
@@ -515,6 +537,7 @@ int main(int argc, char **argv)
         {"release_unconfirmed_keeps_hold", test_release_unconfirmed_keeps_hold, 0},
         {"acl_without_channels", test_acl_without_channels, 0},
         {"acl_without_time_leaves_no_key", test_acl_without_time_leaves_no_key, 0},
+        {"acquire_reply_after_deadline", test_acquire_reply_after_deadline, 0},
         {"argument_and_error_messages", test_argument_and_error_messages, 0},
         {NULL, NULL, 0},
     };
