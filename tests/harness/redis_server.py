@@ -3,15 +3,23 @@
 Used by the pytest fixtures (tests/conftest.py), the Lua and CLI test
 drivers and the benchmarks. Every server is a child of the caller, has no
 persistence and lives in its own temporary directory.
+
+TLS: `RedisServer(tls=make_certs(dir))` (tests/harness/tls.py) listens with
+TLS only (`--port 0 --tls-port P`); `.url` is then
+`rediss://127.0.0.1:P?cacert=<ca.crt>` (plus the client certificate when
+`tls_auth_clients="yes"`), and `.command()` speaks TLS (presenting the
+client certificate, verifying nothing: the harness is not under test).
 """
 from __future__ import annotations
 
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+import urllib.parse
 from typing import Optional, Sequence
 
 
@@ -22,12 +30,50 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class RedisServer:
-    """One redis-server on 127.0.0.1:<free port> (and a unix socket)."""
+def tls_client_context(certs=None) -> ssl.SSLContext:
+    """The harness's own TLS context: presents the test client certificate
+    (so that servers with --tls-auth-clients yes answer) and verifies nothing."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if certs is not None:
+        ctx.load_cert_chain(certs.client_cert, certs.client_key)
+    return ctx
 
-    def __init__(self, extra_args: Sequence[str] = (), password: Optional[str] = None):
+
+def connect(port: int, certs=None, timeout: float = 5.0) -> socket.socket:
+    """A connected socket to 127.0.0.1:port; TLS-wrapped when certs is given."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if certs is None:
+        return s
+    try:
+        return tls_client_context(certs).wrap_socket(s)
+    except BaseException:
+        s.close()
+        raise
+
+
+def tls_query(**options) -> str:
+    """"?cacert=...&sni=..." from keyword options (None values left out), in the given order."""
+    items = [(k, v) for k, v in options.items() if v is not None]
+    return "?" + urllib.parse.urlencode(items, safe="/:,") if items else ""
+
+
+class RedisServer:
+    """One redis-server on 127.0.0.1:<free port> (and a unix socket).
+
+    tls: a tls.Certs; the server then listens with TLS only, presenting the
+    certificate pair `tls_cert` ("server", "other-name" or "unknown", see
+    tls.py) and asking clients for a certificate when tls_auth_clients is
+    "yes" ("optional" also exists)."""
+
+    def __init__(self, extra_args: Sequence[str] = (), password: Optional[str] = None,
+                 tls=None, tls_auth_clients: str = "no", tls_cert: str = "server"):
         self.extra_args = list(extra_args)
         self.password = password
+        self.tls = tls
+        self.tls_auth_clients = tls_auth_clients
+        self.tls_cert = tls_cert
         self.port = 0
         self.proc: Optional[subprocess.Popen] = None
         self.dir = tempfile.mkdtemp(prefix="watchlock-redis-")
@@ -35,8 +81,27 @@ class RedisServer:
 
     @property
     def url(self) -> str:
+        """redis://[:password@]127.0.0.1:PORT, or for a TLS server
+        rediss://...?cacert=CA (and cert=&key= when it asks for client certificates)."""
         auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}"
+        if self.tls is None:
+            return f"redis://{auth}127.0.0.1:{self.port}"
+        opts = {"cacert": self.tls.ca}
+        if self.tls_auth_clients == "yes":
+            opts.update(cert=self.tls.client_cert, key=self.tls.client_key)
+        return self.tls_url(**opts)
+
+    def tls_url(self, host: str = "127.0.0.1", **options) -> str:
+        """rediss://[:password@]HOST:PORT?option=value... with exactly the options given
+        (cacert=..., cert=..., key=..., sni=..., insecure=1, connect_timeout=...)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"rediss://{auth}{host}:{self.port}{tls_query(**options)}"
+
+    def tls_args(self, port: int) -> list:
+        """The redis-server (or sentinel) arguments of TLS mode on port."""
+        cert, key = self.tls.pair(self.tls_cert)
+        return ["--port", "0", "--tls-port", str(port), "--tls-cert-file", cert, "--tls-key-file", key,
+                "--tls-ca-cert-file", self.tls.ca, "--tls-auth-clients", self.tls_auth_clients]
 
     def start(self, port: Optional[int] = None) -> "RedisServer":
         exe = shutil.which("redis-server")
@@ -44,7 +109,8 @@ class RedisServer:
             raise RuntimeError("redis-server not found (the test command installs it)")
         for _ in range(20):
             self.port = port or free_port()
-            args = [exe, "--port", str(self.port), "--bind", "127.0.0.1",
+            listen = ["--port", str(self.port)] if self.tls is None else self.tls_args(self.port)
+            args = [exe, *listen, "--bind", "127.0.0.1",
                     "--save", "", "--appendonly", "no", "--dir", self.dir,
                     "--unixsocket", self.unixsocket, "--unixsocketperm", "700",
                     "--daemonize", "no", "--loglevel", "warning",
@@ -68,14 +134,14 @@ class RedisServer:
             try:
                 if self.command("PING") in ("PONG", "NOAUTH"):
                     return True
-            except OSError:
+            except OSError:  # also ConnectionError and ssl.SSLError
                 pass
             time.sleep(0.02)
         return False
 
     def command(self, *args: str | bytes):
         """Send one command with a throwaway socket; returns a simple decoded reply."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+        with connect(self.port, self.tls) as s:
             if self.password:
                 s.sendall(_encode(("AUTH", self.password)))
                 _read_reply(s.makefile("rb"))
@@ -148,14 +214,31 @@ def _read_reply(f):
 
 
 if __name__ == "__main__":
-    # `python3 tests/harness/redis_server.py -- CMD ARGS...`: run CMD with a
-    # fresh server; WATCHLOCK_URL and WATCHLOCK_TEST_PORT point at it.
+    # `python3 tests/harness/redis_server.py [--tls] -- CMD ARGS...`: run CMD
+    # with a fresh server; WATCHLOCK_URL and WATCHLOCK_TEST_PORT point at it.
+    # --tls: a TLS-only server with the test certificates of tls.py, made in
+    # a temporary directory named by WATCHLOCK_TEST_TLS_DIR.
     import sys
     argv = sys.argv[1:]
+    use_tls = False
+    if argv and argv[0] == "--tls":
+        use_tls, argv = True, argv[1:]
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        sys.exit("usage: redis_server.py -- COMMAND [ARGS...]")
-    with RedisServer() as srv:
-        env = dict(os.environ, WATCHLOCK_URL=srv.url, WATCHLOCK_TEST_PORT=str(srv.port))
-        sys.exit(subprocess.call(argv, env=env))
+        sys.exit("usage: redis_server.py [--tls] -- COMMAND [ARGS...]")
+    extra_env = {}
+    certs = None
+    if use_tls:
+        from tls import make_certs
+        cert_dir = tempfile.mkdtemp(prefix="watchlock-certs-")
+        certs = make_certs(cert_dir)
+        extra_env["WATCHLOCK_TEST_TLS_DIR"] = cert_dir
+    try:
+        with RedisServer(tls=certs) as srv:
+            env = dict(os.environ, WATCHLOCK_URL=srv.url, WATCHLOCK_TEST_PORT=str(srv.port), **extra_env)
+            code = subprocess.call(argv, env=env)
+    finally:
+        if certs is not None:
+            shutil.rmtree(certs.dir, ignore_errors=True)
+    sys.exit(code)
