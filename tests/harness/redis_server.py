@@ -67,6 +67,8 @@ class RedisServer:
     tls.py) and asking clients for a certificate when tls_auth_clients is
     "yes" ("optional" also exists)."""
 
+    tls = None  # class default: subclasses that skip __init__ (helpers.RedisAt) speak plain RESP
+
     def __init__(self, extra_args: Sequence[str] = (), password: Optional[str] = None,
                  tls=None, tls_auth_clients: str = "no", tls_cert: str = "server"):
         self.extra_args = list(extra_args)
