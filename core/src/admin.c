@@ -369,7 +369,7 @@ static char *with_suffix(const char *key, size_t len, const char *suffix)
 /* Runs the inspect-owner script for every key of the page, pipelined
  * (EVALSHA; those that meet NOSCRIPT again with EVAL), and adds the held
  * ones to the list. */
-static int inspect_page(wl_server *srv, redisContext *ctx, page_key *keys, size_t n, watchlock_lock_list *list)
+static int inspect_page(wl_server *srv, wl_conn *ctx, page_key *keys, size_t n, watchlock_lock_list *list)
 {
     bool *again = calloc(n ? n : 1, sizeof *again);
     if (again == NULL)
@@ -382,7 +382,7 @@ static int inspect_page(wl_server *srv, redisContext *ctx, page_key *keys, size_
                 continue;
             const char *argv[3] = {keys[i].key, keys[i].fence, keys[i].owner};
             size_t lens[3] = {keys[i].key_len, keys[i].key_len + 6, keys[i].key_len + 6};
-            if (wl_append_script(ctx, WL_SCRIPT_INSPECT_OWNER, use_body, 3, 0, argv, lens) != REDIS_OK) {
+            if (wl_append_script(ctx, WL_SCRIPT_INSPECT_OWNER, use_body, 3, 0, argv, lens) != 0) {
                 free(again);
                 return wl_conn_error(srv, ctx, "list");
             }
@@ -392,13 +392,12 @@ static int inspect_page(wl_server *srv, redisContext *ctx, page_key *keys, size_
         for (size_t i = 0; i < n && sent > 0; i++) {
             if (use_body && !again[i])
                 continue;
-            void *reply = NULL;
-            if (redisGetReply(ctx, &reply) != REDIS_OK) {
+            redisReply *r = NULL;
+            if (wl_conn_get_reply(ctx, &r) != 0) {
                 free(again);
                 return wl_conn_error(srv, ctx, "list");
             }
             sent--;
-            redisReply *r = reply;
             again[i] = false;
             if (!use_body && wl_reply_is_noscript(r)) {
                 again[i] = retry = true;
@@ -424,12 +423,12 @@ static int inspect_page(wl_server *srv, redisContext *ctx, page_key *keys, size_
 
 /* One SCAN page from `cursor`: the next cursor into next (decimal), the
  * page's matching lock keys inspected into the list. */
-static int scan_page(wl_server *srv, redisContext *ctx, const char *cursor, char next[32], const char *kglob,
+static int scan_page(wl_server *srv, wl_conn *ctx, const char *cursor, char next[32], const char *kglob,
                      size_t kglob_len, const unsigned char *pat, size_t pat_len, watchlock_lock_list *list)
 {
     const char *argv[6] = {"SCAN", cursor, "MATCH", kglob, "COUNT", SCAN_COUNT};
     size_t lens[6] = {4, strlen(cursor), 5, kglob_len, 5, strlen(SCAN_COUNT)};
-    redisReply *r = redisCommandArgv(ctx, 6, argv, lens);
+    redisReply *r = wl_conn_command(ctx, 6, argv, lens);
     if (r == NULL)
         return wl_conn_error(srv, ctx, "list: SCAN failed");
     int rc = wl_reply_error(srv, r, "list: SCAN failed");
@@ -514,7 +513,7 @@ int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const 
 
     char cursor[32] = "0";
     for (int attempt = 0; attempt < 2; attempt++) {
-        redisContext *ctx;
+        wl_conn *ctx;
         bool reused;
         if ((rc = wl_server_get(&c->server, &ctx, &reused)) != WATCHLOCK_OK)
             break;
@@ -530,8 +529,7 @@ int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const 
         /* A pooled connection the server dropped while idle fails at once
          * with EOF/reset: start again on a fresh one (SCAN only reads). */
         bool stale = rc == WATCHLOCK_ECONN && reused && first &&
-                     (ctx->err == REDIS_ERR_EOF ||
-                      (ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE)));
+                     (wl_conn_err(ctx) == WL_CERR_EOF || wl_conn_err(ctx) == WL_CERR_RESET);
         wl_server_put(&c->server, ctx);
         if (!stale)
             break;

@@ -56,7 +56,7 @@ struct watchlock_report {
  * random probe name. */
 typedef struct checker {
     wl_server *srv;
-    redisContext *ctx;
+    wl_conn *ctx;
     watchlock_report *report;
     wl_keys keys;
     char user[128]; /* ACL user name for messages */
@@ -119,7 +119,7 @@ static bool is_unknown(const redisReply *r)
  * may be an error reply), freed by the caller. */
 static int ask(checker *k, redisReply **out, int argc, const char **argv, const char *what)
 {
-    void *reply = redisCommandArgv(k->ctx, argc, argv, NULL);
+    redisReply *reply = wl_conn_command(k->ctx, argc, argv, NULL);
     *out = reply;
     if (reply == NULL)
         return wl_conn_error(k->srv, k->ctx, what);
@@ -467,18 +467,18 @@ static int probe_all(checker *k, denials *d)
         return rc;
 
     /* SUBSCRIBE turns a connection into a subscriber: use one of our own. */
-    redisContext *sctx;
+    wl_conn *sctx;
     if ((rc = wl_server_connect(k->srv, 0, &sctx)) != WATCHLOCK_OK)
         return rc;
     const char *subscribe[2] = {"SUBSCRIBE", k->keys.channel};
-    r = redisCommandArgv(sctx, 2, subscribe, NULL);
+    r = wl_conn_command(sctx, 2, subscribe, NULL);
     if (r == NULL) {
         rc = wl_conn_error(k->srv, sctx, "check: SUBSCRIBE probe failed");
     } else {
         rc = probe_reply(k, d, "SUBSCRIBE", r, &ran);
         freeReplyObject(r);
     }
-    redisFree(sctx);
+    wl_conn_free(sctx);
     return rc;
 }
 
@@ -560,8 +560,7 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *client)
         /* A pooled connection the server dropped while idle fails at once
          * with EOF or reset; every question is harmless to ask again. */
         bool stale = rc == WATCHLOCK_ECONN && reused && k.ctx != NULL &&
-                     (k.ctx->err == REDIS_ERR_EOF ||
-                      (k.ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE)));
+                     (wl_conn_err(k.ctx) == WL_CERR_EOF || wl_conn_err(k.ctx) == WL_CERR_RESET);
         wl_server_put(k.srv, k.ctx);
         if (!stale)
             break;

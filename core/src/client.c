@@ -45,15 +45,24 @@ void wl_client_unref(watchlock_client *c)
         client_free(c);
 }
 
+/* The sentinels announced a new master: waiters resubscribe there (and
+ * are woken to try again). */
+static void on_switch_master(void *arg)
+{
+    watchlock_client *c = arg;
+    wl_subscriber_reconnect(c->sub);
+}
+
 /* Checks the server once: reachable, credentials good, scripts runnable. */
 static int check_server(watchlock_client *c)
 {
-    redisContext *ctx;
+    wl_conn *ctx;
     bool reused;
     int rc = wl_server_get(&c->server, &ctx, &reused);
     if (rc != WATCHLOCK_OK)
         return rc;
-    redisReply *r = redisCommand(ctx, "PING");
+    const char *ping[1] = {"PING"};
+    redisReply *r = wl_conn_command(ctx, 1, ping, NULL);
     rc = r == NULL ? wl_conn_error(&c->server, ctx, "PING failed") : wl_reply_error(&c->server, r, "PING failed");
     if (r != NULL)
         freeReplyObject(r);
@@ -93,7 +102,8 @@ int watchlock_client_open(watchlock_client **out, const char *url)
         client_free(c);
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
-    if ((rc = check_server(c)) != WATCHLOCK_OK) {
+    if ((rc = check_server(c)) != WATCHLOCK_OK ||
+        (rc = wl_sentinel_start(&c->server, on_switch_master, c)) != WATCHLOCK_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", watchlock_last_error());
         client_free(c);
@@ -144,20 +154,21 @@ void watchlock_client_close(watchlock_client *c)
 
     wl_watchdog_stop(c);
     wl_timer_stop(c);
+    wl_sentinel_stop(&c->server);
     wl_subscriber_stop(c->sub);
 
     /* Release what was held, best effort, pipelined. */
-    redisContext *ctx = NULL;
+    wl_conn *ctx = NULL;
     if (k > 0 && wl_server_connect(&c->server, 0, &ctx) == WATCHLOCK_OK) {
         for (size_t i = 0; i < k; i++)
             wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, args[i].argv, args[i].lens);
         for (size_t i = 0; i < k; i++) {
-            void *reply = NULL;
-            if (redisGetReply(ctx, &reply) != REDIS_OK)
+            redisReply *reply = NULL;
+            if (wl_conn_get_reply(ctx, &reply) != 0)
                 break;
             freeReplyObject(reply);
         }
-        redisFree(ctx);
+        wl_conn_free(ctx);
     }
     for (size_t i = 0; i < k; i++)
         wl_lock_unref(held[i]);

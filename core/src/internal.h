@@ -5,7 +5,8 @@
  * Lock order (never take an earlier one while holding a later one):
  *   1. watchlock_lock.io_mu   serializes one handle's acquire/release/extend round trips
  *   2. watchlock_client.mu    lock states, both heaps, lost events, callbacks, stats
- *   3. wl_server.mu           the idle connection pool
+ *   3. wl_server.mu           the idle connection pool and the node's address
+ *   wl_sentinel.mu (sentinel.c) is a leaf like wl_subscriber.mu.
  *   wl_subscriber.mu is a leaf: nothing else is taken while holding it, and
  *   it is never taken while holding client.mu.
  * No network I/O is done while holding client.mu or a pool/subscriber mutex,
@@ -16,6 +17,7 @@
 #define WATCHLOCK_INTERNAL_H
 
 #include "watchlock.h"
+#include "transport.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -53,8 +55,15 @@ int64_t wl_deadline_after_ms(int64_t ms);
 int wl_random_token(char out[33]);
 
 /* ---- URL (url.c) ---- */
+enum { WL_KIND_STANDALONE, WL_KIND_SENTINEL };
+typedef struct wl_hostport {
+    char *host;
+    int port;
+} wl_hostport;
+
 typedef struct wl_endpoint {
-    char *host;      /* NULL for unix sockets */
+    int kind;        /* WL_KIND_*: which topology finds the node */
+    char *host;      /* standalone TCP; NULL for unix sockets and Sentinel */
     int port;
     char *unix_path; /* NULL for TCP */
     char *user;      /* NULL: no ACL user */
@@ -64,11 +73,22 @@ typedef struct wl_endpoint {
     int64_t command_timeout_ms;
     int keepalive;
     int64_t safety_margin_ms; /* fixed part of the margin taken off every local deadline */
-    char label[300]; /* "host:port" or the socket path, for messages */
+    wl_tls_opts tls;          /* rediss:// and rediss-sentinel:// */
+    /* Sentinel: the sentinels, the master's name, the sentinels' credentials */
+    wl_hostport *sentinels;
+    size_t n_sentinels;
+    char *master_name;
+    char *sentinel_user;
+    char *sentinel_password;
+    /* min_replicas: WAIT for this many replicas after an acquire */
+    int min_replicas;
+    int64_t min_replicas_timeout_ms;
+    char label[300]; /* "host:port", the socket path or "sentinel NAME", for messages */
 } wl_endpoint;
 
 #define WL_DEFAULT_SAFETY_MARGIN_MS 10
 #define WL_MAX_SAFETY_MARGIN_MS 60000
+#define WL_DEFAULT_MIN_REPLICAS_TIMEOUT_MS 1000
 int wl_endpoint_parse(wl_endpoint *ep, const char *url);
 void wl_endpoint_clear(wl_endpoint *ep);
 
@@ -112,48 +132,80 @@ extern wl_script wl_scripts[WL_SCRIPT_COUNT];
  * to open sends SCRIPT LOAD for every script (thread-safe, once). Until
  * then (or if SCRIPT LOAD is denied) every script is sent with EVAL. */
 bool wl_scripts_have_sha(void);
-void wl_scripts_learn(redisContext *ctx);
+void wl_scripts_learn(wl_conn *conn);
 
-/* ---- connections (conn.c) ---- */
+/* ---- the node (node.c) and its topology (node.c, sentinel.c) ---- */
+typedef struct wl_sentinel wl_sentinel;
 typedef struct wl_server {
     wl_endpoint ep;
-    pthread_mutex_t mu; /* guards idle[] and closed */
-    redisContext **idle;
+    wl_tls *tls;        /* NULL for plain URLs; shared by every connection */
+    pthread_mutex_t mu; /* guards the pool, closed and the address */
+    wl_conn **idle;
     int n_idle;
     int cap_idle;
     bool closed;
+    /* where the node is: the URL's host, or the master the sentinels name */
+    bool addr_known;
+    char host[256];
+    int port;
+    char label[300];
+    uint64_t addr_gen; /* bumped whenever the address changes or is in doubt */
+    wl_sentinel *sentinel; /* Sentinel URLs: the +switch-master watcher */
 } wl_server;
 
 int wl_server_init(wl_server *srv, const char *url);
 void wl_server_close(wl_server *srv); /* frees idle connections; later puts free theirs */
 void wl_server_destroy(wl_server *srv);
-/* Opens a fresh, authenticated connection. timeout_cap_ms > 0 lowers the
- * connect and command timeouts (used by the watchdog near a deadline). */
-int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, redisContext **out);
+/* Opens a fresh, authenticated connection to the node. timeout_cap_ms > 0
+ * lowers the connect and command timeouts (the watchdog near a deadline). */
+int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out);
 /* Takes an idle connection or opens one. *reused tells which. */
-int wl_server_get(wl_server *srv, redisContext **out, bool *reused);
-/* Gives a connection back; a connection with an error is freed instead. */
-void wl_server_put(wl_server *srv, redisContext *ctx);
-/* Status for a failed hiredis call on ctx (sets the detail message). */
-int wl_conn_error(const wl_server *srv, const redisContext *ctx, const char *what);
-/* Status for a reply: OK for non-error replies, EAUTH/ESERVER for errors. */
+int wl_server_get(wl_server *srv, wl_conn **out, bool *reused);
+/* Gives a connection back; a failed one is freed (and, under Sentinel,
+ * makes the next connection ask the sentinels again). */
+void wl_server_put(wl_server *srv, wl_conn *conn);
+/* The node's address changed (Sentinel): later connections go there, idle
+ * ones to the old address are dropped. */
+void wl_server_set_address(wl_server *srv, const char *host, int port);
+/* A connection opened for address generation `gen` failed: ask again. */
+void wl_server_suspect(wl_server *srv, uint64_t gen);
+/* "host:port" of the node as known now, for messages. */
+void wl_server_label(wl_server *srv, char *out, size_t len);
+/* Status for a failed call on conn (sets the detail message). */
+int wl_conn_error(const wl_server *srv, const wl_conn *conn, const char *what);
+/* Status for a reply: OK for non-error replies, EAUTH/EPERM/ECONN (READONLY)/ESERVER for errors. */
 int wl_reply_error(const wl_server *srv, const redisReply *reply, const char *what);
 bool wl_reply_is_noscript(const redisReply *reply);
+bool wl_reply_is_readonly(const redisReply *reply); /* READONLY / MASTERDOWN: not the master now */
 
 /* Runs one script on a pooled connection: EVALSHA, then EVAL on NOSCRIPT;
- * retries once on a fresh connection when a reused one turns out dead.
+ * retries once on a fresh connection when a reused one turns out dead or
+ * the server turned out to be a replica (READONLY: the script did not run).
  * argv holds the script's keys followed by its arguments. On OK *out is the
  * (non-error) reply, freed by the caller with freeReplyObject. */
 int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
                   const size_t *argvlen, redisReply **out, const char *what);
+/* The same, handing the connection to the caller on OK (*keep; give it
+ * back with wl_server_put): for commands that only mean something on the
+ * connection that wrote (WAIT). keep NULL = wl_run_script. */
+int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
+                       const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep);
 /* Whether this thread's last wl_run_script sent its script a second time
  * (after a pooled connection failed at once). The first try may still have
  * run on the server (a reply lost on its way back looks the same), which
  * matters to scripts that are not idempotent: release. */
 bool wl_script_was_resent(void);
-/* Appends EVALSHA (or EVAL when use_body) of a script to ctx's output buffer. */
-int wl_append_script(redisContext *ctx, int script, bool use_body, int nkeys, int nargs,
-                     const char *const *argv, const size_t *argvlen);
+/* Appends EVALSHA (or EVAL when use_body) of a script to the connection's output. */
+int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int nargs, const char *const *argv,
+                     const size_t *argvlen);
+
+/* Sentinel topology (sentinel.c). */
+/* Asks the sentinels, in turn, where the master is. */
+int wl_sentinel_discover(wl_server *srv, int64_t connect_ms, char *host, size_t host_len, int *port);
+/* Starts the thread that follows +switch-master; on_switch(arg) runs on it
+ * after the address changed (no library mutex held). */
+int wl_sentinel_start(wl_server *srv, void (*on_switch)(void *), void *arg);
+void wl_sentinel_stop(wl_server *srv); /* joins; NULL-safe */
 
 /* ---- subscriber (subscriber.c) ---- */
 typedef struct wl_subscriber wl_subscriber;
@@ -161,6 +213,9 @@ typedef struct wl_sub_entry wl_sub_entry;
 
 wl_subscriber *wl_subscriber_new(wl_server *srv);
 void wl_subscriber_stop(wl_subscriber *sub); /* joins the thread, wakes all waiters */
+/* Drops the connection and resubscribes on a fresh one (the node moved);
+ * waiters are woken and retry. */
+void wl_subscriber_reconnect(wl_subscriber *sub);
 void wl_subscriber_free(wl_subscriber *sub);
 /* Registers interest in a channel (starts the thread on first use). */
 int wl_sub_join(wl_subscriber *sub, const char *channel, size_t len, wl_sub_entry **out);
@@ -210,7 +265,7 @@ struct watchlock_client {
     pthread_cond_t wd_cond;
     int64_t wd_sleep_until; /* when the sleeping thread looks next; 0 while awake */
     wl_heap renew_heap;     /* held locks being renewed, on wake_us */
-    redisContext *wd_conn;  /* used by the watchdog thread only, outside mu */
+    wl_conn *wd_conn;       /* used by the watchdog thread only, outside mu */
     /* loss timer: declares holds lost at their local deadline (loss.c) */
     pthread_t tm_thread;
     bool tm_started;

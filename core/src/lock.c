@@ -374,14 +374,14 @@ static bool held_now(const watchlock_lock *l)
 
 static void release_on_fresh_connection(watchlock_client *c, const wl_release_args *a)
 {
-    redisContext *ctx;
+    wl_conn *ctx;
     if (wl_server_connect(&c->server, 0, &ctx) != WATCHLOCK_OK)
         return;
-    void *reply = NULL;
-    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, a->argv, a->lens) == REDIS_OK &&
-        redisGetReply(ctx, &reply) == REDIS_OK)
+    redisReply *reply = NULL;
+    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, a->argv, a->lens) == 0 &&
+        wl_conn_get_reply(ctx, &reply) == 0)
         freeReplyObject(reply);
-    redisFree(ctx);
+    wl_conn_free(ctx);
 }
 
 /* One acquire round trip. OK: now held. ETIMEDOUT: someone else holds it,
@@ -649,13 +649,13 @@ static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t 
     int64_t cap_ms = (deadline_us - wl_now_us()) / 1000;
     if (cap_ms < 1)
         return wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what);
-    redisContext *ctx;
+    wl_conn *ctx;
     int rc = wl_server_connect(&c->server, cap_ms, &ctx);
     if (rc != WATCHLOCK_OK)
         return rc;
-    void *reply = NULL;
-    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, a->argv, a->lens) != REDIS_OK ||
-        redisGetReply(ctx, &reply) != REDIS_OK) {
+    redisReply *reply = NULL;
+    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, a->argv, a->lens) != 0 ||
+        wl_conn_get_reply(ctx, &reply) != 0) {
         rc = wl_conn_error(&c->server, ctx, what);
     } else {
         rc = wl_reply_error(&c->server, reply, what);
@@ -664,7 +664,7 @@ static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t 
         else
             freeReplyObject(reply);
     }
-    redisFree(ctx);
+    wl_server_put(&c->server, ctx);
     return rc;
 }
 

@@ -150,19 +150,21 @@ bool wl_scripts_have_sha(void)
     return atomic_load_explicit(&shas_ready, memory_order_acquire);
 }
 
-void wl_scripts_learn(redisContext *ctx)
+void wl_scripts_learn(wl_conn *conn)
 {
     if (wl_scripts_have_sha())
         return;
-    for (int i = 0; i < WL_SCRIPT_COUNT; i++)
-        redisAppendCommand(ctx, "SCRIPT LOAD %s", wl_scripts[i].body);
+    for (int i = 0; i < WL_SCRIPT_COUNT; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", wl_scripts[i].body};
+        if (wl_conn_append(conn, 3, argv, NULL) != 0)
+            return; /* out of memory: the connection is marked failed */
+    }
     char shas[WL_SCRIPT_COUNT][41];
     bool ok = true;
     for (int i = 0; i < WL_SCRIPT_COUNT; i++) {
-        void *reply = NULL;
-        if (redisGetReply(ctx, &reply) != REDIS_OK)
+        redisReply *r = NULL;
+        if (wl_conn_get_reply(conn, &r) != 0)
             return; /* the connection is broken: the caller drops it */
-        redisReply *r = reply;
         if (r->type == REDIS_REPLY_STRING && r->len == 40 && strspn(r->str, "0123456789abcdef") == 40)
             memcpy(shas[i], r->str, 41);
         else

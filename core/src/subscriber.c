@@ -57,7 +57,8 @@ struct wl_subscriber {
     int efd;
     int64_t denied; /* SUBSCRIBEs the server refused (WATCHLOCK_STAT_SUBSCRIBE_DENIED) */
     wl_sub_entry *entries;
-    redisContext *ctx; /* thread only */
+    bool reconnect; /* wl_subscriber_reconnect: drop the connection and start again */
+    wl_conn *ctx;   /* thread only */
 };
 
 wl_subscriber *wl_subscriber_new(wl_server *srv)
@@ -102,7 +103,7 @@ static void free_entry(wl_sub_entry *e)
 static void drop_connection(wl_subscriber *sub)
 {
     if (sub->ctx) {
-        redisFree(sub->ctx);
+        wl_conn_free(sub->ctx);
         sub->ctx = NULL;
     }
     sub->live = false;
@@ -115,7 +116,7 @@ static void send_command(wl_subscriber *sub, const char *cmd, wl_sub_entry *e)
 {
     const char *argv[2] = {cmd, e->channel};
     size_t lens[2] = {strlen(cmd), e->len};
-    redisAppendCommandArgv(sub->ctx, 2, argv, lens);
+    wl_conn_append(sub->ctx, 2, argv, lens); /* out of memory fails the connection */
 }
 
 /* With mu held: queue SUBSCRIBE/UNSUBSCRIBE as the entries require. */
@@ -182,15 +183,6 @@ static void handle_reply(wl_subscriber *sub, redisReply *r)
     }
 }
 
-static int flush_output(redisContext *ctx)
-{
-    int done = 0;
-    while (!done)
-        if (redisBufferWrite(ctx, &done) != REDIS_OK)
-            return -1;
-    return 0;
-}
-
 static void *subscriber_main(void *arg)
 {
     wl_subscriber *sub = arg;
@@ -198,9 +190,14 @@ static void *subscriber_main(void *arg)
 
     pthread_mutex_lock(&sub->mu);
     while (!sub->stop) {
+        if (sub->reconnect) {
+            sub->reconnect = false;
+            if (sub->ctx != NULL)
+                drop_connection(sub);
+        }
         if (sub->ctx == NULL) {
             pthread_mutex_unlock(&sub->mu);
-            redisContext *ctx = NULL;
+            wl_conn *ctx = NULL;
             int rc = wl_server_connect(sub->server, 0, &ctx);
             pthread_mutex_lock(&sub->mu);
             if (rc != WATCHLOCK_OK) {
@@ -218,14 +215,16 @@ static void *subscriber_main(void *arg)
         }
         int64_t now = wl_now_us();
         sync_subscriptions(sub, now);
-        if (flush_output(sub->ctx) != 0) {
+        bool flushed;
+        if (wl_conn_write_some(sub->ctx, &flushed) != 0) {
             drop_connection(sub);
             continue;
         }
-        int fd = sub->ctx->fd;
+        int fd = wl_conn_fd(sub->ctx);
+        short events = (short)(POLLIN | (wl_conn_wants_write(sub->ctx) ? POLLOUT : 0));
         pthread_mutex_unlock(&sub->mu);
 
-        struct pollfd pf[2] = {{fd, POLLIN, 0}, {sub->efd, POLLIN, 0}};
+        struct pollfd pf[2] = {{fd, events, 0}, {sub->efd, POLLIN, 0}};
         int n = poll(pf, 2, LINGER_US / 1000);
         if (pf[1].revents & POLLIN) {
             uint64_t v;
@@ -233,30 +232,41 @@ static void *subscriber_main(void *arg)
             WL_UNUSED(r);
         }
         pthread_mutex_lock(&sub->mu);
-        if (n > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) && sub->ctx != NULL) {
-            if (redisBufferRead(sub->ctx) != REDIS_OK) {
+        if (n > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) && sub->ctx != NULL && !sub->reconnect) {
+            if (wl_conn_read_some(sub->ctx) != 0) {
                 drop_connection(sub);
                 continue;
             }
-            void *reply;
-            while (redisGetReplyFromReader(sub->ctx, &reply) == REDIS_OK && reply != NULL) {
+            redisReply *reply;
+            int got;
+            while ((got = wl_conn_next_reply(sub->ctx, &reply)) > 0) {
                 handle_reply(sub, reply);
                 freeReplyObject(reply);
             }
-            if (sub->ctx->err) {
+            if (got < 0) {
                 drop_connection(sub);
                 continue;
             }
         }
     }
     if (sub->ctx) {
-        redisFree(sub->ctx);
+        wl_conn_free(sub->ctx);
         sub->ctx = NULL;
     }
     sub->live = false;
     wake_all(sub);
     pthread_mutex_unlock(&sub->mu);
     return NULL;
+}
+
+void wl_subscriber_reconnect(wl_subscriber *sub)
+{
+    if (sub == NULL)
+        return;
+    pthread_mutex_lock(&sub->mu);
+    sub->reconnect = sub->started;
+    pthread_mutex_unlock(&sub->mu);
+    poke(sub);
 }
 
 void wl_subscriber_stop(wl_subscriber *sub)

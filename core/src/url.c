@@ -1,10 +1,16 @@
 /*
- * url.c - parses redis:// and unix:// URLs into an endpoint.
+ * url.c - parses URLs into an endpoint.
  *
  *   redis://[[user]:password@]host[:port][/db][?option=value&...]
+ *   rediss://...                  the same over TLS
  *   unix:///path/to/redis.sock[?db=N&user=U&password=P&...]
- * Options: connect_timeout, command_timeout (durations), keepalive (0/1),
- * and db/user/password (any scheme). Unknown options are errors, so a typo
+ *   redis-sentinel://[[user]:password@]h1[:26379][,h2[:26379]...]/MASTER[/db][?...]
+ *   rediss-sentinel://...         the same over TLS (sentinels and master)
+ * Options: connect_timeout, command_timeout, safety_margin (durations),
+ * keepalive (0/1), db/user/password (any scheme); TLS: cacert, cacertdir,
+ * cert, key, sni, insecure (names as redis-cli's flags); Sentinel:
+ * sentinel_user, sentinel_password; min_replicas (N) and
+ * min_replicas_timeout (duration). Unknown options are errors, so a typo
  * never silently falls back to a default.
  */
 #include "internal.h"
@@ -97,6 +103,38 @@ static int parse_option(wl_endpoint *ep, const char *opt, size_t len)
         return set_string(&ep->user, val, vlen, "user");
     if (KEY_IS("password"))
         return set_string(&ep->password, val, vlen, "password");
+    if (KEY_IS("cacert") || KEY_IS("cacertdir") || KEY_IS("cert") || KEY_IS("key") || KEY_IS("sni") ||
+        KEY_IS("insecure")) {
+        if (!ep->tls.on)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: %.*s is a TLS option: use rediss:// (or rediss-sentinel://)",
+                           (int)klen, opt);
+        if (KEY_IS("insecure")) {
+            if (vlen == 1 && (val[0] == '0' || val[0] == '1')) {
+                ep->tls.insecure = val[0] == '1';
+                return WATCHLOCK_OK;
+            }
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: insecure must be 0 or 1");
+        }
+        char **field = KEY_IS("cacert") ? &ep->tls.cacert : KEY_IS("cacertdir") ? &ep->tls.cacertdir
+                       : KEY_IS("cert") ? &ep->tls.cert : KEY_IS("key") ? &ep->tls.key : &ep->tls.sni;
+        if (vlen == 0)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: %.*s needs a value", (int)klen, opt);
+        return set_string(field, val, vlen, "a TLS option");
+    }
+    if (KEY_IS("sentinel_user") || KEY_IS("sentinel_password")) {
+        if (ep->kind != WL_KIND_SENTINEL)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: %.*s is for redis-sentinel:// URLs", (int)klen, opt);
+        return set_string(KEY_IS("sentinel_user") ? &ep->sentinel_user : &ep->sentinel_password, val, vlen,
+                          "a sentinel credential");
+    }
+    if (KEY_IS("min_replicas")) {
+        long n;
+        if (parse_int(val, vlen, 0, 1000, &n) != 0)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: min_replicas must be a number of 0 .. 1000, got '%.*s'",
+                           (int)vlen, val);
+        ep->min_replicas = (int)n;
+        return WATCHLOCK_OK;
+    }
     if (KEY_IS("db")) {
         long db;
         if (parse_int(val, vlen, 0, 1000000, &db) != 0)
@@ -111,7 +149,7 @@ static int parse_option(wl_endpoint *ep, const char *opt, size_t len)
         }
         return wl_fail(WATCHLOCK_EINVAL, "malformed URL: keepalive must be 0 or 1");
     }
-    if (KEY_IS("connect_timeout") || KEY_IS("command_timeout")) {
+    if (KEY_IS("connect_timeout") || KEY_IS("command_timeout") || KEY_IS("min_replicas_timeout")) {
         int64_t ms;
         if (vlen >= sizeof vbuf)
             return wl_fail(WATCHLOCK_EINVAL, "malformed URL: %.*s value too long", (int)klen, opt);
@@ -122,6 +160,8 @@ static int parse_option(wl_endpoint *ep, const char *opt, size_t len)
                            (int)klen, opt, vbuf);
         if (KEY_IS("connect_timeout"))
             ep->connect_timeout_ms = ms;
+        else if (KEY_IS("min_replicas_timeout"))
+            ep->min_replicas_timeout_ms = ms;
         else
             ep->command_timeout_ms = ms;
         return WATCHLOCK_OK;
@@ -226,6 +266,89 @@ static int parse_tcp(wl_endpoint *ep, const char *s, const char *end)
     return WATCHLOCK_OK;
 }
 
+/* Sentinel: [userinfo@]h1[:p1][,h2[:p2]...]/MASTER[/db] */
+static int parse_sentinel(wl_endpoint *ep, const char *s, const char *end)
+{
+    const char *slash = memchr(s, '/', (size_t)(end - s));
+    if (slash == NULL || slash + 1 >= end)
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "malformed URL: a Sentinel URL names the master: redis-sentinel://host:26379[,host:port...]/MASTER");
+    /* userinfo and hosts: parse each host with the redis:// parser. */
+    const char *hosts = s;
+    const char *at = NULL;
+    for (const char *p = s; p < slash; p++)
+        if (*p == '@')
+            at = p;
+    if (at != NULL && memchr(s, ',', (size_t)(at - s)) != NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "malformed URL: credentials go before the first sentinel "
+                                         "(percent-escape ',' and '@' in a password)");
+    if (at != NULL) {
+        wl_endpoint tmp;
+        memset(&tmp, 0, sizeof tmp);
+        char buf[600];
+        int n = snprintf(buf, sizeof buf, "%.*sx", (int)(at - s + 1), s);
+        if (n < 0 || (size_t)n >= sizeof buf)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: user information too long");
+        int rc = parse_tcp(&tmp, buf, buf + n);
+        ep->user = tmp.user;
+        ep->password = tmp.password;
+        tmp.user = tmp.password = NULL;
+        wl_endpoint_clear(&tmp);
+        if (rc != WATCHLOCK_OK)
+            return rc;
+        hosts = at + 1;
+    }
+    for (const char *h = hosts; h < slash;) {
+        const char *comma = memchr(h, ',', (size_t)(slash - h));
+        const char *hend = comma ? comma : slash;
+        wl_endpoint tmp;
+        memset(&tmp, 0, sizeof tmp);
+        int rc = h == hend ? wl_fail(WATCHLOCK_EINVAL, "malformed URL: empty sentinel address")
+                           : parse_tcp(&tmp, h, hend);
+        const char *rb = h[0] == '[' ? memchr(h, ']', (size_t)(hend - h)) : NULL;
+        const char *after = rb ? rb + 1 : h;
+        bool has_port = memchr(after, ':', (size_t)(hend - after)) != NULL;
+        if (rc == WATCHLOCK_OK && (tmp.user || tmp.password))
+            rc = wl_fail(WATCHLOCK_EINVAL, "malformed URL: credentials go before the first sentinel");
+        wl_hostport *grown = NULL;
+        if (rc == WATCHLOCK_OK &&
+            (grown = realloc(ep->sentinels, (ep->n_sentinels + 1) * sizeof *ep->sentinels)) == NULL)
+            rc = wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+        if (grown != NULL)
+            ep->sentinels = grown;
+        if (rc != WATCHLOCK_OK) {
+            wl_endpoint_clear(&tmp);
+            return rc;
+        }
+        ep->sentinels[ep->n_sentinels].host = tmp.host;
+        ep->sentinels[ep->n_sentinels].port = has_port ? tmp.port : 26379;
+        ep->n_sentinels++;
+        tmp.host = NULL;
+        wl_endpoint_clear(&tmp);
+        if (comma != NULL && comma + 1 == slash)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: empty sentinel address");
+        h = comma ? comma + 1 : slash;
+    }
+    const char *name = slash + 1;
+    const char *name_end = memchr(name, '/', (size_t)(end - name));
+    if (name_end == NULL)
+        name_end = end;
+    int rc = set_string(&ep->master_name, name, (size_t)(name_end - name), "master name");
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (ep->master_name[0] == '\0')
+        return wl_fail(WATCHLOCK_EINVAL, "malformed URL: empty master name");
+    if (name_end < end && name_end + 1 < end) {
+        long db;
+        if (parse_int(name_end + 1, (size_t)(end - name_end - 1), 0, 1000000, &db) != 0)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: database must be a number, got '%.*s'",
+                           (int)(end - name_end - 1), name_end + 1);
+        ep->db = (int)db;
+    }
+    snprintf(ep->label, sizeof ep->label, "sentinel master '%s'", ep->master_name);
+    return WATCHLOCK_OK;
+}
+
 int wl_endpoint_parse(wl_endpoint *ep, const char *url)
 {
     memset(ep, 0, sizeof *ep);
@@ -233,6 +356,7 @@ int wl_endpoint_parse(wl_endpoint *ep, const char *url)
     ep->command_timeout_ms = 2000;
     ep->keepalive = 1;
     ep->safety_margin_ms = WL_DEFAULT_SAFETY_MARGIN_MS;
+    ep->min_replicas_timeout_ms = WL_DEFAULT_MIN_REPLICAS_TIMEOUT_MS;
     if (url == NULL || *url == '\0')
         url = DEFAULT_URL;
     if (strlen(url) > 4096)
@@ -253,9 +377,16 @@ int wl_endpoint_parse(wl_endpoint *ep, const char *url)
         else if ((rc = set_string(&ep->unix_path, path, (size_t)(end - path), "path")) == WATCHLOCK_OK)
             snprintf(ep->label, sizeof ep->label, "%s", ep->unix_path);
     } else if (strncmp(url, "rediss://", 9) == 0) {
-        rc = wl_fail(WATCHLOCK_EINVAL, "rediss:// (TLS) is not supported: this build's hiredis has no TLS");
+        ep->tls.on = true;
+        rc = parse_tcp(ep, url + 9, end);
+    } else if (strncmp(url, "redis-sentinel://", 17) == 0 || strncmp(url, "rediss-sentinel://", 18) == 0) {
+        ep->kind = WL_KIND_SENTINEL;
+        ep->tls.on = url[5] == 's';
+        rc = parse_sentinel(ep, url + (ep->tls.on ? 18 : 17), end);
     } else {
-        rc = wl_fail(WATCHLOCK_EINVAL, "malformed URL '%.200s': expected redis://host[:port][/db] or unix:///path",
+        rc = wl_fail(WATCHLOCK_EINVAL,
+                     "malformed URL '%.200s': expected redis://host[:port][/db], rediss://..., unix:///path "
+                     "or redis-sentinel://host[:port][,host[:port]...]/MASTER",
                      url);
     }
     if (rc == WATCHLOCK_OK && q != NULL)
@@ -267,6 +398,13 @@ int wl_endpoint_parse(wl_endpoint *ep, const char *url)
 
 void wl_endpoint_clear(wl_endpoint *ep)
 {
+    for (size_t i = 0; i < ep->n_sentinels; i++)
+        free(ep->sentinels[i].host);
+    free(ep->sentinels);
+    free(ep->master_name);
+    free(ep->sentinel_user);
+    free(ep->sentinel_password);
+    wl_tls_opts_clear(&ep->tls);
     free(ep->host);
     free(ep->unix_path);
     free(ep->user);

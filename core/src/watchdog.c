@@ -126,19 +126,13 @@ static void *vec_push(vec *v)
     return (char *)v->items + v->size * v->len++;
 }
 
-static struct timeval ms_tv(int64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    return tv;
-}
-
 /* Appends one batch-renewal script call for es[from, to). */
-static int append_chunk(redisContext *ctx, round_entry *es, size_t from, size_t to, bool use_eval)
+static int append_chunk(wl_conn *ctx, round_entry *es, size_t from, size_t to, bool use_eval)
 {
     size_t n = to - from, argc = 3 + 5 * n; /* command, script, numkeys; n keys; 4 arguments per key */
     const char **argv = malloc(argc * sizeof *argv);
     size_t *lens = malloc(argc * sizeof *lens);
-    int rc = REDIS_ERR;
+    int rc = -1;
     if (argv != NULL && lens != NULL) {
         char nkeys[24];
         snprintf(nkeys, sizeof nkeys, "%zu", n);
@@ -162,7 +156,7 @@ static int append_chunk(redisContext *ctx, round_entry *es, size_t from, size_t 
             for (int k = 0; k < 4; k++)
                 al[k] = strlen(a[k]);
         }
-        rc = redisAppendCommandArgv(ctx, (int)argc, argv, lens);
+        rc = wl_conn_append(ctx, (int)argc, argv, lens);
     }
     free(argv);
     free(lens);
@@ -172,23 +166,28 @@ static int append_chunk(redisContext *ctx, round_entry *es, size_t from, size_t 
 /* Sends one pipeline of renewals: one script call per RENEW_CHUNK locks
  * (EVALSHA, or EVAL for the chunks the server had no script for). Returns
  * false when the connection failed. */
-static bool send_pipeline(redisContext *ctx, round_entry *es, size_t n, bool use_eval)
+static bool send_pipeline(wl_conn *ctx, round_entry *es, size_t n, bool use_eval)
 {
     for (size_t from = 0; from < n; from += RENEW_CHUNK) {
         size_t to = from + RENEW_CHUNK < n ? from + RENEW_CHUNK : n;
         if (use_eval && !es[from].need_eval)
             continue;
-        if (append_chunk(ctx, es, from, to, use_eval) != REDIS_OK)
+        if (append_chunk(ctx, es, from, to, use_eval) != 0)
             return false;
     }
     for (size_t from = 0; from < n; from += RENEW_CHUNK) {
         size_t to = from + RENEW_CHUNK < n ? from + RENEW_CHUNK : n;
         if (use_eval && !es[from].need_eval)
             continue;
-        void *reply = NULL;
-        if (redisGetReply(ctx, &reply) != REDIS_OK)
+        redisReply *r = NULL;
+        if (wl_conn_get_reply(ctx, &r) != 0)
             return false;
-        redisReply *r = reply;
+        if (wl_reply_is_readonly(r)) {
+            /* A failover demoted this server: renew on the new master. */
+            freeReplyObject(r);
+            wl_conn_fail(ctx, "the server became a replica");
+            return false;
+        }
         bool noscript = !use_eval && wl_reply_is_noscript(r);
         for (size_t i = from; i < to; i++) {
             es[i].need_eval = noscript;
@@ -214,7 +213,7 @@ static int run_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap
     if (c->wd_conn == NULL && wl_server_connect(&c->server, cap_ms, &c->wd_conn) != WATCHLOCK_OK)
         return 0;
     int64_t t = c->server.ep.command_timeout_ms < cap_ms ? c->server.ep.command_timeout_ms : cap_ms;
-    redisSetTimeout(c->wd_conn, ms_tv(t));
+    wl_conn_set_timeout(c->wd_conn, t);
     int trips = 1;
     bool ok = send_pipeline(c->wd_conn, es, n, false);
     bool any_eval = false;
@@ -228,7 +227,7 @@ static int run_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap
         for (size_t i = 0; i < n; i++)
             if (es[i].need_eval || es[i].result == WL_WRITE_FAILED)
                 es[i].result = WL_WRITE_FAILED;
-        redisFree(c->wd_conn);
+        wl_server_put(&c->server, c->wd_conn); /* frees it; under Sentinel, asks where the master is */
         c->wd_conn = NULL;
     }
     return trips;
@@ -300,9 +299,13 @@ static void apply(watchlock_client *c, round_entry *es, size_t n)
     for (size_t i = 0; i < n; i++) {
         watchlock_lock *l = es[i].lock;
         int result = es[i].result;
+        /* Still in flight while the reply is judged: a reply (or a
+         * timeout) that comes at or after the deadline is the network's
+         * fault, and the loss says "connection lost". */
+        bool still_held = wl_write_applied(c, l, &es[i].w, result, true);
         if (l->hold_gen == es[i].w.gen)
             l->renew_inflight = false;
-        if (wl_write_applied(c, l, &es[i].w, result, true)) {
+        if (still_held) {
             if (result == WL_WRITE_OK) {
                 l->renewals++;
                 c->renewals++;
@@ -356,7 +359,7 @@ static void *watchdog_main(void *arg)
     }
     pthread_mutex_unlock(&c->mu);
     if (c->wd_conn) {
-        redisFree(c->wd_conn);
+        wl_conn_free(c->wd_conn);
         c->wd_conn = NULL;
     }
     update_cpu(c);

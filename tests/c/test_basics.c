@@ -180,7 +180,23 @@ static void test_malformed_urls(void)
         "redis://:p%00x@127.0.0.1:6379",
         "unix://",
         "unix://relative.sock",
-        "rediss://127.0.0.1:6379",
+        /* TLS, Sentinel and replica options */
+        "redis://127.0.0.1:6379?cacert=/x.pem",
+        "redis://127.0.0.1:6379?insecure=1",
+        "rediss://127.0.0.1:6379?insecure=2",
+        "rediss://127.0.0.1:6379?cacert=",
+        "rediss://127.0.0.1:6379?cacert=/nonexistent/ca.pem",
+        "rediss://127.0.0.1:6379?cert=/nonexistent/c.pem",
+        "redis://127.0.0.1:6379?sentinel_password=x",
+        "redis://127.0.0.1:6379?min_replicas=x",
+        "redis://127.0.0.1:6379?min_replicas=-1",
+        "redis://127.0.0.1:6379?min_replicas_timeout=0",
+        "redis-sentinel://127.0.0.1:26379",
+        "redis-sentinel://127.0.0.1:26379/",
+        "redis-sentinel://127.0.0.1:26379,/mymaster",
+        "redis-sentinel://127.0.0.1:26379/mymaster/x",
+        "redis-sentinel://127.0.0.1:notaport/mymaster",
+        "redis-sentinel://a:b@127.0.0.1:26379,c:d@127.0.0.2/mymaster",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         check_bad_url(bad[i]);
@@ -192,10 +208,11 @@ static void test_malformed_urls(void)
     huge[10000] = '\0';
     check_bad_url(huge);
     free(huge);
-    /* TLS: the message says why. */
+    /* TLS: a CA file that is not there is named in the message. */
     watchlock_client *c = NULL;
-    CHECK_STATUS(watchlock_client_open(&c, "rediss://127.0.0.1:6379"), WATCHLOCK_EINVAL);
-    CHECK_MSG(strstr(watchlock_last_error(), "TLS") != NULL, "rediss:// message: %s", watchlock_last_error());
+    CHECK_STATUS(watchlock_client_open(&c, "rediss://127.0.0.1:6379?cacert=/nonexistent/ca.pem"), WATCHLOCK_EINVAL);
+    CHECK_MSG(strstr(watchlock_last_error(), "/nonexistent/ca.pem") != NULL, "cacert message: %s",
+              watchlock_last_error());
 }
 
 static int unused_port(void)
