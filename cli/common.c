@@ -105,7 +105,8 @@ int cli_exit_code_for(int status)
     case WATCHLOCK_ECONN:
     case WATCHLOCK_EAUTH:
     case WATCHLOCK_ECLOSED:
-        return CLI_EXIT_UNAVAILABLE; /* could not talk to Redis (as it should) at all */
+    case WATCHLOCK_EREPLICAS:
+        return CLI_EXIT_UNAVAILABLE; /* could not talk to Redis (as it should) at all, or too few replicas */
     case WATCHLOCK_ESERVER:
         return CLI_EXIT_PROTOCOL;    /* it answered, with an error: e.g. WRONGTYPE */
     case WATCHLOCK_EPERM:
@@ -152,13 +153,17 @@ const char *cli_redact_url(const char *url)
             }
         }
     }
-    /* query: ...password=secret&... -> password=*** */
+    /* query: ...password=secret&... and sentinel_password=... -> ***.
+     * A key is redacted when it ends in "password". */
     char *q = strchr(buf, '?');
     while (q) {
         char *p = strstr(q, "password=");
         if (!p)
             break;
-        if (p[-1] != '?' && p[-1] != '&') {
+        char *key = p;
+        while (key > buf && key[-1] != '?' && key[-1] != '&')
+            key--;
+        if (key != p && strncmp(key, "sentinel_", (size_t)(p - key)) != 0) {
             q = p + 1;
             continue;
         }

@@ -48,6 +48,7 @@ local ENOTOWNER = core.WATCHLOCK_ENOTOWNER
 local ECONN = core.WATCHLOCK_ECONN
 local EAUTH = core.WATCHLOCK_EAUTH
 local EPERM = core.WATCHLOCK_EPERM
+local EREPLICAS = core.WATCHLOCK_EREPLICAS
 local ESERVER = core.WATCHLOCK_ESERVER
 local ECLOSED = core.WATCHLOCK_ECLOSED
 local EFORKED = core.WATCHLOCK_EFORKED
@@ -83,7 +84,7 @@ local function fail(status, what, level)
     return nil, "timeout"
   elseif status == ENOTOWNER then
     return nil, "not owner"
-  elseif status == ECONN or status == EAUTH or status == EPERM or status == ESERVER then
+  elseif status == ECONN or status == EAUTH or status == EPERM or status == ESERVER or status == EREPLICAS then
     return nil, detail(status)
   elseif status == ECLOSED then
     raise(what .. ": the client is closed", level)

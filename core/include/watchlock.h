@@ -70,7 +70,8 @@ enum {
     WATCHLOCK_ECLOSED = 8,    /* the client was closed */
     WATCHLOCK_EFORKED = 9,    /* handle inherited across fork(); only the parent may use it */
     WATCHLOCK_EINTERNAL = 10, /* a bug or an unexpected system failure */
-    WATCHLOCK_EPERM = 11      /* the server's ACL denies a command, key or channel (NOPERM) */
+    WATCHLOCK_EPERM = 11,     /* the server's ACL denies a command, key or channel (NOPERM) */
+    WATCHLOCK_EREPLICAS = 12  /* fewer replicas than the URL's min_replicas acknowledged an acquire in time */
 };
 
 /* Static, never NULL ("unknown status" for codes this version does not know). */

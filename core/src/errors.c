@@ -35,6 +35,7 @@ const char *watchlock_strerror(int status)
     case WATCHLOCK_EFORKED: return "handle inherited across fork";
     case WATCHLOCK_EINTERNAL: return "internal error";
     case WATCHLOCK_EPERM: return "permission denied by ACL";
+    case WATCHLOCK_EREPLICAS: return "not acknowledged by enough replicas";
     default: return "unknown status";
     }
 }

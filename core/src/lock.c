@@ -384,6 +384,33 @@ static void release_on_fresh_connection(watchlock_client *c, const wl_release_ar
     wl_conn_free(ctx);
 }
 
+/* min_replicas: WAIT on the connection that wrote the key (WAIT counts
+ * the replicas that have this connection's writes). OK, EREPLICAS when
+ * fewer acknowledged within min_replicas_timeout, or a connection error. */
+static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what)
+{
+    const wl_endpoint *ep = &c->server.ep;
+    char n[16], ms[24];
+    snprintf(n, sizeof n, "%d", ep->min_replicas);
+    snprintf(ms, sizeof ms, "%" PRId64, ep->min_replicas_timeout_ms);
+    const char *argv[3] = {"WAIT", n, ms};
+    int64_t saved = wl_conn_timeout(conn);
+    wl_conn_set_timeout(conn, ep->min_replicas_timeout_ms + saved); /* the server waits first */
+    redisReply *r = wl_conn_command(conn, 3, argv, NULL);
+    wl_conn_set_timeout(conn, saved);
+    if (r == NULL)
+        return wl_conn_error(&c->server, conn, what);
+    int rc = wl_reply_error(&c->server, r, what);
+    if (rc == WATCHLOCK_OK && (r->type != REDIS_REPLY_INTEGER || r->integer < ep->min_replicas))
+        rc = wl_fail(WATCHLOCK_EREPLICAS,
+                     "%s: %lld of min_replicas=%d replicas acknowledged the lock within %" PRId64
+                     " ms; the key was given back",
+                     what, r->type == REDIS_REPLY_INTEGER ? r->integer : 0LL, ep->min_replicas,
+                     ep->min_replicas_timeout_ms);
+    freeReplyObject(r);
+    return rc;
+}
+
 /* One acquire round trip. OK: now held. ETIMEDOUT: someone else holds it,
  * *pttl_ms says for how long (-1 no expiry, -2 gone meanwhile). */
 static int attempt(watchlock_lock *l, int64_t *pttl_ms)
@@ -442,7 +469,9 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     snprintf(what, sizeof what, "acquire %s", l->quoted);
     int64_t sent = wl_now_us();
     redisReply *r;
-    int rc = wl_run_script(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nkeys == 2 ? 3 : 6, argv, lens, &r, what);
+    wl_conn *wrote = NULL; /* kept for WAIT when min_replicas is set */
+    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nkeys == 2 ? 3 : 6, argv, lens, &r, what,
+                                c->server.ep.min_replicas > 0 ? &wrote : NULL);
     if (rc != WATCHLOCK_OK) {
         pthread_mutex_unlock(&l->io_mu);
         return rc;
@@ -451,10 +480,14 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     int64_t value;
     if (!wl_reply_acquire(r, &acquired, &value)) {
         freeReplyObject(r);
+        wl_server_put(&c->server, wrote);
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
     }
     freeReplyObject(r);
+    if (acquired && wrote != NULL)
+        rc = wait_replicas(c, wrote, what);
+    wl_server_put(&c->server, wrote);
     if (!acquired) {
         *pttl_ms = value;
         pthread_mutex_unlock(&l->io_mu);
@@ -462,6 +495,20 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     }
     pthread_mutex_lock(&c->mu);
     l->token_used = true;
+    if (rc != WATCHLOCK_OK) {
+        /* Too few replicas have the key: a failover now could lose it.
+         * Give it back (checked) and report. */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+        wl_release_args a;
+        wl_release_args_make(l, &a);
+        pthread_mutex_unlock(&c->mu);
+        redisReply *rr;
+        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, a.argv, a.lens, &rr, "release") == WATCHLOCK_OK)
+            freeReplyObject(rr);
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(rc, "%s", msg);
+    }
     if (atomic_load(&c->closed)) {
         /* Closed while our script was in flight: close has already released
          * what it knew of, so give this one back too (best effort, on a

@@ -20,7 +20,7 @@ from ._lock import Lock, LockOptions, OnLost
 from ._util import Duration, LostReason
 from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
                          InternalError, InvalidArgument, LockLostError, LockNotOwnedError, LockTimeout,
-                         OutOfMemoryError, PermissionDeniedError, ServerError)
+                         OutOfMemoryError, PermissionDeniedError, ReplicationError, ServerError)
 
 __version__: str = _native.version_string()
 #: Version of the C core compiled into this package (same as __version__).
@@ -30,6 +30,6 @@ __all__ = [
     "Client", "Lock", "LockInfo", "Owner", "CheckCode", "CheckFinding", "LostReason", "default_client", "lock", "synchronized",
     "Duration", "LockOptions", "OnLost",
     "Error", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
-    "AuthenticationError", "PermissionDeniedError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
+    "AuthenticationError", "PermissionDeniedError", "ReplicationError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
     "OutOfMemoryError", "InternalError", "__version__",
 ]

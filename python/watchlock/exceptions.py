@@ -14,7 +14,7 @@ from . import _native
 __all__ = [
     "Error", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "ServerError", "ClientClosedError",
-    "ForkedError", "OutOfMemoryError", "InternalError", "PermissionDeniedError",
+    "ForkedError", "OutOfMemoryError", "InternalError", "PermissionDeniedError", "ReplicationError",
 ]
 
 
@@ -83,6 +83,12 @@ class PermissionDeniedError(Error):
     status = _native.WATCHLOCK_EPERM
 
 
+class ReplicationError(Error):
+    """Fewer replicas than the URL's ``min_replicas`` acknowledged the
+    acquire within ``min_replicas_timeout``; the key was given back."""
+    status = _native.WATCHLOCK_EREPLICAS
+
+
 class InvalidArgument(Error, ValueError):
     """A bad argument: empty or too long name, bad duration, malformed URL..."""
     status = _native.WATCHLOCK_EINVAL
@@ -118,7 +124,7 @@ class InternalError(Error):
 _STATUS: Dict[Optional[int], Type[Error]] = {
     cls.status: cls for cls in (InvalidArgument, OutOfMemoryError, LockTimeout, LockNotOwnedError,
                                 ConnectionError, AuthenticationError, ServerError, ClientClosedError,
-                                PermissionDeniedError, ForkedError, InternalError)}
+                                PermissionDeniedError, ReplicationError, ForkedError, InternalError)}
 
 
 def error_class(status: int) -> Type[Error]:

@@ -1042,6 +1042,19 @@ def test_wrong_password_exits_69_with_clear_line(tmp_path, name):
         assert r.returncode == 6, r.stderr
 
 
+def test_sentinel_passwords_are_not_echoed(cli, name):
+    """A Sentinel URL whose sentinels are unreachable: the error line names
+    the URL without the master's or the sentinels' password."""
+    port = free_port()
+    url = (f"redis-sentinel://:master-secret@127.0.0.1:{port}/mymaster"
+           "?sentinel_password=sentinel-secret&connect_timeout=200ms")
+    r = cli.run("status", name, url=url)
+    assert r.returncode == EX_UNAVAILABLE, r.stderr
+    line = one_error_line(r.stderr)
+    assert "mymaster" in line, line
+    assert "master-secret" not in line and "sentinel-secret" not in line, line
+
+
 def test_lock_key_of_another_type_exits_76(cli, name, redis_server, tmp_path):
     """The server answers with an error (WRONGTYPE: the lock's key was set to
     a list by something else): EX_PROTOCOL, not "unreachable" (69), with the
