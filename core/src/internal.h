@@ -167,6 +167,8 @@ void wl_server_put(wl_server *srv, wl_conn *conn);
 /* The node's address changed (Sentinel): later connections go there, idle
  * ones to the old address are dropped. */
 void wl_server_set_address(wl_server *srv, const char *host, int port);
+/* Whether conn goes to the node's current address (not one a failover left behind). */
+bool wl_server_current(wl_server *srv, const wl_conn *conn);
 /* A connection opened for address generation `gen` failed: ask again. */
 void wl_server_suspect(wl_server *srv, uint64_t gen);
 /* "host:port" of the node as known now, for messages. */

@@ -91,6 +91,14 @@ void wl_server_set_address(wl_server *srv, const char *host, int port)
     pthread_mutex_unlock(&srv->mu);
 }
 
+bool wl_server_current(wl_server *srv, const wl_conn *conn)
+{
+    pthread_mutex_lock(&srv->mu);
+    bool current = wl_conn_tag(conn) == srv->addr_gen;
+    pthread_mutex_unlock(&srv->mu);
+    return current;
+}
+
 void wl_server_suspect(wl_server *srv, uint64_t gen)
 {
     if (srv->ep.kind == WL_KIND_STANDALONE)

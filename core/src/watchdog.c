@@ -202,6 +202,27 @@ static bool send_pipeline(wl_conn *ctx, round_entry *es, size_t n, bool use_eval
     return true;
 }
 
+/* min_replicas: whether enough replicas have this connection's writes
+ * (the round's renewals) within the URL's budget, capped by t_ms. A
+ * failover to a replica that missed them would lose those leases, so a
+ * round without the acknowledgements counts as failed. */
+static bool replicas_acked(watchlock_client *c, wl_conn *conn, int64_t t_ms)
+{
+    const wl_endpoint *ep = &c->server.ep;
+    int64_t budget = ep->min_replicas_timeout_ms < t_ms ? ep->min_replicas_timeout_ms : t_ms;
+    char n[16], ms[24];
+    snprintf(n, sizeof n, "%d", ep->min_replicas);
+    snprintf(ms, sizeof ms, "%" PRId64, budget);
+    const char *argv[3] = {"WAIT", n, ms};
+    wl_conn_set_timeout(conn, t_ms + budget);
+    redisReply *r = wl_conn_command(conn, 3, argv, NULL);
+    wl_conn_set_timeout(conn, t_ms);
+    bool ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= ep->min_replicas;
+    if (r != NULL)
+        freeReplyObject(r);
+    return ok;
+}
+
 /* Without mu: renews es[0..n) on the watchdog connection, ending all network
  * waits by cap_ms. Returns the number of round trips. */
 static int run_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
@@ -210,6 +231,11 @@ static int run_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap
         cap_ms = 1;
     for (size_t i = 0; i < n; i++)
         es[i].result = WL_WRITE_FAILED;
+    if (c->wd_conn != NULL && !wl_server_current(&c->server, c->wd_conn)) {
+        /* The sentinels named a new master: renew there. */
+        wl_conn_free(c->wd_conn);
+        c->wd_conn = NULL;
+    }
     if (c->wd_conn == NULL && wl_server_connect(&c->server, cap_ms, &c->wd_conn) != WATCHLOCK_OK)
         return 0;
     int64_t t = c->server.ep.command_timeout_ms < cap_ms ? c->server.ep.command_timeout_ms : cap_ms;
@@ -222,6 +248,13 @@ static int run_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap
     if (ok && any_eval) {
         trips++;
         ok = send_pipeline(c->wd_conn, es, n, true);
+    }
+    if (ok && c->server.ep.min_replicas > 0) {
+        trips++;
+        ok = replicas_acked(c, c->wd_conn, t);
+        if (!ok) /* landed on the master only: do not count on these leases */
+            for (size_t i = 0; i < n; i++)
+                es[i].result = WL_WRITE_FAILED;
     }
     if (!ok) {
         for (size_t i = 0; i < n; i++)
