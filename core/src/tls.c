@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct wl_tls {
@@ -79,7 +80,12 @@ int wl_tls_new(const wl_tls_opts *o, wl_tls **out)
     SSL_CTX_set_options(t->ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
 #endif
     int rc = WATCHLOCK_OK;
-    if (o->cacert || o->cacertdir) {
+    errno = 0;
+    struct stat st;
+    if (o->cacertdir && (stat(o->cacertdir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        rc = wl_fail(WATCHLOCK_EINVAL, "TLS cacertdir '%s' is not a directory%s%s", o->cacertdir,
+                     errno ? ": " : "", errno ? strerror(errno) : "");
+    } else if (o->cacert || o->cacertdir) {
         if (SSL_CTX_load_verify_locations(t->ctx, o->cacert, o->cacertdir) != 1)
             rc = file_error(o->cacert ? "cacert" : "cacertdir", o->cacert ? o->cacert : o->cacertdir);
     } else if (SSL_CTX_set_default_verify_paths(t->ctx) != 1) {
