@@ -25,9 +25,13 @@
 
 struct rh_server {
     pid_t pid; /* 0 when not running */
-    int port;
+    int port;  /* the plain port (the harness's own, for a TLS server) */
+    int tls_port;
+    int tls_auth_clients;
+    int attached; /* rh_attach(): not ours to stop */
+    char tls_cert[32];
     char dir[256];
-    char url[64];
+    char url[1024];
     char sock[300];
     char logfile[300];
     char *password;
@@ -153,6 +157,23 @@ static int spawn(rh_server *srv)
         args[n++] = "--requirepass";
         args[n++] = srv->password;
     }
+    char tls_port[16], cert[600], key[600], ca[600];
+    if (srv->tls_port > 0) {
+        snprintf(tls_port, sizeof tls_port, "%d", srv->tls_port);
+        snprintf(cert, sizeof cert, "%s/%s.crt", rh_tls_dir(), srv->tls_cert);
+        snprintf(key, sizeof key, "%s/%s.key", rh_tls_dir(), srv->tls_cert);
+        snprintf(ca, sizeof ca, "%s/ca.crt", rh_tls_dir());
+        args[n++] = "--tls-port";
+        args[n++] = tls_port;
+        args[n++] = "--tls-cert-file";
+        args[n++] = cert;
+        args[n++] = "--tls-key-file";
+        args[n++] = key;
+        args[n++] = "--tls-ca-cert-file";
+        args[n++] = ca;
+        args[n++] = "--tls-auth-clients";
+        args[n++] = srv->tls_auth_clients ? "yes" : "no";
+    }
     for (int i = 0; i < srv->argc; i++)
         args[n++] = srv->argv[i];
     args[n] = NULL;
@@ -226,11 +247,27 @@ rh_server *rh_start(const rh_options *opts)
             srv->password = strdup(opts->password);
         for (int i = 0; opts->extra != NULL && opts->extra[i] != NULL && i < MAX_ARGS; i++)
             srv->argv[srv->argc++] = strdup(opts->extra[i]);
+        if (opts->tls && rh_tls_dir() == NULL) {
+            rh_free(srv);
+            return NULL;
+        }
+        snprintf(srv->tls_cert, sizeof srv->tls_cert, "%s", opts->tls_cert ? opts->tls_cert : "server");
+        srv->tls_auth_clients = opts->tls_auth_clients;
     }
+    int tls = opts != NULL && opts->tls;
     for (int attempt = 0; attempt < 20; attempt++) {
         srv->port = free_port();
-        if (srv->port > 0 && spawn(srv) == 0) {
-            snprintf(srv->url, sizeof srv->url, "redis://127.0.0.1:%d", srv->port);
+        srv->tls_port = tls ? free_port() : 0;
+        if (srv->port > 0 && srv->tls_port >= 0 && srv->tls_port != srv->port && spawn(srv) == 0) {
+            if (!tls)
+                snprintf(srv->url, sizeof srv->url, "redis://127.0.0.1:%d", srv->port);
+            else if (srv->tls_auth_clients)
+                snprintf(srv->url, sizeof srv->url,
+                         "rediss://127.0.0.1:%d?cacert=%s/ca.crt&cert=%s/client.crt&key=%s/client.key",
+                         srv->tls_port, rh_tls_dir(), rh_tls_dir(), rh_tls_dir());
+            else
+                snprintf(srv->url, sizeof srv->url, "rediss://127.0.0.1:%d?cacert=%s/ca.crt", srv->tls_port,
+                         rh_tls_dir());
             return srv;
         }
     }
@@ -294,6 +331,10 @@ void rh_free(rh_server *srv)
 {
     if (srv == NULL)
         return;
+    if (srv->attached) {
+        free(srv);
+        return;
+    }
     rh_stop(srv);
     unlink(srv->logfile);
     if (srv->sock[0])
@@ -321,6 +362,11 @@ pid_t rh_pid(const rh_server *srv)
 const char *rh_url(const rh_server *srv)
 {
     return srv->url;
+}
+
+int rh_tls_port(const rh_server *srv)
+{
+    return srv->tls_port;
 }
 
 const char *rh_unixsocket(const rh_server *srv)
@@ -412,4 +458,220 @@ long long rh_info(const rh_server *srv, const char *section, const char *field)
     }
     freeReplyObject(r);
     return v;
+}
+
+/* ---- TLS certificates ---------------------------------------------------- */
+
+static char tls_dir[256];
+static pid_t tls_dir_owner;
+
+/* Runs argv (no shell) with stdout/stderr to ours; its exit status, or -1. */
+static int run(const char *const *argv)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0)
+            dup2(devnull, 0);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR)
+            return -1;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void remove_tls_dir(void)
+{
+    if (tls_dir[0] == '\0' || getpid() != tls_dir_owner)
+        return; /* a forked test child: the directory is its parent's */
+    const char *argv[] = {"rm", "-rf", tls_dir, NULL};
+    run(argv);
+}
+
+const char *rh_tls_dir(void)
+{
+    if (tls_dir[0] != '\0')
+        return tls_dir;
+    char dir[256];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/watchlock-certs-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "redis_harness: mkdtemp: %s\n", strerror(errno));
+        return NULL;
+    }
+    const char *argv[] = {"python3", WATCHLOCK_SOURCE_DIR "/tests/harness/tls.py", dir, NULL};
+    if (run(argv) != 0) {
+        fprintf(stderr, "redis_harness: tests/harness/tls.py could not make the test certificates\n");
+        const char *rm[] = {"rm", "-rf", dir, NULL};
+        run(rm);
+        return NULL;
+    }
+    snprintf(tls_dir, sizeof tls_dir, "%s", dir);
+    tls_dir_owner = getpid();
+    atexit(remove_tls_dir);
+    return tls_dir;
+}
+
+const char *rh_tls_file(const char *name)
+{
+    static char bufs[4][600];
+    static int next;
+    char *b = bufs[next++ % 4];
+    const char *d = rh_tls_dir();
+    snprintf(b, sizeof bufs[0], "%s/%s", d ? d : "(no certificates)", name);
+    return b;
+}
+
+rh_server *rh_attach(int port)
+{
+    rh_server *srv = calloc(1, sizeof *srv);
+    if (srv == NULL)
+        return NULL;
+    srv->attached = 1;
+    srv->port = port;
+    snprintf(srv->url, sizeof srv->url, "redis://127.0.0.1:%d", port);
+    return srv;
+}
+
+/* ---- sentinel groups (tests/harness/sentinel.py --serve) ----------------- */
+
+struct rh_sentinel_group {
+    pid_t pid;
+    int to_child;      /* its stdin: closing it tears the group down */
+    char url[2048];
+    rh_server *master; /* attached */
+    rh_server *replica;
+};
+
+/* The value of "key=" in a line of space-separated key=value words, copied to out. */
+static int word_value(const char *line, const char *key, char *out, size_t outlen)
+{
+    size_t klen = strlen(key);
+    for (const char *p = line; p != NULL && *p; p = strchr(p, ' ')) {
+        while (*p == ' ')
+            p++;
+        if (strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            const char *v = p + klen + 1;
+            size_t n = strcspn(v, " \n");
+            if (n >= outlen)
+                return -1;
+            memcpy(out, v, n);
+            out[n] = '\0';
+            return 0;
+        }
+    }
+    return -1;
+}
+
+rh_sentinel_group *rh_sentinel_start(int tls)
+{
+    int in[2], out[2];
+    if (pipe(in) != 0)
+        return NULL;
+    if (pipe(out) != 0) {
+        close(in[0]);
+        close(in[1]);
+        return NULL;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+        return NULL;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* the script tears the group down on SIGTERM */
+        if (getppid() != parent)
+            _exit(127);
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        const char *argv[] = {"python3", WATCHLOCK_SOURCE_DIR "/tests/harness/sentinel.py", "--serve",
+                              tls ? "--tls" : NULL, NULL};
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    rh_sentinel_group *g = calloc(1, sizeof *g);
+    if (g == NULL) {
+        close(in[1]);
+        close(out[0]);
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        return NULL;
+    }
+    g->pid = pid;
+    g->to_child = in[1];
+    /* one line, written once the group is healthy (the script's own deadline is 30 s) */
+    FILE *f = fdopen(out[0], "r");
+    char line[4096] = "";
+    if (f == NULL || fgets(line, sizeof line, f) == NULL) {
+        fprintf(stderr, "redis_harness: tests/harness/sentinel.py --serve did not start a group\n");
+        if (f != NULL)
+            fclose(f);
+        else
+            close(out[0]);
+        rh_sentinel_free(g);
+        return NULL;
+    }
+    fclose(f);
+    char port[16];
+    if (word_value(line, "url", g->url, sizeof g->url) != 0) {
+        fprintf(stderr, "redis_harness: sentinel.py said '%s'\n", line);
+        rh_sentinel_free(g);
+        return NULL;
+    }
+    if (word_value(line, "master", port, sizeof port) == 0)
+        g->master = rh_attach(atoi(port));
+    if (word_value(line, "replica", port, sizeof port) == 0)
+        g->replica = rh_attach(atoi(port));
+    return g;
+}
+
+void rh_sentinel_free(rh_sentinel_group *g)
+{
+    if (g == NULL)
+        return;
+    if (g->to_child >= 0)
+        close(g->to_child); /* EOF on its stdin: it stops every process of the group */
+    if (g->pid > 0) {
+        long long end = mono_ms() + 30000;
+        int st;
+        while (waitpid(g->pid, &st, WNOHANG) == 0) {
+            if (mono_ms() > end) {
+                kill(g->pid, SIGTERM);
+                waitpid(g->pid, &st, 0);
+                break;
+            }
+            sleep_ms(10);
+        }
+    }
+    rh_free(g->master);
+    rh_free(g->replica);
+    free(g);
+}
+
+const char *rh_sentinel_url(const rh_sentinel_group *g)
+{
+    return g->url;
+}
+
+rh_server *rh_sentinel_master(rh_sentinel_group *g)
+{
+    return g->master;
+}
+
+rh_server *rh_sentinel_replica(rh_sentinel_group *g)
+{
+    return g->replica;
 }

@@ -13,6 +13,17 @@
  * Commands use a fresh hiredis connection each time (authenticated when the
  * server has a password), so they keep working after CLIENT KILL or a
  * restart.
+ *
+ * TLS servers (rh_options.tls): the server listens with TLS on rh_tls_port()
+ * and, for the harness only, in plain text on rh_port(): hiredis 0.14 has no
+ * TLS, so readiness checks and rh_command() use the plain port, and tests
+ * give the library rh_url(), which names the TLS port only. Certificates
+ * come from tests/harness/tls.py (run once per process by rh_tls_dir()).
+ *
+ * Sentinel groups (rh_sentinel_start) are run by the Python harness
+ * (tests/harness/sentinel.py --serve): one master, one replica, three
+ * sentinels, torn down when rh_sentinel_free() closes its stdin or the test
+ * process dies.
  */
 #ifndef WATCHLOCK_REDIS_HARNESS_H
 #define WATCHLOCK_REDIS_HARNESS_H
@@ -27,6 +38,9 @@ typedef struct rh_options {
     const char *password;     /* --requirepass (NULL: none) */
     int unixsocket;           /* 1: also listen on <dir>/redis.sock */
     const char *const *extra; /* further redis-server arguments, NULL-terminated (may be NULL) */
+    int tls;                  /* 1: also listen with TLS (see above) */
+    const char *tls_cert;     /* the server's pair from rh_tls_dir(): "server" (NULL), "other-name", "unknown" */
+    int tls_auth_clients;     /* 1: --tls-auth-clients yes (mutual TLS) */
 } rh_options;
 
 /* Starts a server and waits until it answers PING. opts may be NULL. */
@@ -36,8 +50,12 @@ void rh_free(rh_server *srv);
 
 int rh_port(const rh_server *srv);
 pid_t rh_pid(const rh_server *srv);
-/* "redis://127.0.0.1:PORT" (without credentials). */
+/* "redis://127.0.0.1:PORT" (without credentials); for a TLS server
+ * "rediss://127.0.0.1:TLS_PORT?cacert=DIR/ca.crt", plus
+ * "&cert=DIR/client.crt&key=DIR/client.key" when it asks for client certificates. */
 const char *rh_url(const rh_server *srv);
+/* The TLS port; 0 for a plain server. */
+int rh_tls_port(const rh_server *srv);
 /* Path of the unix socket ("" when not asked for). */
 const char *rh_unixsocket(const rh_server *srv);
 int rh_running(const rh_server *srv);
@@ -66,5 +84,29 @@ int rh_ok(const rh_server *srv, const char *fmt, ...);
  * ("cmdstat_evalsha:calls=3,...") the calls count. 0 when the field is
  * absent, -1 when the server did not answer. */
 long long rh_info(const rh_server *srv, const char *section, const char *field);
+
+/* The directory of the test certificates (tests/harness/tls.py: ca.crt,
+ * server.crt/.key, client.crt/.key, other-name.*, wrong-ca.crt, unknown.*),
+ * made on the first call by running python3. Call it in main() before the
+ * tests fork, so that all of them share one set; the process that made it
+ * removes it at exit. NULL (and a message) on failure. */
+const char *rh_tls_dir(void);
+/* A file in it ("ca.crt"), in a static buffer of its own per call slot (4 rotating). */
+const char *rh_tls_file(const char *name);
+
+/* An rh_server for a redis-server someone else started on 127.0.0.1:port,
+ * for rh_command() and friends; rh_free() does not stop it. */
+rh_server *rh_attach(int port);
+
+typedef struct rh_sentinel_group rh_sentinel_group;
+/* Starts a group (tls: rediss-sentinel://, every process TLS-only) and
+ * waits until it is healthy. NULL on failure. */
+rh_sentinel_group *rh_sentinel_start(int tls);
+void rh_sentinel_free(rh_sentinel_group *g);
+/* "redis-sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/watchlock-master" (with ?cacert= for TLS). */
+const char *rh_sentinel_url(const rh_sentinel_group *g);
+/* The master and the replica as they were at start (plain groups only: for rh_command()). */
+rh_server *rh_sentinel_master(rh_sentinel_group *g);
+rh_server *rh_sentinel_replica(rh_sentinel_group *g);
 
 #endif

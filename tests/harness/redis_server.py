@@ -30,6 +30,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when the process (its thread, in
+    fact) that started it dies. For single-threaded drivers such as
+    `sentinel.py --serve`, whose caller may be killed at any moment."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+
+
 def tls_client_context(certs=None) -> ssl.SSLContext:
     """The harness's own TLS context: presents the test client certificate
     (so that servers with --tls-auth-clients yes answer) and verifies nothing."""
@@ -68,6 +76,7 @@ class RedisServer:
     "yes" ("optional" also exists)."""
 
     tls = None  # class default: subclasses that skip __init__ (helpers.RedisAt) speak plain RESP
+    preexec = None  # e.g. die_with_parent
 
     def __init__(self, extra_args: Sequence[str] = (), password: Optional[str] = None,
                  tls=None, tls_auth_clients: str = "no", tls_cert: str = "server"):
@@ -119,8 +128,8 @@ class RedisServer:
                     "--logfile", os.path.join(self.dir, "redis.log")]
             if self.password:
                 args += ["--requirepass", self.password]
-            self.proc = subprocess.Popen(args + self.extra_args,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(args + self.extra_args, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, preexec_fn=self.preexec)
             if self._wait_ready():
                 return self
             self.stop()

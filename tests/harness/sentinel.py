@@ -35,7 +35,8 @@ import time
 from typing import List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from redis_server import RedisError, RedisServer, _encode, _read_reply, connect, free_port, tls_query  # noqa: E402
+from redis_server import (RedisError, RedisServer, _encode, _read_reply, connect, die_with_parent,  # noqa: E402
+                          free_port, tls_query)
 
 MASTER_NAME = "watchlock-master"
 
@@ -124,7 +125,8 @@ class Sentinel:
                 self.port = free_port()
                 self._write_conf(self.group.master_port_at_start)
             self.proc = subprocess.Popen(head + [self.conf] + ([] if exe else ["--sentinel"]),
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         preexec_fn=RedisServer.preexec)
             try:
                 wait_until(lambda: self.proc.poll() is not None or self.command("PING") == "PONG", 10,
                            f"sentinel {self.index} to answer PING", interval=0.02)
@@ -392,6 +394,7 @@ class SentinelGroup:
 
 
 def _serve(argv: List[str]) -> int:
+    RedisServer.preexec = staticmethod(die_with_parent)  # nothing outlives this process
     tls = None
     cert_dir = None
     if "--tls" in argv:
