@@ -237,6 +237,7 @@ end
 
 --- watchlock.connect([url]) -> client | nil, message
 -- url: "redis://[[user]:password@]host[:port][/db][?connect_timeout=2s&...]"
+-- "rediss://...?cacert=FILE" (TLS), "redis-sentinel://h1:26379,h2:26379/MASTER"
 -- or "unix:///path.sock"; default: $WATCHLOCK_URL, else redis://127.0.0.1:6379.
 function M.connect(url)
   run_hooks()

@@ -79,8 +79,11 @@ class CheckFinding(NamedTuple):
 class Client:
     """A connection to one Redis server, shared by all threads of a process.
 
-    ``url``: ``redis://[[user]:password@]host[:port][/db][?connect_timeout=2s&command_timeout=2s]``
-    or ``unix:///path/to/redis.sock?db=N``; when None, the ``WATCHLOCK_URL``
+    ``url``: ``redis://[[user]:password@]host[:port][/db][?connect_timeout=2s&command_timeout=2s]``,
+    ``rediss://...?cacert=FILE`` (TLS; also cert, key, sni, insecure),
+    ``redis-sentinel://h1:26379,h2:26379/MASTER`` (``rediss-sentinel://``),
+    or ``unix:///path/to/redis.sock?db=N``; any takes ``min_replicas=N``
+    (README "URLs"); when None, the ``WATCHLOCK_URL``
     environment variable, else ``redis://127.0.0.1:6379``. Connects once to
     check the server (ConnectionError, AuthenticationError otherwise).
 
