@@ -329,6 +329,8 @@ static int parse_sentinel(wl_endpoint *ep, const char *s, const char *end)
             return wl_fail(WATCHLOCK_EINVAL, "malformed URL: empty sentinel address");
         h = comma ? comma + 1 : slash;
     }
+    if (ep->n_sentinels == 0)
+        return wl_fail(WATCHLOCK_EINVAL, "malformed URL: no sentinel address before /MASTER");
     const char *name = slash + 1;
     const char *name_end = memchr(name, '/', (size_t)(end - name));
     if (name_end == NULL)

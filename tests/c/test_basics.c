@@ -194,6 +194,7 @@ static void test_malformed_urls(void)
         "redis-sentinel://127.0.0.1:26379",
         "redis-sentinel://127.0.0.1:26379/",
         "redis-sentinel://127.0.0.1:26379,/mymaster",
+        "rediss-sentinel:///mymaster",
         "redis-sentinel://127.0.0.1:26379/mymaster/x",
         "redis-sentinel://127.0.0.1:notaport/mymaster",
         "redis-sentinel://a:b@127.0.0.1:26379,c:d@127.0.0.2/mymaster",

@@ -3,7 +3,8 @@
  * wl_endpoint_parse() on a NUL-terminated copy of the input, then
  * wl_endpoint_clear(). Besides crashes, leaks and undefined behaviour
  * (ASan, UBSan) it checks what a parsed endpoint promises: one of host or
- * socket path, a port in range, positive timeouts, a terminated label; and
+ * socket path (or, for Sentinel, sentinels and a master name), a port in
+ * range, TLS options only on TLS URLs, positive timeouts, a terminated label; and
  * that a failure leaves a detail message and an endpoint safe to clear.
  */
 #include "internal.h"
@@ -22,12 +23,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     url[size] = '\0';
     wl_endpoint ep;
     int rc = wl_endpoint_parse(&ep, url);
-    if (rc == WATCHLOCK_OK) {
+    if (rc == WATCHLOCK_OK && ep.kind == WL_KIND_SENTINEL) {
+        /* Sentinel: at least one sentinel, each with a host and a port in
+         * range, and a master name; no standalone address. */
+        if (ep.n_sentinels == 0 || ep.master_name == NULL || ep.master_name[0] == '\0' || ep.host || ep.unix_path)
+            abort();
+        for (size_t i = 0; i < ep.n_sentinels; i++)
+            if (ep.sentinels[i].host == NULL || ep.sentinels[i].host[0] == '\0' || ep.sentinels[i].port < 1 ||
+                ep.sentinels[i].port > 65535)
+                abort();
+    } else if (rc == WATCHLOCK_OK) {
         if ((ep.host == NULL) == (ep.unix_path == NULL))
             abort(); /* exactly one of TCP and unix */
         if (ep.host != NULL && (ep.port < 1 || ep.port > 65535 || ep.host[0] == '\0'))
             abort();
         if (ep.unix_path != NULL && ep.unix_path[0] != '/')
+            abort();
+    }
+    if (rc == WATCHLOCK_OK) {
+        if (!ep.tls.on && (ep.tls.cacert || ep.tls.cacertdir || ep.tls.cert || ep.tls.key || ep.tls.sni))
+            abort(); /* TLS options only on TLS URLs */
+        if (ep.min_replicas < 0 || ep.min_replicas_timeout_ms <= 0)
             abort();
         if (ep.connect_timeout_ms <= 0 || ep.command_timeout_ms <= 0 || ep.db < 0 ||
             ep.safety_margin_ms < 0 || ep.safety_margin_ms > WL_MAX_SAFETY_MARGIN_MS)
