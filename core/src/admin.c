@@ -481,6 +481,37 @@ static int scan_page(wl_server *srv, wl_conn *ctx, const char *cursor, char next
     return rc;
 }
 
+/* Every lock key of one node: SCAN from 0 to the end. */
+static int scan_node(wl_server *node, const char *kglob, size_t kglob_len, const unsigned char *pat,
+                     size_t pattern_len, watchlock_lock_list *list)
+{
+    char cursor[32] = "0";
+    int rc = WATCHLOCK_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        wl_conn *ctx;
+        bool reused;
+        if ((rc = wl_server_get(node, &ctx, &reused)) != WATCHLOCK_OK)
+            break;
+        bool first = true;
+        do {
+            char next[32];
+            rc = scan_page(node, ctx, cursor, next, kglob, kglob_len, pat, pattern_len, list);
+            if (rc != WATCHLOCK_OK)
+                break;
+            memcpy(cursor, next, sizeof cursor);
+            first = false;
+        } while (strcmp(cursor, "0") != 0);
+        /* A pooled connection the server dropped while idle fails at once
+         * with EOF/reset: start again on a fresh one (SCAN only reads). */
+        bool stale = rc == WATCHLOCK_ECONN && reused && first &&
+                     (wl_conn_err(ctx) == WL_CERR_EOF || wl_conn_err(ctx) == WL_CERR_RESET);
+        wl_server_put(node, ctx);
+        if (!stale)
+            break;
+    }
+    return rc;
+}
+
 int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len)
 {
     if (out == NULL)
@@ -511,28 +542,15 @@ int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const 
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
 
-    char cursor[32] = "0";
-    for (int attempt = 0; attempt < 2; attempt++) {
-        wl_conn *ctx;
-        bool reused;
-        if ((rc = wl_server_get(&c->server, &ctx, &reused)) != WATCHLOCK_OK)
-            break;
-        bool first = true;
-        do {
-            char next[32];
-            rc = scan_page(&c->server, ctx, cursor, next, kglob, kglob_len, pat, pattern_len, list);
-            if (rc != WATCHLOCK_OK)
-                break;
-            memcpy(cursor, next, sizeof cursor);
-            first = false;
-        } while (strcmp(cursor, "0") != 0);
-        /* A pooled connection the server dropped while idle fails at once
-         * with EOF/reset: start again on a fresh one (SCAN only reads). */
-        bool stale = rc == WATCHLOCK_ECONN && reused && first &&
-                     (wl_conn_err(ctx) == WL_CERR_EOF || wl_conn_err(ctx) == WL_CERR_RESET);
-        wl_server_put(&c->server, ctx);
-        if (!stale)
-            break;
+    if (c->server.cluster == NULL) {
+        rc = scan_node(&c->server, kglob, kglob_len, pat, pattern_len, list);
+    } else {
+        /* Cluster: every master, from a fresh slot map. */
+        wl_server *masters[256];
+        rc = wl_cluster_refresh(c->server.cluster, true);
+        size_t n = rc == WATCHLOCK_OK ? wl_cluster_masters(c->server.cluster, masters, 256) : 0;
+        for (size_t i = 0; i < n && rc == WATCHLOCK_OK; i++)
+            rc = scan_node(masters[i], kglob, kglob_len, pat, pattern_len, list);
     }
     free(kglob);
     if (rc != WATCHLOCK_OK) {

@@ -57,6 +57,7 @@ struct watchlock_report {
 typedef struct checker {
     wl_server *srv;
     wl_conn *ctx;
+    bool sharded; /* Cluster: SPUBLISH/SSUBSCRIBE */
     watchlock_report *report;
     wl_keys keys;
     char user[128]; /* ACL user name for messages */
@@ -286,8 +287,8 @@ static void append_name(char *list, size_t size, const char *name)
 
 static bool is_channel_command(const char *cmd)
 {
-    return strcasecmp(cmd, "SUBSCRIBE") == 0 || strcasecmp(cmd, "UNSUBSCRIBE") == 0 ||
-           strcasecmp(cmd, "PUBLISH") == 0;
+    const char *c = (cmd[0] == 'S' || cmd[0] == 's') && strcasecmp(cmd, "SUBSCRIBE") != 0 ? cmd + 1 : cmd;
+    return strcasecmp(c, "SUBSCRIBE") == 0 || strcasecmp(c, "UNSUBSCRIBE") == 0 || strcasecmp(c, "PUBLISH") == 0;
 }
 
 /* Files a denial of `cmd` by what the server's text names: a key, a
@@ -329,6 +330,8 @@ static int write_denials(checker *k, const denials *d)
 static int dryrun_all(checker *k, denials *d, bool *usable)
 {
     const char *L = k->keys.lock, *F = k->keys.fence, *C = k->keys.channel;
+    const char *SUB = k->sharded ? "SSUBSCRIBE" : "SUBSCRIBE", *UNSUB = k->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
+    const char *PUB = k->sharded ? "SPUBLISH" : "PUBLISH";
     const char *sha = no_sha;
     enum { MAX_ARGC = 6 };
     const struct {
@@ -347,9 +350,9 @@ static int dryrun_all(checker *k, denials *d, bool *usable)
         {2, {"PTTL", L}},
         {2, {"EXISTS", L}},
         {1, {"TIME"}},
-        {2, {"SUBSCRIBE", C}},
-        {2, {"UNSUBSCRIBE", C}},
-        {3, {"PUBLISH", C, ""}},
+        {2, {SUB, C}},
+        {2, {UNSUB, C}},
+        {3, {PUB, C, ""}},
     };
     *usable = true;
     for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
@@ -458,10 +461,11 @@ static int probe_all(checker *k, denials *d)
         return rc;
 
     /* PUBLISH to a channel nobody listens to. */
-    const char *publish[3] = {"PUBLISH", k->keys.channel, ""};
+    const char *pub = k->sharded ? "SPUBLISH" : "PUBLISH";
+    const char *publish[3] = {pub, k->keys.channel, ""};
     if ((rc = ask(k, &r, 3, publish, "check: PUBLISH probe failed")) != WATCHLOCK_OK)
         return rc;
-    rc = probe_reply(k, d, "PUBLISH", r, &ran);
+    rc = probe_reply(k, d, pub, r, &ran);
     freeReplyObject(r);
     if (rc != WATCHLOCK_OK)
         return rc;
@@ -470,12 +474,13 @@ static int probe_all(checker *k, denials *d)
     wl_conn *sctx;
     if ((rc = wl_server_connect(k->srv, 0, &sctx)) != WATCHLOCK_OK)
         return rc;
-    const char *subscribe[2] = {"SUBSCRIBE", k->keys.channel};
+    const char *sub = k->sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
+    const char *subscribe[2] = {sub, k->keys.channel};
     r = wl_conn_command(sctx, 2, subscribe, NULL);
     if (r == NULL) {
         rc = wl_conn_error(k->srv, sctx, "check: SUBSCRIBE probe failed");
     } else {
-        rc = probe_reply(k, d, "SUBSCRIBE", r, &ran);
+        rc = probe_reply(k, d, sub, r, &ran);
         freeReplyObject(r);
     }
     wl_conn_free(sctx);
@@ -540,7 +545,7 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *client)
         return rc;
     checker k;
     memset(&k, 0, sizeof k);
-    k.srv = &client->server;
+    k.sharded = client->server.cluster != NULL;
     k.report = calloc(1, sizeof *k.report);
     if (k.report == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "check: out of memory");
@@ -552,6 +557,13 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *client)
     if ((rc = wl_keys_make(&k.keys, probe, strlen(probe))) != WATCHLOCK_OK) {
         watchlock_report_free(k.report);
         return rc;
+    }
+    /* Under Cluster: the master that serves the probe name's slot. */
+    k.srv = wl_server_route(&client->server, k.keys.lock, k.keys.lock_len);
+    if (k.srv == NULL) {
+        wl_keys_clear(&k.keys);
+        watchlock_report_free(k.report);
+        return wl_fail(WATCHLOCK_ECONN, "check: %s", watchlock_last_error());
     }
     for (int attempt = 0; attempt < 2; attempt++) {
         bool reused = false;

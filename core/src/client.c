@@ -45,6 +45,24 @@ void wl_client_unref(watchlock_client *c)
         client_free(c);
 }
 
+wl_subscriber *wl_client_sub(watchlock_client *c, const char *channel, size_t len)
+{
+    if (c->server.cluster == NULL)
+        return c->sub;
+    wl_server *node = wl_server_route(&c->server, channel, len);
+    if (node == NULL)
+        return NULL;
+    bool closed = atomic_load(&c->closed);
+    pthread_mutex_lock(&node->mu);
+    if (node->sub == NULL && !closed && (node->sub = wl_subscriber_new(node)) != NULL)
+        wl_subscriber_set_sharded(node->sub);
+    wl_subscriber *sub = node->sub;
+    pthread_mutex_unlock(&node->mu);
+    if (sub == NULL)
+        wl_fail(closed ? WATCHLOCK_ECLOSED : WATCHLOCK_ENOMEM, "no subscriber for %s", node->label);
+    return sub;
+}
+
 /* The sentinels announced a new master: waiters resubscribe there (and
  * are woken to try again). */
 static void on_switch_master(void *arg)
@@ -156,12 +174,26 @@ void watchlock_client_close(watchlock_client *c)
     wl_timer_stop(c);
     wl_sentinel_stop(&c->server);
     wl_subscriber_stop(c->sub);
+    wl_server *node;
+    for (size_t i = 0; c->server.cluster && (node = wl_cluster_node(c->server.cluster, i)) != NULL; i++) {
+        pthread_mutex_lock(&node->mu); /* wl_client_sub makes no new one: c->closed */
+        wl_subscriber *sub = node->sub;
+        pthread_mutex_unlock(&node->mu);
+        wl_subscriber_stop(sub);
+    }
 
-    /* Release what was held, best effort, pipelined. */
+    /* Release what was held, best effort, pipelined (one by one, routed
+     * by key, under Cluster). */
     wl_conn *ctx = NULL;
-    if (k > 0 && wl_server_connect(&c->server, 0, &ctx) == WATCHLOCK_OK) {
+    for (size_t i = 0; c->server.cluster != NULL && i < k; i++) {
+        redisReply *r;
+        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, args[i].argv, args[i].lens, &r,
+                          "release") == WATCHLOCK_OK)
+            freeReplyObject(r);
+    }
+    if (c->server.cluster == NULL && k > 0 && wl_server_connect(&c->server, 0, &ctx) == WATCHLOCK_OK) {
         for (size_t i = 0; i < k; i++)
-            wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, args[i].argv, args[i].lens);
+            wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, args[i].argv, args[i].lens);
         for (size_t i = 0; i < k; i++) {
             redisReply *reply = NULL;
             if (wl_conn_get_reply(ctx, &reply) != 0)
@@ -201,7 +233,8 @@ int wl_admin_keys(watchlock_client *c, const void *name, size_t name_len, wl_key
 }
 
 /* Runs an admin script on a name's keys: inspect gets (lock, fence),
- * force-release gets (lock) and the channel as its argument. */
+ * force-release gets (lock) and the channel and publish command as its
+ * arguments. */
 static int run_admin_script(watchlock_client *c, const void *name, size_t name_len, int script, const char *what,
                             redisReply **out)
 {
@@ -210,9 +243,10 @@ static int run_admin_script(watchlock_client *c, const void *name, size_t name_l
     if (rc != WATCHLOCK_OK)
         return rc;
     bool inspect = script == WL_SCRIPT_INSPECT;
-    const char *argv[2] = {keys.lock, inspect ? keys.fence : keys.channel};
-    size_t lens[2] = {keys.lock_len, inspect ? keys.fence_len : keys.channel_len};
-    rc = wl_run_script(&c->server, script, inspect ? 2 : 1, inspect ? 0 : 1, argv, lens, out, what);
+    const char *publish = wl_publish_command(&c->server);
+    const char *argv[3] = {keys.lock, inspect ? keys.fence : keys.channel, publish};
+    size_t lens[3] = {keys.lock_len, inspect ? keys.fence_len : keys.channel_len, strlen(publish)};
+    rc = wl_run_script(&c->server, script, inspect ? 2 : 1, inspect ? 0 : 2, argv, lens, out, what);
     wl_keys_clear(&keys);
     return rc;
 }
@@ -301,8 +335,17 @@ int64_t watchlock_client_stat(watchlock_client *c, int which)
     int64_t v = -1;
     if (which == WATCHLOCK_STAT_WATCHDOG_CPU_US)
         return atomic_load(&c->wd_cpu_us);
-    if (which == WATCHLOCK_STAT_SUBSCRIBE_DENIED)
-        return wl_sub_denied(c->sub); /* subscriber.mu: never under client.mu */
+    if (which == WATCHLOCK_STAT_SUBSCRIBE_DENIED) { /* subscriber.mu: never under client.mu */
+        int64_t n = wl_sub_denied(c->sub);
+        wl_server *node;
+        for (size_t i = 0; c->server.cluster && (node = wl_cluster_node(c->server.cluster, i)) != NULL; i++) {
+            pthread_mutex_lock(&node->mu);
+            wl_subscriber *sub = node->sub;
+            pthread_mutex_unlock(&node->mu);
+            n += sub ? wl_sub_denied(sub) : 0;
+        }
+        return n;
+    }
     pthread_mutex_lock(&c->mu);
     switch (which) {
     case WATCHLOCK_STAT_HELD_LOCKS: v = c->held; break;

@@ -55,7 +55,7 @@ int64_t wl_deadline_after_ms(int64_t ms);
 int wl_random_token(char out[33]);
 
 /* ---- URL (url.c) ---- */
-enum { WL_KIND_STANDALONE, WL_KIND_SENTINEL };
+enum { WL_KIND_STANDALONE, WL_KIND_SENTINEL, WL_KIND_CLUSTER };
 typedef struct wl_hostport {
     char *host;
     int port;
@@ -74,9 +74,10 @@ typedef struct wl_endpoint {
     int keepalive;
     int64_t safety_margin_ms; /* fixed part of the margin taken off every local deadline */
     wl_tls_opts tls;          /* rediss:// and rediss-sentinel:// */
-    /* Sentinel: the sentinels, the master's name, the sentinels' credentials */
-    wl_hostport *sentinels;
-    size_t n_sentinels;
+    /* Sentinel: the sentinels, the master's name, the sentinels' credentials;
+     * Cluster: the seed nodes */
+    wl_hostport *seeds;
+    size_t n_seeds;
     char *master_name;
     char *sentinel_user;
     char *sentinel_password;
@@ -136,6 +137,8 @@ void wl_scripts_learn(wl_conn *conn);
 
 /* ---- the node (node.c) and its topology (node.c, sentinel.c) ---- */
 typedef struct wl_sentinel wl_sentinel;
+typedef struct wl_cluster wl_cluster;
+typedef struct wl_subscriber wl_subscriber;
 typedef struct wl_server {
     wl_endpoint ep;
     wl_tls *tls;        /* NULL for plain URLs; shared by every connection */
@@ -151,9 +154,27 @@ typedef struct wl_server {
     char label[300];
     uint64_t addr_gen; /* bumped whenever the address changes or is in doubt */
     wl_sentinel *sentinel; /* Sentinel URLs: the +switch-master watcher */
+    wl_cluster *cluster;   /* Cluster URLs: the nodes and the slot map (cluster.c) */
+    bool borrowed;         /* a cluster node: ep strings and tls belong to its parent */
+    int cluster_index;     /* a cluster node: its index among the nodes */
+    /* watchdog thread only: its connection to this node and the node's
+     * share of a round (watchdog.c) */
+    wl_conn *wd_conn;
+    wl_subscriber *sub;      /* a cluster node: its wake-ups (SSUBSCRIBE), made on first use */
+    struct wl_server *parent; /* a cluster node: the client's server */
 } wl_server;
 
 int wl_server_init(wl_server *srv, const char *url);
+/* A cluster node at host:port with the parent's credentials, options and TLS. */
+int wl_server_init_node(wl_server *node, const wl_server *parent, const char *host, int port);
+/* The node that serves `key` (the server itself unless it is a cluster);
+ * NULL (ECONN set) when no node serves the key's slot. */
+wl_server *wl_server_route(wl_server *srv, const void *key, size_t len);
+/* "SPUBLISH" under Cluster (sharded pub/sub: the node of the channel's
+ * slot), else "PUBLISH". */
+const char *wl_publish_command(const wl_server *srv);
+/* Some node to talk to (the server itself, or a cluster master). */
+wl_server *wl_server_any(wl_server *srv);
 void wl_server_close(wl_server *srv); /* frees idle connections; later puts free theirs */
 void wl_server_destroy(wl_server *srv);
 /* Opens a fresh, authenticated connection to the node. timeout_cap_ms > 0
@@ -201,6 +222,32 @@ bool wl_script_was_resent(void);
 int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int nargs, const char *const *argv,
                      const size_t *argvlen);
 
+/* Cluster topology (cluster.c). */
+#define WL_CLUSTER_SLOTS 16384
+int wl_key_slot(const void *key, size_t len);
+int wl_cluster_new(wl_server *parent, wl_cluster **out);
+void wl_cluster_close(wl_cluster *cl); /* closes every node's pool */
+void wl_cluster_free(wl_cluster *cl);
+/* Reads the slot map (CLUSTER SLOTS) from a known node or a seed; at most
+ * every 100 ms unless forced. */
+int wl_cluster_refresh(wl_cluster *cl, bool force);
+wl_server *wl_cluster_route(wl_cluster *cl, int slot); /* NULL: no node (ECONN set) */
+wl_server *wl_cluster_node_at(wl_cluster *cl, const char *host, int port);
+wl_server *wl_cluster_node(wl_cluster *cl, size_t i); /* NULL past the last */
+/* MOVED: the slot is at host:port now (and the map is asked for again). */
+void wl_cluster_moved(wl_cluster *cl, int slot, const char *host, int port);
+/* The nodes that serve slots now (masters), up to max. */
+size_t wl_cluster_masters(wl_cluster *cl, wl_server **out, size_t max);
+enum { WL_REDIRECT_NONE, WL_REDIRECT_MOVED, WL_REDIRECT_ASK, WL_REDIRECT_TRYAGAIN, WL_REDIRECT_CLUSTERDOWN };
+typedef struct wl_redirect {
+    int kind;
+    int slot;
+    char host[256]; /* "" = the node that answered */
+    int port;
+} wl_redirect;
+/* Whether an error reply is a cluster redirect or a retry-later. */
+bool wl_parse_redirect(const redisReply *r, wl_redirect *rd);
+
 /* Sentinel topology (sentinel.c). */
 /* Asks the sentinels, in turn, where the master is. */
 int wl_sentinel_discover(wl_server *srv, int64_t connect_ms, char *host, size_t host_len, int *port);
@@ -210,11 +257,20 @@ int wl_sentinel_start(wl_server *srv, void (*on_switch)(void *), void *arg);
 void wl_sentinel_stop(wl_server *srv); /* joins; NULL-safe */
 
 /* ---- subscriber (subscriber.c) ---- */
-typedef struct wl_subscriber wl_subscriber;
 typedef struct wl_sub_entry wl_sub_entry;
 
 wl_subscriber *wl_subscriber_new(wl_server *srv);
 void wl_subscriber_stop(wl_subscriber *sub); /* joins the thread, wakes all waiters */
+/* Cluster: sharded pub/sub (SSUBSCRIBE) on this node's subscriber. Set
+ * before the first join. */
+void wl_subscriber_set_sharded(wl_subscriber *sub);
+/* Cluster: the entry's channel is served by another node now: leave it and
+ * join the channel again where wl_client_sub points. */
+bool wl_sub_moved(wl_subscriber *sub, wl_sub_entry *entry);
+/* The subscriber that carries wake-ups for `channel`: the client's, or
+ * under Cluster the one of the node that serves the channel's slot (made on
+ * first use). NULL (ECONN set) when no node serves it. */
+wl_subscriber *wl_client_sub(watchlock_client *c, const char *channel, size_t len);
 /* Drops the connection and resubscribes on a fresh one (the node moved);
  * waiters are woken and retry. */
 void wl_subscriber_reconnect(wl_subscriber *sub);
@@ -267,7 +323,6 @@ struct watchlock_client {
     pthread_cond_t wd_cond;
     int64_t wd_sleep_until; /* when the sleeping thread looks next; 0 while awake */
     wl_heap renew_heap;     /* held locks being renewed, on wake_us */
-    wl_conn *wd_conn;       /* used by the watchdog thread only, outside mu */
     /* loss timer: declares holds lost at their local deadline (loss.c) */
     pthread_t tm_thread;
     bool tm_started;
@@ -339,6 +394,7 @@ struct watchlock_lock {
     size_t dl_idx;        /* index in client->deadline_heap */
     /* a wait that timed out, resumed by the next acquire (see acquire) */
     wl_sub_entry *wait_entry;
+    wl_subscriber *wait_sub; /* the subscriber wait_entry belongs to */
     uint64_t wait_gen;
     int64_t wait_until_us;
     /* owner record (watchlock_lock_set_owner_label), guarded by client->mu:
@@ -352,14 +408,15 @@ int wl_check_lock(const watchlock_lock *l);
 int wl_check_name(const void *name, size_t len);
 /* Checks client and name, then makes the name's keys (admin calls). */
 int wl_admin_keys(watchlock_client *c, const void *name, size_t name_len, wl_keys *keys);
-/* KEYS and ARGV of the release script for this lock's hold (1 key, 2
- * args), made with client->mu held (it reads the token). argv points into
+/* KEYS and ARGV of the release script for this lock's hold (1 key,
+ * WL_RELEASE_NARGS args), made with client->mu held (it reads the token). argv points into
  * the struct: do not copy it. */
 #define WL_IDENT_SIZE 56
+#define WL_RELEASE_NARGS 3 /* the hold's prefix, the channel, the publish command */
 typedef struct wl_release_args {
     char prefix[WL_IDENT_SIZE];
-    const char *argv[3];
-    size_t lens[3];
+    const char *argv[1 + WL_RELEASE_NARGS];
+    size_t lens[1 + WL_RELEASE_NARGS];
 } wl_release_args;
 void wl_release_args_make(const watchlock_lock *l, wl_release_args *a);
 int64_t wl_reply_i64(const redisReply *r); /* integer or decimal string reply */
@@ -404,6 +461,26 @@ void wl_set_deadline(watchlock_client *c, watchlock_lock *l, int64_t deadline_us
  * gives the prefix "<token>." that names the hold whatever its epoch.
  * Returns the length. With client->mu held. */
 size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf);
+
+/* One hold's renewal in a round (watchdog.c prepares it with mu held;
+ * renew_round.c sends it without). */
+typedef struct round_entry {
+    watchlock_lock *lock;
+    wl_write w;
+    bool final_hold;            /* the last renewal allowed by max_hold */
+    char prefix[WL_IDENT_SIZE]; /* "<token>." of the hold */
+    char from_s[24], to_s[24], ms_s[24];
+    int result; /* WL_WRITE_* */
+    /* renew_round.c's own */
+    bool need_eval;   /* the node had no script: EVAL in the second pass */
+    bool redirected;  /* MOVED/ASK: sent again on its own */
+    int slot;         /* the key's cluster slot (0 otherwise) */
+    wl_server *node;  /* where it goes */
+} round_entry;
+/* Sends the renewals es[0..n) (results into es[i].result), every node at
+ * once, ending network waits by cap_ms; may reorder es. Returns round trips. */
+int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
+void wl_renew_round_close(watchlock_client *c); /* the watchdog's connections */
 
 /* Loss (loss.c). With client->mu held. */
 int wl_timer_ensure_started(watchlock_client *c);

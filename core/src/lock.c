@@ -307,6 +307,8 @@ void wl_release_args_make(const watchlock_lock *l, wl_release_args *a)
     a->argv[1] = a->prefix;
     a->argv[2] = l->keys.channel;
     a->lens[2] = l->keys.channel_len;
+    a->argv[3] = wl_publish_command(&l->client->server);
+    a->lens[3] = strlen(a->argv[3]);
 }
 
 void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w)
@@ -375,10 +377,11 @@ static bool held_now(const watchlock_lock *l)
 static void release_on_fresh_connection(watchlock_client *c, const wl_release_args *a)
 {
     wl_conn *ctx;
-    if (wl_server_connect(&c->server, 0, &ctx) != WATCHLOCK_OK)
+    wl_server *node = wl_server_route(&c->server, a->argv[0], a->lens[0]);
+    if (node == NULL || wl_server_connect(node, 0, &ctx) != WATCHLOCK_OK)
         return;
     redisReply *reply = NULL;
-    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, a->argv, a->lens) == 0 &&
+    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, a->argv, a->lens) == 0 &&
         wl_conn_get_reply(ctx, &reply) == 0)
         freeReplyObject(reply);
     wl_conn_free(ctx);
@@ -454,7 +457,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     pthread_mutex_unlock(&c->mu);
     if (drop_old) {
         redisReply *r;
-        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, old.argv, old.lens, &r, "release") == WATCHLOCK_OK)
+        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, old.argv, old.lens, &r, "release") == WATCHLOCK_OK)
             freeReplyObject(r);
     }
 
@@ -504,7 +507,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         wl_release_args_make(l, &a);
         pthread_mutex_unlock(&c->mu);
         redisReply *rr;
-        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, a.argv, a.lens, &rr, "release") == WATCHLOCK_OK)
+        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &rr, "release") == WATCHLOCK_OK)
             freeReplyObject(rr);
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(rc, "%s", msg);
@@ -531,7 +534,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         wl_release_args_make(l, &a);
         pthread_mutex_unlock(&c->mu);
         redisReply *rr;
-        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, a.argv, a.lens, &rr, "release") == WATCHLOCK_OK)
+        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &rr, "release") == WATCHLOCK_OK)
             freeReplyObject(rr);
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ECONN,
@@ -569,27 +572,31 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
  * that the next acquire with a wait resumes it instead of sending another
  * acquire that would fail the same way. Bindings that wait in slices (to
  * stay interruptible) therefore never poll the server. */
-static void save_wait(watchlock_lock *l, wl_sub_entry *entry, uint64_t gen, int64_t until_us)
+static void save_wait(watchlock_lock *l, wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t until_us)
 {
     watchlock_client *c = l->client;
     pthread_mutex_lock(&c->mu);
     wl_sub_entry *old = l->wait_entry;
+    wl_subscriber *old_sub = l->wait_sub;
     l->wait_entry = entry;
+    l->wait_sub = sub;
     l->wait_gen = gen;
     l->wait_until_us = until_us;
     pthread_mutex_unlock(&c->mu);
     if (old != NULL)
-        wl_sub_leave(c->sub, old);
+        wl_sub_leave(old_sub, old);
 }
 
-static wl_sub_entry *take_wait(watchlock_lock *l, uint64_t *gen, int64_t *until_us)
+static wl_sub_entry *take_wait(watchlock_lock *l, wl_subscriber **sub, uint64_t *gen, int64_t *until_us)
 {
     watchlock_client *c = l->client;
     pthread_mutex_lock(&c->mu);
     wl_sub_entry *entry = l->wait_entry;
+    *sub = l->wait_sub;
     *gen = l->wait_gen;
     *until_us = l->wait_until_us;
     l->wait_entry = NULL;
+    l->wait_sub = NULL;
     pthread_mutex_unlock(&c->mu);
     return entry;
 }
@@ -598,9 +605,19 @@ static void forget_wait(watchlock_lock *l)
 {
     uint64_t gen;
     int64_t until;
-    wl_sub_entry *entry = take_wait(l, &gen, &until);
+    wl_subscriber *sub;
+    wl_sub_entry *entry = take_wait(l, &sub, &gen, &until);
     if (entry != NULL)
-        wl_sub_leave(l->client->sub, entry);
+        wl_sub_leave(sub, entry);
+}
+
+/* Joins the lock's release channel on the subscriber that carries it. */
+static int join_channel(watchlock_lock *l, wl_subscriber **sub, wl_sub_entry **entry)
+{
+    *sub = wl_client_sub(l->client, l->keys.channel, l->keys.channel_len);
+    if (*sub == NULL)
+        return wl_fail(WATCHLOCK_ECONN, "acquire %s: %s", l->quoted, watchlock_last_error());
+    return wl_sub_join(*sub, l->keys.channel, l->keys.channel_len, entry);
 }
 
 /* When the holder's lease ends, by the PTTL an attempt saw. */
@@ -635,26 +652,36 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     uint64_t gen = 0;
     int64_t lease_end = 0, pttl = 0;
     wl_sub_entry *entry = NULL;
+    wl_subscriber *sub = NULL;
     bool resume = false;
     if (wait_ms != 0) {
-        entry = take_wait(l, &gen, &lease_end);
-        resume = entry != NULL && wl_sub_generation(c->sub, entry) == gen && wl_now_us() < lease_end;
+        entry = take_wait(l, &sub, &gen, &lease_end);
+        resume = entry != NULL && wl_sub_generation(sub, entry) == gen && wl_now_us() < lease_end;
     }
     if (entry == NULL) {
         rc = attempt(l, &pttl);
         if (rc != WATCHLOCK_ETIMEDOUT || wait_ms == 0)
             goto out;
-        if ((rc = wl_sub_join(c->sub, l->keys.channel, l->keys.channel_len, &entry)) != WATCHLOCK_OK)
+        if ((rc = join_channel(l, &sub, &entry)) != WATCHLOCK_OK)
             return rc;
         lease_end = holder_end(pttl);
     }
     rc = WATCHLOCK_ETIMEDOUT;
     for (;;) {
+        if (!resume && wl_sub_moved(sub, entry)) {
+            /* Cluster: the channel's slot moved; follow it. */
+            wl_sub_leave(sub, entry);
+            entry = NULL;
+            if (c->server.cluster != NULL)
+                wl_cluster_refresh(c->server.cluster, false);
+            if ((rc = join_channel(l, &sub, &entry)) != WATCHLOCK_OK)
+                return rc;
+        }
         if (!resume) {
             /* Subscribed before trying, so a release after the try wakes us. */
             bool live;
             int64_t ready_by = until >= 0 && until < lease_end ? until : lease_end;
-            gen = wl_sub_ready(c->sub, entry, ready_by, &live);
+            gen = wl_sub_ready(sub, entry, ready_by, &live);
             if (atomic_load(&c->closed)) {
                 rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->quoted);
                 break;
@@ -667,10 +694,10 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         resume = false;
         /* Sleep until woken by a release, but never past the holder's lease. */
         int64_t at = until >= 0 && until < lease_end ? until : lease_end;
-        bool woken = at > wl_now_us() && wl_sub_wait(c->sub, entry, gen, at);
+        bool woken = at > wl_now_us() && wl_sub_wait(sub, entry, gen, at);
         if (!woken && until >= 0 && wl_now_us() >= until) {
             if (wl_now_us() < lease_end) { /* keep the wait for the next call */
-                save_wait(l, entry, gen, lease_end);
+                save_wait(l, sub, entry, gen, lease_end);
                 entry = NULL;
             }
             rc = WATCHLOCK_ETIMEDOUT;
@@ -678,7 +705,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         }
     }
     if (entry != NULL)
-        wl_sub_leave(c->sub, entry);
+        wl_sub_leave(sub, entry);
 out:
     if (rc == WATCHLOCK_ETIMEDOUT)
         return wl_fail(rc, "lock %s is held by another owner%s", l->quoted,
@@ -697,11 +724,14 @@ static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t 
     if (cap_ms < 1)
         return wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what);
     wl_conn *ctx;
-    int rc = wl_server_connect(&c->server, cap_ms, &ctx);
+    wl_server *node = wl_server_route(&c->server, a->argv[0], a->lens[0]);
+    if (node == NULL)
+        return WATCHLOCK_ECONN;
+    int rc = wl_server_connect(node, cap_ms, &ctx);
     if (rc != WATCHLOCK_OK)
         return rc;
     redisReply *reply = NULL;
-    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, 2, a->argv, a->lens) != 0 ||
+    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, a->argv, a->lens) != 0 ||
         wl_conn_get_reply(ctx, &reply) != 0) {
         rc = wl_conn_error(&c->server, ctx, what);
     } else {
@@ -711,7 +741,7 @@ static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t 
         else
             freeReplyObject(reply);
     }
-    wl_server_put(&c->server, ctx);
+    wl_server_put(node, ctx);
     return rc;
 }
 
@@ -735,7 +765,7 @@ static int release_hold(watchlock_lock *l, bool retry)
     char what[160];
     snprintf(what, sizeof what, "release %s", l->quoted);
     redisReply *r = NULL;
-    int rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, a.argv, a.lens, &r, what);
+    int rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what);
     retry = retry || wl_script_was_resent();
     if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
         retry = true;
@@ -813,7 +843,7 @@ int watchlock_lock_release(watchlock_lock *l)
              * this hold for the safety margin. Delete it if so (checked, so
              * never someone else's) to wake waiters now. */
             redisReply *r;
-            if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, 2, a.argv, a.lens, &r, "release") == WATCHLOCK_OK)
+            if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, "release") == WATCHLOCK_OK)
                 freeReplyObject(r);
         }
         pthread_mutex_unlock(&l->io_mu);

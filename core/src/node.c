@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define MAX_IDLE 16
 
@@ -42,7 +43,58 @@ int wl_server_init(wl_server *srv, const char *url)
         srv->addr_known = true;
         snprintf(srv->label, sizeof srv->label, "%s", srv->ep.label);
     }
+    if (srv->ep.kind == WL_KIND_CLUSTER && (rc = wl_cluster_new(srv, &srv->cluster)) != WATCHLOCK_OK) {
+        pthread_mutex_destroy(&srv->mu);
+        wl_tls_free(srv->tls);
+        wl_endpoint_clear(&srv->ep);
+        return rc;
+    }
     return WATCHLOCK_OK;
+}
+
+int wl_server_init_node(wl_server *node, const wl_server *parent, const char *host, int port)
+{
+    memset(node, 0, sizeof *node);
+    if (pthread_mutex_init(&node->mu, NULL) != 0)
+        return wl_fail(WATCHLOCK_EINTERNAL, "pthread_mutex_init failed");
+    node->ep = parent->ep; /* the strings stay the parent's (borrowed) */
+    node->ep.kind = WL_KIND_STANDALONE;
+    node->ep.host = NULL;
+    node->ep.seeds = NULL;
+    node->ep.n_seeds = 0;
+    node->tls = parent->tls;
+    node->borrowed = true;
+    node->parent = (wl_server *)parent;
+    snprintf(node->host, sizeof node->host, "%s", host);
+    node->port = port;
+    node->addr_known = true;
+    snprintf(node->label, sizeof node->label, "%s:%d", host, port);
+    snprintf(node->ep.label, sizeof node->ep.label, "%s:%d", host, port);
+    return WATCHLOCK_OK;
+}
+
+wl_server *wl_server_route(wl_server *srv, const void *key, size_t len)
+{
+    if (srv->cluster == NULL)
+        return srv;
+    return wl_cluster_route(srv->cluster, wl_key_slot(key, len));
+}
+
+const char *wl_publish_command(const wl_server *srv)
+{
+    return srv->ep.kind == WL_KIND_CLUSTER ? "SPUBLISH" : "PUBLISH";
+}
+
+wl_server *wl_server_any(wl_server *srv)
+{
+    if (srv->cluster == NULL)
+        return srv;
+    wl_server *node;
+    if (wl_cluster_masters(srv->cluster, &node, 1) == 1)
+        return node;
+    if (wl_cluster_refresh(srv->cluster, true) == WATCHLOCK_OK && wl_cluster_masters(srv->cluster, &node, 1) == 1)
+        return node;
+    return NULL;
 }
 
 /* With srv->mu held: frees the idle connections. */
@@ -59,15 +111,23 @@ void wl_server_close(wl_server *srv)
     srv->closed = true;
     drop_idle_locked(srv);
     pthread_mutex_unlock(&srv->mu);
+    wl_cluster_close(srv->cluster);
 }
 
 void wl_server_destroy(wl_server *srv)
 {
     wl_server_close(srv);
+    wl_cluster_free(srv->cluster);
+    srv->cluster = NULL;
+    wl_subscriber_free(srv->sub);
+    srv->sub = NULL;
+    wl_conn_free(srv->wd_conn);
     free(srv->idle);
     pthread_mutex_destroy(&srv->mu);
-    wl_tls_free(srv->tls);
-    wl_endpoint_clear(&srv->ep);
+    if (!srv->borrowed) {
+        wl_tls_free(srv->tls);
+        wl_endpoint_clear(&srv->ep);
+    }
 }
 
 void wl_server_label(wl_server *srv, char *out, size_t len)
@@ -218,6 +278,12 @@ static int connect_node(wl_server *srv, const char *host, int port, const char *
 
 int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out)
 {
+    *out = NULL;
+    if (srv->cluster != NULL) { /* no key to route by: any master */
+        wl_server *node = wl_server_any(srv);
+        return node ? wl_server_connect(node, timeout_cap_ms, out)
+                    : wl_fail(WATCHLOCK_ECONN, "no cluster node serves any slot (%s)", srv->ep.label);
+    }
     const wl_endpoint *ep = &srv->ep;
     int64_t ct = ep->connect_timeout_ms, cmd = ep->command_timeout_ms;
     if (timeout_cap_ms > 0) {
@@ -262,6 +328,10 @@ int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out)
 
 int wl_server_get(wl_server *srv, wl_conn **out, bool *reused)
 {
+    if (srv->cluster != NULL) {
+        *reused = false;
+        return wl_server_connect(srv, 0, out);
+    }
     pthread_mutex_lock(&srv->mu);
     if (srv->closed) {
         pthread_mutex_unlock(&srv->mu);
@@ -282,6 +352,10 @@ void wl_server_put(wl_server *srv, wl_conn *conn)
 {
     if (conn == NULL)
         return;
+    if (srv->cluster != NULL) { /* not routed by key (wl_server_get on the cluster): not pooled */
+        wl_conn_free(conn);
+        return;
+    }
     if (wl_conn_err(conn) != WL_CERR_NONE)
         wl_server_suspect(srv, wl_conn_tag(conn));
     pthread_mutex_lock(&srv->mu);
@@ -330,19 +404,39 @@ int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int na
 }
 
 /* One script call on conn: EVALSHA, then EVAL when the server lost its
- * cache. *readonly: the server refused it as a replica (it did not run). */
+ * cache. *readonly: the server refused it as a replica (it did not run).
+ * rd: a cluster redirect or retry-later (it did not run either). asking:
+ * send ASKING first (the slot is being imported by this node). */
 static int script_once(wl_server *srv, wl_conn *conn, int script, int nkeys, int nargs, const char *const *argv,
-                       const size_t *argvlen, redisReply **out, const char *what, bool *readonly)
+                       const size_t *argvlen, redisReply **out, const char *what, bool *readonly, wl_redirect *rd,
+                       bool asking)
 {
     *readonly = false;
+    rd->kind = WL_REDIRECT_NONE;
     for (int use_body = 0; use_body < 2; use_body++) {
         redisReply *r = NULL;
-        if (wl_append_script(conn, script, use_body, nkeys, nargs, argv, argvlen) != 0 ||
-            wl_conn_get_reply(conn, &r) != 0)
+        static const char *const asking_cmd[1] = {"ASKING"};
+        if ((asking && wl_conn_append(conn, 1, asking_cmd, NULL) != 0) ||
+            wl_append_script(conn, script, use_body, nkeys, nargs, argv, argvlen) != 0)
+            return wl_conn_error(srv, conn, what);
+        if (asking) {
+            if (wl_conn_get_reply(conn, &r) != 0)
+                return wl_conn_error(srv, conn, what);
+            freeReplyObject(r); /* +OK */
+            r = NULL;
+        }
+        if (wl_conn_get_reply(conn, &r) != 0)
             return wl_conn_error(srv, conn, what);
         if (!use_body && wl_reply_is_noscript(r)) {
             freeReplyObject(r);
             continue;
+        }
+        if (wl_parse_redirect(r, rd)) {
+            if (rd->host[0] == '\0')
+                snprintf(rd->host, sizeof rd->host, "%s", srv->host);
+            int rc = wl_fail(WATCHLOCK_ECONN, "%s: %s (%s)", what, r->str, srv->label);
+            freeReplyObject(r);
+            return rc;
         }
         if (wl_reply_is_readonly(r)) {
             /* A failover demoted this server: never reuse the connection,
@@ -368,6 +462,9 @@ bool wl_script_was_resent(void)
     return script_resent;
 }
 
+#define MAX_REDIRECTS 8
+#define TRYAGAIN_PAUSE_US 20000
+
 int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
                        const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep)
 {
@@ -375,34 +472,72 @@ int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const c
     if (keep != NULL)
         *keep = NULL;
     script_resent = false;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        script_resent = attempt > 0;
+    /* Under Cluster: the node of the first key's slot, then wherever
+     * MOVED/ASK point, within the command timeout. */
+    wl_server *node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+    if (node == NULL)
+        return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
+    int64_t deadline = wl_deadline_after_ms(srv->ep.command_timeout_ms);
+    bool asking = false;
+    int retries = 0, redirects = 0;
+    for (;;) {
         wl_conn *conn;
         bool reused;
-        int rc = wl_server_get(srv, &conn, &reused);
-        if (rc != WATCHLOCK_OK)
+        int rc = wl_server_get(node, &conn, &reused);
+        if (rc != WATCHLOCK_OK) {
+            if (srv->cluster != NULL && rc == WATCHLOCK_ECONN)
+                wl_cluster_refresh(srv->cluster, false); /* a node went away: where are its slots now? */
             return rc;
+        }
         bool readonly;
-        rc = script_once(srv, conn, script, nkeys, nargs, argv, argvlen, out, what, &readonly);
+        wl_redirect rd;
+        rc = script_once(node, conn, script, nkeys, nargs, argv, argvlen, out, what, &readonly, &rd, asking);
         /* A pooled connection the server dropped while idle (restart, CLIENT
          * KILL, idle timeout) fails at once with EOF/reset: the command never
          * ran, so one retry on a fresh connection is safe. So is a script a
-         * demoted master refused (READONLY). Timeouts are not retried. */
+         * demoted master refused (READONLY), or one a cluster node redirected
+         * (MOVED, ASK) or asked to try again (TRYAGAIN, CLUSTERDOWN).
+         * Timeouts are not retried. */
         int err = wl_conn_err(conn);
         bool retry = readonly || (rc == WATCHLOCK_ECONN && reused && (err == WL_CERR_EOF || err == WL_CERR_RESET));
         if (rc == WATCHLOCK_OK && keep != NULL)
             *keep = conn;
         else
-            wl_server_put(srv, conn);
+            wl_server_put(node, conn);
         if (rc == WATCHLOCK_ESERVER && nkeys > 0) { /* name the key the server objected to */
             char msg[400];
             snprintf(msg, sizeof msg, "%s", watchlock_last_error());
             return wl_fail(rc, "%s (key %.*s)", msg, (int)(argvlen[0] < 200 ? argvlen[0] : 200), argv[0]);
         }
-        if (!retry)
+        bool in_time = deadline < 0 || wl_now_us() < deadline;
+        if (rd.kind != WL_REDIRECT_NONE && srv->cluster != NULL && in_time && redirects++ < MAX_REDIRECTS) {
+            asking = rd.kind == WL_REDIRECT_ASK;
+            if (rd.kind == WL_REDIRECT_MOVED) {
+                wl_cluster_moved(srv->cluster, rd.slot, rd.host, rd.port);
+                node = wl_cluster_node_at(srv->cluster, rd.host, rd.port);
+            } else if (rd.kind == WL_REDIRECT_ASK) {
+                node = wl_cluster_node_at(srv->cluster, rd.host, rd.port);
+            } else { /* TRYAGAIN (a migration mid-way), CLUSTERDOWN (a failover): a moment later */
+                struct timespec ts = {0, TRYAGAIN_PAUSE_US * 1000};
+                nanosleep(&ts, NULL);
+                if (rd.kind == WL_REDIRECT_CLUSTERDOWN)
+                    wl_cluster_refresh(srv->cluster, false);
+                node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+            }
+            if (node == NULL)
+                return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
+            continue; /* the redirected script did not run */
+        }
+        if (!retry || retries++ > 0)
             return rc;
+        script_resent = true;
+        if (srv->cluster != NULL && readonly) { /* a failed-over master: ask where the slot is now */
+            wl_cluster_refresh(srv->cluster, true);
+            node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+            if (node == NULL)
+                return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
+        }
     }
-    return WATCHLOCK_ECONN;
 }
 
 int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv, const size_t *argvlen,

@@ -52,7 +52,8 @@ static const char acquire_lua[] =
     "end\n"
     "return {1, s}\n";
 
-/* KEYS: lock. ARGV: "<token>." (the hold, any epoch), channel.
+/* KEYS: lock. ARGV: "<token>." (the hold, any epoch), channel, the
+ * publish command (PUBLISH, or SPUBLISH: sharded pub/sub under Cluster).
  * -> 1 released, 0 no key, -1 another owner (or not a string).
  * PUBLISH runs under pcall after the DEL: a user whose ACL denies the
  * channel still releases (Redis would not undo the DEL anyway); waiters
@@ -62,7 +63,7 @@ static const char release_lua[] =
     "if not v then return 0 end\n"
     "if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return -1 end\n"
     "redis.call('DEL', KEYS[1])\n"
-    "redis.pcall('PUBLISH', ARGV[2], '')\n"
+    "redis.pcall(ARGV[3], ARGV[2], '')\n"
     "return 1\n";
 
 /* Renewal and extend, for n holds at once. KEYS: n lock keys. ARGV per
@@ -97,10 +98,11 @@ static const char renew_lua[] =
     "end\n"
     "return out\n";
 
-/* KEYS: lock. ARGV: channel. -> number of keys deleted; wakes waiters. */
+/* KEYS: lock. ARGV: channel, publish command. -> number of keys deleted;
+ * wakes waiters. */
 static const char force_release_lua[] =
     "local n = redis.call('DEL', KEYS[1])\n"
-    "redis.pcall('PUBLISH', ARGV[1], '')\n"
+    "redis.pcall(ARGV[2], ARGV[1], '')\n"
     "return n\n";
 
 /* KEYS: lock, fence. -> {exists, pttl, fence}. */

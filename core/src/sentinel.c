@@ -44,8 +44,8 @@ static int connect_sentinel(wl_server *srv, size_t i, int64_t connect_ms, wl_con
 {
     const wl_endpoint *ep = &srv->ep;
     char label[300];
-    snprintf(label, sizeof label, "sentinel %s:%d", ep->sentinels[i].host, ep->sentinels[i].port);
-    wl_target t = {.host = ep->sentinels[i].host, .port = ep->sentinels[i].port, .keepalive = ep->keepalive != 0,
+    snprintf(label, sizeof label, "sentinel %s:%d", ep->seeds[i].host, ep->seeds[i].port);
+    wl_target t = {.host = ep->seeds[i].host, .port = ep->seeds[i].port, .keepalive = ep->keepalive != 0,
                    .tls = srv->tls, .sni = ep->tls.sni, .label = label};
     int rc = wl_conn_open(&t, connect_ms, ep->command_timeout_ms, out);
     if (rc != WATCHLOCK_OK || ep->sentinel_password == NULL)
@@ -73,7 +73,7 @@ int wl_sentinel_discover(wl_server *srv, int64_t connect_ms, char *host, size_t 
     size_t used = 0;
     int worst = WATCHLOCK_ECONN;
     bool unknown = false;
-    for (size_t i = 0; i < ep->n_sentinels; i++) {
+    for (size_t i = 0; i < ep->n_seeds; i++) {
         wl_conn *conn;
         int rc = connect_sentinel(srv, i, connect_ms, &conn);
         if (rc == WATCHLOCK_OK) {
@@ -108,7 +108,7 @@ int wl_sentinel_discover(wl_server *srv, int64_t connect_ms, char *host, size_t 
             worst = rc;
         if (used < sizeof tried) {
             int n = snprintf(tried + used, sizeof tried - used, "%s%s:%d: %.120s", used ? "; " : "",
-                             ep->sentinels[i].host, ep->sentinels[i].port, watchlock_last_error());
+                             ep->seeds[i].host, ep->seeds[i].port, watchlock_last_error());
             used += n > 0 ? (size_t)n : 0;
         }
     }
@@ -154,7 +154,7 @@ static void *watcher_main(void *arg)
     size_t next = 0;
     while (!stopping(s)) {
         wl_conn *conn = NULL;
-        size_t i = next++ % srv->ep.n_sentinels;
+        size_t i = next++ % srv->ep.n_seeds;
         if (connect_sentinel(srv, i, srv->ep.connect_timeout_ms, &conn) != WATCHLOCK_OK) {
             nap(s, RECONNECT_DELAY_MS);
             continue;

@@ -42,6 +42,7 @@ struct wl_sub_entry {
     bool subscribed; /* confirmed by the server */
     bool requested;  /* SUBSCRIBE sent on the current connection */
     bool denied;     /* the server refused SUBSCRIBE (ACL): no wake-ups on this connection */
+    bool moved;      /* Cluster: the channel's slot is served elsewhere now (join again there) */
     int64_t idle_since;
     pthread_cond_t cond;
     wl_sub_entry *next;
@@ -58,6 +59,7 @@ struct wl_subscriber {
     int64_t denied; /* SUBSCRIBEs the server refused (WATCHLOCK_STAT_SUBSCRIBE_DENIED) */
     wl_sub_entry *entries;
     bool reconnect; /* wl_subscriber_reconnect: drop the connection and start again */
+    bool sharded;   /* Cluster: SSUBSCRIBE/SUNSUBSCRIBE, messages are "smessage" */
     wl_conn *ctx;   /* thread only */
 };
 
@@ -125,12 +127,12 @@ static void sync_subscriptions(wl_subscriber *sub, int64_t now)
     wl_sub_entry **pp = &sub->entries;
     while (*pp) {
         wl_sub_entry *e = *pp;
-        if (e->refs > 0 && !e->requested) {
-            send_command(sub, "SUBSCRIBE", e);
+        if (e->refs > 0 && !e->requested && !e->moved) {
+            send_command(sub, sub->sharded ? "SSUBSCRIBE" : "SUBSCRIBE", e);
             e->requested = true;
         } else if (e->refs == 0 && now - e->idle_since > LINGER_US) {
-            if (e->requested && !e->denied)
-                send_command(sub, "UNSUBSCRIBE", e);
+            if (e->requested && !e->denied && !e->moved)
+                send_command(sub, sub->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", e);
             *pp = e->next;
             free_entry(e);
             continue;
@@ -150,6 +152,21 @@ static wl_sub_entry *find_entry(wl_subscriber *sub, const char *ch, size_t len)
 /* With mu held: one reply from the server. */
 static void handle_reply(wl_subscriber *sub, redisReply *r)
 {
+    wl_redirect rd;
+    if (r->type == REDIS_REPLY_ERROR && wl_parse_redirect(r, &rd)) {
+        /* Cluster: SSUBSCRIBE on a node that does not serve the channel's
+         * slot (MOVED), or not now (TRYAGAIN, CLUSTERDOWN). Its waiters are
+         * woken to join again where the slot map points. */
+        for (wl_sub_entry *e = sub->entries; e; e = e->next) {
+            if (e->requested && !e->subscribed && !e->denied) {
+                e->requested = false;
+                e->moved = true;
+                e->gen++;
+                pthread_cond_broadcast(&e->cond);
+            }
+        }
+        return;
+    }
     if (r->type == REDIS_REPLY_ERROR) {
         /* A refused SUBSCRIBE (NOPERM: the ACL user may not use the
          * channel). The reply does not say which channel, so every request
@@ -171,10 +188,18 @@ static void handle_reply(wl_subscriber *sub, redisReply *r)
     wl_sub_entry *e = find_entry(sub, r->element[1]->str, r->element[1]->len);
     if (e == NULL)
         return;
-    if (strcmp(kind, "message") == 0) {
+    if (strcmp(kind, "message") == 0 || strcmp(kind, "smessage") == 0) {
         e->gen++;
         pthread_cond_broadcast(&e->cond);
-    } else if (strcmp(kind, "subscribe") == 0) {
+    } else if (strcmp(kind, "sunsubscribe") == 0 && e->refs > 0 && e->requested) {
+        /* Unasked: the server dropped the subscription because the slot
+         * moved (resharding, failover). Wake the waiters to join again on
+         * the slot's new node. */
+        e->subscribed = e->requested = false;
+        e->moved = true;
+        e->gen++;
+        pthread_cond_broadcast(&e->cond);
+    } else if (strcmp(kind, "subscribe") == 0 || strcmp(kind, "ssubscribe") == 0) {
         /* Also a wake-up: a release may have gone unheard while the
          * channel was not subscribed (first join, or after a reconnect). */
         e->subscribed = true;
@@ -259,6 +284,19 @@ static void *subscriber_main(void *arg)
     return NULL;
 }
 
+void wl_subscriber_set_sharded(wl_subscriber *sub)
+{
+    sub->sharded = true;
+}
+
+bool wl_sub_moved(wl_subscriber *sub, wl_sub_entry *entry)
+{
+    pthread_mutex_lock(&sub->mu);
+    bool moved = entry->moved;
+    pthread_mutex_unlock(&sub->mu);
+    return moved;
+}
+
 void wl_subscriber_reconnect(wl_subscriber *sub)
 {
     if (sub == NULL)
@@ -331,7 +369,10 @@ int wl_sub_join(wl_subscriber *sub, const char *channel, size_t len, wl_sub_entr
         e->next = sub->entries;
         sub->entries = e;
     }
-    bool need_poke = e->refs == 0 && !e->requested;
+    if (e->moved && e->refs == 0) {
+        e->moved = false; /* routed here again (after a fresh slot map): ask again */
+    }
+    bool need_poke = !e->requested;
     e->refs++;
     pthread_mutex_unlock(&sub->mu);
     if (need_poke)
@@ -351,7 +392,7 @@ void wl_sub_leave(wl_subscriber *sub, wl_sub_entry *entry)
 uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bool *live)
 {
     pthread_mutex_lock(&sub->mu);
-    while (!entry->subscribed && !entry->denied && !sub->failed && !sub->stop &&
+    while (!entry->subscribed && !entry->denied && !entry->moved && !sub->failed && !sub->stop &&
            (at_us < 0 || wl_now_us() < at_us))
         wl_cond_wait_until(&entry->cond, &sub->mu, at_us);
     *live = entry->subscribed && sub->live;

@@ -6,6 +6,8 @@
  *   unix:///path/to/redis.sock[?db=N&user=U&password=P&...]
  *   redis-sentinel://[[user]:password@]h1[:26379][,h2[:26379]...]/MASTER[/db][?...]
  *   rediss-sentinel://...         the same over TLS (sentinels and master)
+ *   redis-cluster://[[user]:password@]h1[:6379][,h2[:6379]...][?...]
+ *   rediss-cluster://...          the same over TLS
  * Options: connect_timeout, command_timeout, safety_margin (durations),
  * keepalive (0/1), db/user/password (any scheme); TLS: cacert, cacertdir,
  * cert, key, sni, insecure (names as redis-cli's flags); Sentinel:
@@ -136,6 +138,8 @@ static int parse_option(wl_endpoint *ep, const char *opt, size_t len)
         return WATCHLOCK_OK;
     }
     if (KEY_IS("db")) {
+        if (ep->kind == WL_KIND_CLUSTER)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: a Redis Cluster has only database 0");
         long db;
         if (parse_int(val, vlen, 0, 1000000, &db) != 0)
             return wl_fail(WATCHLOCK_EINVAL, "malformed URL: db must be a number, got '%.*s'", (int)vlen, val);
@@ -266,22 +270,20 @@ static int parse_tcp(wl_endpoint *ep, const char *s, const char *end)
     return WATCHLOCK_OK;
 }
 
-/* Sentinel: [userinfo@]h1[:p1][,h2[:p2]...]/MASTER[/db] */
-static int parse_sentinel(wl_endpoint *ep, const char *s, const char *end)
+/* [userinfo@]h1[:p1][,h2[:p2]...] in [s, end): credentials into ep,
+ * addresses into ep->seeds (default_port when a host has none). `what`
+ * names an address in messages ("sentinel", "seed node"). */
+static int parse_host_list(wl_endpoint *ep, const char *s, const char *end, int default_port, const char *what)
 {
-    const char *slash = memchr(s, '/', (size_t)(end - s));
-    if (slash == NULL || slash + 1 >= end)
-        return wl_fail(WATCHLOCK_EINVAL,
-                       "malformed URL: a Sentinel URL names the master: redis-sentinel://host:26379[,host:port...]/MASTER");
-    /* userinfo and hosts: parse each host with the redis:// parser. */
     const char *hosts = s;
     const char *at = NULL;
-    for (const char *p = s; p < slash; p++)
+    for (const char *p = s; p < end; p++)
         if (*p == '@')
             at = p;
     if (at != NULL && memchr(s, ',', (size_t)(at - s)) != NULL)
-        return wl_fail(WATCHLOCK_EINVAL, "malformed URL: credentials go before the first sentinel "
-                                         "(percent-escape ',' and '@' in a password)");
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "malformed URL: credentials go before the first %s (percent-escape ',' and '@' in a password)",
+                       what);
     if (at != NULL) {
         wl_endpoint tmp;
         memset(&tmp, 0, sizeof tmp);
@@ -298,44 +300,58 @@ static int parse_sentinel(wl_endpoint *ep, const char *s, const char *end)
             return rc;
         hosts = at + 1;
     }
-    for (const char *h = hosts; h < slash;) {
-        const char *comma = memchr(h, ',', (size_t)(slash - h));
-        const char *hend = comma ? comma : slash;
+    for (const char *h = hosts; h < end;) {
+        const char *comma = memchr(h, ',', (size_t)(end - h));
+        const char *hend = comma ? comma : end;
         wl_endpoint tmp;
         memset(&tmp, 0, sizeof tmp);
-        int rc = h == hend ? wl_fail(WATCHLOCK_EINVAL, "malformed URL: empty sentinel address")
+        int rc = h == hend ? wl_fail(WATCHLOCK_EINVAL, "malformed URL: empty %s address", what)
                            : parse_tcp(&tmp, h, hend);
         const char *rb = h[0] == '[' ? memchr(h, ']', (size_t)(hend - h)) : NULL;
         const char *after = rb ? rb + 1 : h;
         bool has_port = memchr(after, ':', (size_t)(hend - after)) != NULL;
         if (rc == WATCHLOCK_OK && (tmp.user || tmp.password))
-            rc = wl_fail(WATCHLOCK_EINVAL, "malformed URL: credentials go before the first sentinel");
+            rc = wl_fail(WATCHLOCK_EINVAL, "malformed URL: credentials go before the first %s", what);
+        if (rc == WATCHLOCK_OK && tmp.db != 0)
+            rc = wl_fail(WATCHLOCK_EINVAL, "malformed URL: a %s address has no /db", what);
         wl_hostport *grown = NULL;
-        if (rc == WATCHLOCK_OK &&
-            (grown = realloc(ep->sentinels, (ep->n_sentinels + 1) * sizeof *ep->sentinels)) == NULL)
+        if (rc == WATCHLOCK_OK && (grown = realloc(ep->seeds, (ep->n_seeds + 1) * sizeof *ep->seeds)) == NULL)
             rc = wl_fail(WATCHLOCK_ENOMEM, "out of memory");
         if (grown != NULL)
-            ep->sentinels = grown;
+            ep->seeds = grown;
         if (rc != WATCHLOCK_OK) {
             wl_endpoint_clear(&tmp);
             return rc;
         }
-        ep->sentinels[ep->n_sentinels].host = tmp.host;
-        ep->sentinels[ep->n_sentinels].port = has_port ? tmp.port : 26379;
-        ep->n_sentinels++;
+        ep->seeds[ep->n_seeds].host = tmp.host;
+        ep->seeds[ep->n_seeds].port = has_port ? tmp.port : default_port;
+        ep->n_seeds++;
         tmp.host = NULL;
         wl_endpoint_clear(&tmp);
-        if (comma != NULL && comma + 1 == slash)
-            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: empty sentinel address");
-        h = comma ? comma + 1 : slash;
+        if (comma != NULL && comma + 1 == end)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: empty %s address", what);
+        h = comma ? comma + 1 : end;
     }
-    if (ep->n_sentinels == 0)
-        return wl_fail(WATCHLOCK_EINVAL, "malformed URL: no sentinel address before /MASTER");
+    if (ep->n_seeds == 0)
+        return wl_fail(WATCHLOCK_EINVAL, "malformed URL: no %s address", what);
+    return WATCHLOCK_OK;
+}
+
+/* Sentinel: [userinfo@]h1[:p1][,h2[:p2]...]/MASTER[/db] */
+static int parse_sentinel(wl_endpoint *ep, const char *s, const char *end)
+{
+    const char *slash = memchr(s, '/', (size_t)(end - s));
+    if (slash == NULL || slash + 1 >= end)
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "malformed URL: a Sentinel URL names the master: redis-sentinel://host:26379[,host:port...]/MASTER");
+    int rc = parse_host_list(ep, s, slash, 26379, "sentinel");
+    if (rc != WATCHLOCK_OK)
+        return rc;
     const char *name = slash + 1;
     const char *name_end = memchr(name, '/', (size_t)(end - name));
     if (name_end == NULL)
         name_end = end;
-    int rc = set_string(&ep->master_name, name, (size_t)(name_end - name), "master name");
+    rc = set_string(&ep->master_name, name, (size_t)(name_end - name), "master name");
     if (rc != WATCHLOCK_OK)
         return rc;
     if (ep->master_name[0] == '\0')
@@ -348,6 +364,20 @@ static int parse_sentinel(wl_endpoint *ep, const char *s, const char *end)
         ep->db = (int)db;
     }
     snprintf(ep->label, sizeof ep->label, "sentinel master '%s'", ep->master_name);
+    return WATCHLOCK_OK;
+}
+
+/* Cluster: [userinfo@]h1[:p1][,h2[:p2]...][/] (no database: a cluster has only db 0) */
+static int parse_cluster(wl_endpoint *ep, const char *s, const char *end)
+{
+    const char *slash = memchr(s, '/', (size_t)(end - s));
+    if (slash != NULL && slash + 1 < end)
+        return wl_fail(WATCHLOCK_EINVAL, "malformed URL: a Redis Cluster has only database 0 (no /db in the URL)");
+    int rc = parse_host_list(ep, s, slash ? slash : end, 6379, "seed node");
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    snprintf(ep->label, sizeof ep->label, "cluster %s:%d%s", ep->seeds[0].host, ep->seeds[0].port,
+             ep->n_seeds > 1 ? ",..." : "");
     return WATCHLOCK_OK;
 }
 
@@ -385,10 +415,14 @@ int wl_endpoint_parse(wl_endpoint *ep, const char *url)
         ep->kind = WL_KIND_SENTINEL;
         ep->tls.on = url[5] == 's';
         rc = parse_sentinel(ep, url + (ep->tls.on ? 18 : 17), end);
+    } else if (strncmp(url, "redis-cluster://", 16) == 0 || strncmp(url, "rediss-cluster://", 17) == 0) {
+        ep->kind = WL_KIND_CLUSTER;
+        ep->tls.on = url[5] == 's';
+        rc = parse_cluster(ep, url + (ep->tls.on ? 17 : 16), end);
     } else {
         rc = wl_fail(WATCHLOCK_EINVAL,
-                     "malformed URL '%.200s': expected redis://host[:port][/db], rediss://..., unix:///path "
-                     "or redis-sentinel://host[:port][,host[:port]...]/MASTER",
+                     "malformed URL '%.200s': expected redis://host[:port][/db], rediss://..., unix:///path, "
+                     "redis-sentinel://host[:port][,host[:port]...]/MASTER or redis-cluster://host:port[,host:port...]",
                      url);
     }
     if (rc == WATCHLOCK_OK && q != NULL)
@@ -400,9 +434,9 @@ int wl_endpoint_parse(wl_endpoint *ep, const char *url)
 
 void wl_endpoint_clear(wl_endpoint *ep)
 {
-    for (size_t i = 0; i < ep->n_sentinels; i++)
-        free(ep->sentinels[i].host);
-    free(ep->sentinels);
+    for (size_t i = 0; i < ep->n_seeds; i++)
+        free(ep->seeds[i].host);
+    free(ep->seeds);
     free(ep->master_name);
     free(ep->sentinel_user);
     free(ep->sentinel_password);

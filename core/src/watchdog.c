@@ -37,7 +37,6 @@
 
 #define RETRY_US 100000      /* retry a failed renewal this soon (capped by the interval) */
 #define IDLE_TICK_US 1000000 /* with no lock held, look at the heap this often */
-#define RENEW_CHUNK 100      /* locks renewed by one script call */
 
 static int64_t interval_us(const watchlock_lock *l)
 {
@@ -104,15 +103,6 @@ int wl_lock_expiry_reason(const watchlock_lock *l)
 
 /* ---- one round ---- */
 
-typedef struct round_entry {
-    watchlock_lock *lock;
-    wl_write w;
-    bool final_hold;           /* the last renewal allowed by max_hold */
-    char prefix[WL_IDENT_SIZE]; /* "<token>." of the hold */
-    char from_s[24], to_s[24], ms_s[24];
-    int result; /* WL_WRITE_* */
-    bool need_eval;
-} round_entry;
 
 typedef struct vec {
     void *items;
@@ -124,146 +114,6 @@ static void *vec_push(vec *v)
     if (wl_grow(&v->items, &v->cap, v->len, v->size, 16) != 0)
         return NULL;
     return (char *)v->items + v->size * v->len++;
-}
-
-/* Appends one batch-renewal script call for es[from, to). */
-static int append_chunk(wl_conn *ctx, round_entry *es, size_t from, size_t to, bool use_eval)
-{
-    size_t n = to - from, argc = 3 + 5 * n; /* command, script, numkeys; n keys; 4 arguments per key */
-    const char **argv = malloc(argc * sizeof *argv);
-    size_t *lens = malloc(argc * sizeof *lens);
-    int rc = -1;
-    if (argv != NULL && lens != NULL) {
-        char nkeys[24];
-        snprintf(nkeys, sizeof nkeys, "%zu", n);
-        const wl_script *script = &wl_scripts[WL_SCRIPT_RENEW];
-        use_eval = use_eval || !wl_scripts_have_sha();
-        argv[0] = use_eval ? "EVAL" : "EVALSHA";
-        argv[1] = use_eval ? script->body : script->sha;
-        argv[2] = nkeys;
-        for (size_t k = 0; k < 3; k++)
-            lens[k] = strlen(argv[k]);
-        for (size_t i = 0; i < n; i++) {
-            round_entry *e = &es[from + i];
-            argv[3 + i] = e->lock->keys.lock;
-            lens[3 + i] = e->lock->keys.lock_len;
-            const char **a = argv + 3 + n + 4 * i;
-            size_t *al = lens + 3 + n + 4 * i;
-            a[0] = e->prefix;
-            a[1] = e->from_s;
-            a[2] = e->to_s;
-            a[3] = e->ms_s;
-            for (int k = 0; k < 4; k++)
-                al[k] = strlen(a[k]);
-        }
-        rc = wl_conn_append(ctx, (int)argc, argv, lens);
-    }
-    free(argv);
-    free(lens);
-    return rc;
-}
-
-/* Sends one pipeline of renewals: one script call per RENEW_CHUNK locks
- * (EVALSHA, or EVAL for the chunks the server had no script for). Returns
- * false when the connection failed. */
-static bool send_pipeline(wl_conn *ctx, round_entry *es, size_t n, bool use_eval)
-{
-    for (size_t from = 0; from < n; from += RENEW_CHUNK) {
-        size_t to = from + RENEW_CHUNK < n ? from + RENEW_CHUNK : n;
-        if (use_eval && !es[from].need_eval)
-            continue;
-        if (append_chunk(ctx, es, from, to, use_eval) != 0)
-            return false;
-    }
-    for (size_t from = 0; from < n; from += RENEW_CHUNK) {
-        size_t to = from + RENEW_CHUNK < n ? from + RENEW_CHUNK : n;
-        if (use_eval && !es[from].need_eval)
-            continue;
-        redisReply *r = NULL;
-        if (wl_conn_get_reply(ctx, &r) != 0)
-            return false;
-        if (wl_reply_is_readonly(r)) {
-            /* A failover demoted this server: renew on the new master. */
-            freeReplyObject(r);
-            wl_conn_fail(ctx, "the server became a replica");
-            return false;
-        }
-        bool noscript = !use_eval && wl_reply_is_noscript(r);
-        for (size_t i = from; i < to; i++) {
-            es[i].need_eval = noscript;
-            if (noscript)
-                continue;
-            /* An unexpected reply (an error for the whole script, such as
-             * OOM) says nothing about ownership: retry until the deadline. */
-            es[i].result = wl_reply_renew(r, to - from, i - from);
-        }
-        freeReplyObject(r);
-    }
-    return true;
-}
-
-/* min_replicas: whether enough replicas have this connection's writes
- * (the round's renewals) within the URL's budget, capped by t_ms. A
- * failover to a replica that missed them would lose those leases, so a
- * round without the acknowledgements counts as failed. */
-static bool replicas_acked(watchlock_client *c, wl_conn *conn, int64_t t_ms)
-{
-    const wl_endpoint *ep = &c->server.ep;
-    int64_t budget = ep->min_replicas_timeout_ms < t_ms ? ep->min_replicas_timeout_ms : t_ms;
-    char n[16], ms[24];
-    snprintf(n, sizeof n, "%d", ep->min_replicas);
-    snprintf(ms, sizeof ms, "%" PRId64, budget);
-    const char *argv[3] = {"WAIT", n, ms};
-    wl_conn_set_timeout(conn, t_ms + budget);
-    redisReply *r = wl_conn_command(conn, 3, argv, NULL);
-    wl_conn_set_timeout(conn, t_ms);
-    bool ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= ep->min_replicas;
-    if (r != NULL)
-        freeReplyObject(r);
-    return ok;
-}
-
-/* Without mu: renews es[0..n) on the watchdog connection, ending all network
- * waits by cap_ms. Returns the number of round trips. */
-static int run_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
-{
-    if (cap_ms < 1)
-        cap_ms = 1;
-    for (size_t i = 0; i < n; i++)
-        es[i].result = WL_WRITE_FAILED;
-    if (c->wd_conn != NULL && !wl_server_current(&c->server, c->wd_conn)) {
-        /* The sentinels named a new master: renew there. */
-        wl_conn_free(c->wd_conn);
-        c->wd_conn = NULL;
-    }
-    if (c->wd_conn == NULL && wl_server_connect(&c->server, cap_ms, &c->wd_conn) != WATCHLOCK_OK)
-        return 0;
-    int64_t t = c->server.ep.command_timeout_ms < cap_ms ? c->server.ep.command_timeout_ms : cap_ms;
-    wl_conn_set_timeout(c->wd_conn, t);
-    int trips = 1;
-    bool ok = send_pipeline(c->wd_conn, es, n, false);
-    bool any_eval = false;
-    for (size_t i = 0; ok && i < n; i++)
-        any_eval |= es[i].need_eval;
-    if (ok && any_eval) {
-        trips++;
-        ok = send_pipeline(c->wd_conn, es, n, true);
-    }
-    if (ok && c->server.ep.min_replicas > 0) {
-        trips++;
-        ok = replicas_acked(c, c->wd_conn, t);
-        if (!ok) /* landed on the master only: do not count on these leases */
-            for (size_t i = 0; i < n; i++)
-                es[i].result = WL_WRITE_FAILED;
-    }
-    if (!ok) {
-        for (size_t i = 0; i < n; i++)
-            if (es[i].need_eval || es[i].result == WL_WRITE_FAILED)
-                es[i].result = WL_WRITE_FAILED;
-        wl_server_put(&c->server, c->wd_conn); /* frees it; under Sentinel, asks where the master is */
-        c->wd_conn = NULL;
-    }
-    return trips;
 }
 
 /* With mu held: the nearest local deadline of any held lock (network
@@ -382,7 +232,7 @@ static void *watchdog_main(void *arg)
             round_entry *es = batch.items;
             int64_t cap_ms = (nearest_deadline(c) - wl_now_us()) / 1000;
             pthread_mutex_unlock(&c->mu);
-            int trips = run_round(c, es, batch.len, cap_ms);
+            int trips = wl_renew_round(c, es, batch.len, cap_ms);
             update_cpu(c);
             pthread_mutex_lock(&c->mu);
             c->renew_rounds++;
@@ -391,10 +241,7 @@ static void *watchdog_main(void *arg)
         }
     }
     pthread_mutex_unlock(&c->mu);
-    if (c->wd_conn) {
-        wl_conn_free(c->wd_conn);
-        c->wd_conn = NULL;
-    }
+    wl_renew_round_close(c);
     update_cpu(c);
     free(batch.items);
     return NULL;
