@@ -41,8 +41,8 @@ import types
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
 
 from . import _native, _util
-from ._util import (ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason, Name,
-                    fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
+from ._util import (_CACHEABLE, ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason,
+                    Name, _ms_cache, fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
 
 # The hot path calls the C functions of the SWIG module directly: its
 # Python proxies (_native.lock_acquire, ...) add one Python call each.
@@ -123,6 +123,7 @@ def _new_handle(client: Client, name: Name, options: _Options,
 # wait that timed out for the next call, so slices cost no round trips.
 _SLICE_MS = 250
 _MAIN_IDENT = threading.main_thread().ident
+_get_ident = threading.get_ident
 
 
 class Lock:
@@ -150,7 +151,12 @@ class Lock:
         self._client, self._name, self._on_lost = client, name, on_lost
         self._blocking_ms = -1 if blocking_timeout is None else to_ms(blocking_timeout, "blocking_timeout", name)
         # The options as the core's setters take them (None: the core's default).
-        options = (None if ttl is None else to_ms(ttl, "ttl", name),
+        lease = None
+        if ttl is not None:  # to_ms(ttl), its cache looked up in line
+            lease = _ms_cache.get((type(ttl), ttl)) if type(ttl) in _CACHEABLE else None
+            if lease is None:
+                lease = to_ms(ttl, "ttl", name)
+        options = (lease,
                    None if renew_interval is None else to_ms(renew_interval, "renew_interval", name),
                    None if max_hold is None else to_ms(max_hold, "max_hold", name),
                    max_renewals, auto_renew)
@@ -202,6 +208,9 @@ class Lock:
     @property
     def ttl(self) -> float:
         """The lease in seconds (renewed to this much by the watchdog)."""
+        lease = self._options[0]
+        if self._hnd is None and lease is not None:
+            return lease / 1000.0  # what the core was told (and accepted); no handle needed
         return _native.lock_lease(self._h) / 1000.0
 
     @property
@@ -319,16 +328,19 @@ class Lock:
             st = _lock_acquire(h, wait)
             if st == OK:
                 return True
-            if st == ECLOSED and _util.exiting and threading.current_thread().daemon:
-                # The interpreter is exiting and closed the clients: a daemon
-                # thread still waiting stays parked, as Python stops daemon
-                # threads at exit, instead of failing noisily.
-                threading.Event().wait()
             if st != ETIMEDOUT:
-                raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
+                self._acquire_error(st)
             if (deadline is not None and time.monotonic() >= deadline) or (cancelled and cancelled.is_set()):
                 return False
             # another slice; in the main thread pending signal handlers run here
+
+    def _acquire_error(self, st: int) -> NoReturn:
+        if st == ECLOSED and _util.exiting and threading.current_thread().daemon:
+            # The interpreter is exiting and closed the clients: a daemon
+            # thread still waiting stays parked, as Python stops daemon
+            # threads at exit, instead of failing noisily.
+            threading.Event().wait()
+        raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
 
     def _free_guard(self) -> None:  # with self._mu
         self._owner = None
@@ -376,7 +388,30 @@ class Lock:
     # ---- context manager ------------------------------------------------
 
     def __enter__(self) -> Lock:
-        ident = threading.get_ident()
+        ident = _get_ident()
+        if self._blocking_ms < 0:
+            # Fast path of _acquire() for the usual `with client.lock(name):`
+            # (wait forever): one try in line; anything but a free lock, or a
+            # first slice that timed out, goes on in _acquire().
+            h = self._hnd
+            if h is None:
+                h = self._make_handle()
+            with _mu:
+                free = self._owner is None
+                if free:
+                    self._owner, self._acquiring = ident, True
+            if free:
+                try:
+                    st = _lock_acquire(h, _SLICE_MS if ident == _MAIN_IDENT else -1)
+                except BaseException:
+                    self._acquire_failed(True)
+                    raise
+                if st == OK:
+                    self._acquiring = False  # as in _acquire(): nobody else changes _owner meanwhile
+                    return self
+                self._acquire_failed(True)
+                if st != ETIMEDOUT:
+                    self._acquire_error(st)
         if not self._acquire(self._blocking_ms, ident, None, sliced=ident == _MAIN_IDENT):
             raise self._timeout_error()
         return self
@@ -387,10 +422,20 @@ class Lock:
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[types.TracebackType]) -> None:
-        if exc is None:
-            self.release()  # what _exit does for a block that did not raise, one call less
-        else:
+        if exc is not None:
             self._exit(exc)
+            return
+        h = self._hnd  # release(), in line
+        if h is None:
+            h = self._make_handle()
+        st = _lock_release(h)
+        with _mu:
+            if not self._acquiring and (st == ECONN or _lock_hold_count(h) == 0):
+                self._owner = None
+                if self._cond is not None:
+                    self._cond.notify_all()
+        if st != OK:
+            self._raise(st, "release")
 
     def _exit(self, exc: Optional[BaseException]) -> None:
         """Releases at the end of a block. A loss or release failure is raised
