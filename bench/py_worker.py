@@ -2,7 +2,9 @@
 bench's own venv. One mode per invocation; prints one JSON object.
 
     py_worker.py ping     URL N MAX_S              redis-py PING loop (the Python floor)
-    py_worker.py cycle    LIB URL N MAX_S          uncontended acquire + release
+    py_worker.py cycle    LIB URL N MAX_S          uncontended acquire + release (one Lock)
+    py_worker.py cycle-with watchlock URL N MAX_S  the same as `with client.lock(name, ttl=...):`,
+                                                   a new Lock per cycle
     py_worker.py handoff  LIB URL SHM ID HOLD_US POLITE
     py_worker.py probe    LIB                      exits 0 when LIB imports
 
@@ -61,6 +63,26 @@ def cmd_ping(url: str, n: int, max_s: float) -> dict:
         conn.ping()
         done += 1
         if not done & 63 and time.perf_counter() > limit:
+            break
+    return {"ops": done, "seconds": time.perf_counter() - t0}
+
+
+def cmd_cycle_with(url: str, n: int, max_s: float) -> dict:
+    """`with client.lock(name):` per cycle: what most code writes."""
+    import watchlock
+    client = watchlock.Client(url)
+    name = f"bench:cycle:watchlock-with:{os.getpid()}"
+    for _ in range(min(100, n)):
+        with client.lock(name, ttl=LEASE_S):
+            pass
+    t0 = time.perf_counter()
+    limit = t0 + max_s
+    done = 0
+    while done < n:
+        with client.lock(name, ttl=LEASE_S):
+            pass
+        done += 1
+        if not done & 15 and time.perf_counter() > limit:
             break
     return {"ops": done, "seconds": time.perf_counter() - t0}
 
@@ -144,6 +166,8 @@ def main(argv: list[str]) -> int:
     mode = argv[0] if argv else ""
     if mode == "ping" and len(argv) == 4:
         out = cmd_ping(argv[1], int(argv[2]), float(argv[3]))
+    elif mode == "cycle-with" and len(argv) == 5 and argv[1] == "watchlock":
+        out = cmd_cycle_with(argv[2], int(argv[3]), float(argv[4]))
     elif mode == "cycle" and len(argv) == 5:
         out = cmd_cycle(argv[1], argv[2], int(argv[3]), float(argv[4]))
     elif mode == "handoff" and len(argv) == 7:
@@ -154,6 +178,9 @@ def main(argv: list[str]) -> int:
                "pottery": "pottery"}[lib]
         m = __import__(mod)
         out = {"version": getattr(m, "__version__", "?")}
+        if lib == "redis-py":  # the reply parser: hiredis (C) when installed
+            import redis.utils
+            out["hiredis"] = bool(getattr(redis.utils, "HIREDIS_AVAILABLE", False))
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -2,10 +2,16 @@
  * wlbench - the C side of the watchlock benchmarks (driven by bench/bench.py).
  *
  *   wlbench ping     HOST PORT N MAX_S          hiredis PING loop (the C floor)
- *   wlbench cycle    URL N MAX_S                uncontended acquire + release
+ *   wlbench cycle    URL N MAX_S [NAME_LEN]     uncontended acquire + release (a name of
+ *                                               NAME_LEN bytes, default 25-30)
+ *   wlbench threads  URL THREADS N MAX_S        THREADS threads share one client, each
+ *                                               cycling its own lock; total cycles/s
  *   wlbench handoff  URL SHM ID HOLD_US POLITE  one of the contending processes
- *   wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S
- *                                               one client holding many locks
+ *   wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S [--probe N] [--sample-ms MS]
+ *                                               one client holding many locks: renewals,
+ *                                               the smallest remaining lease seen, RSS;
+ *                                               --probe: then N timed acquire + release
+ *                                               cycles of one more lock while they are held
  *
  * Every mode prints one JSON object on stdout and exits 0, or prints the
  * failing call on stderr and exits 1. The shared-memory layout used by
@@ -28,6 +34,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,16 +131,36 @@ static int cmd_ping(const char *host, int port, long n, double max_s)
 
 /* ---- cycle: uncontended acquire + release on one handle ----------------- */
 
-static int cmd_cycle(const char *url, long n, double max_s)
+/* A name of exactly `len` bytes (>= 10) unique to this process: "b" and the
+ * pid in 9 digits, then 'x's. 0: the classic "bench:cycle:c:PID". */
+static char *bench_name(size_t len)
+{
+    char head[64];
+    int n = len == 0 ? snprintf(head, sizeof head, "bench:cycle:c:%d", (int)getpid())
+                     : snprintf(head, sizeof head, "b%09d", (int)getpid() % 1000000000);
+    if (len < (size_t)n)
+        len = (size_t)n;
+    char *name = malloc(len + 1);
+    if (name == NULL)
+        return NULL;
+    memset(name, 'x', len);
+    memcpy(name, head, (size_t)n);
+    name[len] = '\0';
+    return name;
+}
+
+static int cmd_cycle(const char *url, long n, double max_s, size_t name_len)
 {
     watchlock_client *client = NULL;
     watchlock_lock *lock = NULL;
     int rc = watchlock_client_open(&client, url);
     if (rc != WATCHLOCK_OK)
         return fail("watchlock_client_open", rc);
-    char name[64];
-    snprintf(name, sizeof name, "bench:cycle:c:%d", (int)getpid());
+    char *name = bench_name(name_len);
+    if (name == NULL)
+        return 1;
     rc = watchlock_lock_new(&lock, client, name, strlen(name));
+    free(name);
     if (rc != WATCHLOCK_OK)
         return fail("watchlock_lock_new", rc);
     watchlock_lock_set_lease(lock, 10000);
@@ -157,6 +184,88 @@ static int cmd_cycle(const char *url, long n, double max_s)
     int64_t t1 = now_ns();
     printf("{\"ops\": %ld, \"seconds\": %.6f}\n", done, (double)(t1 - t0) / 1e9);
     watchlock_lock_free(lock);
+    watchlock_client_close(client);
+    return 0;
+}
+
+/* ---- threads: many threads share one client ------------------------------ */
+
+struct thread_arg {
+    watchlock_client *client;
+    int id;
+    long n;
+    long done;
+    int rc;
+    const char *failed;
+};
+
+static atomic_int threads_go, threads_stop, threads_finished;
+
+static void *cycle_thread(void *p)
+{
+    struct thread_arg *a = p;
+    watchlock_lock *lock = NULL;
+    char name[64];
+    int len = snprintf(name, sizeof name, "bench:threads:%d:%d", (int)getpid(), a->id);
+    if ((a->rc = watchlock_lock_new(&lock, a->client, name, (size_t)len)) != WATCHLOCK_OK) {
+        a->failed = "watchlock_lock_new";
+        return NULL;
+    }
+    watchlock_lock_set_lease(lock, 10000);
+    while (!atomic_load(&threads_go))
+        sleep_ns(100000);
+    while (a->done < a->n && !atomic_load(&threads_stop)) {
+        if ((a->rc = watchlock_lock_acquire(lock, 0)) != WATCHLOCK_OK) {
+            a->failed = "watchlock_lock_acquire";
+            break;
+        }
+        if ((a->rc = watchlock_lock_release(lock)) != WATCHLOCK_OK) {
+            a->failed = "watchlock_lock_release";
+            break;
+        }
+        a->done++;
+    }
+    watchlock_lock_free(lock);
+    atomic_fetch_add(&threads_finished, 1);
+    return NULL;
+}
+
+static int cmd_threads(const char *url, int nthreads, long n, double max_s)
+{
+    watchlock_client *client = NULL;
+    int rc = watchlock_client_open(&client, url);
+    if (rc != WATCHLOCK_OK)
+        return fail("watchlock_client_open", rc);
+    if (nthreads < 1 || nthreads > 1024)
+        return 2;
+    struct thread_arg *args = calloc((size_t)nthreads, sizeof *args);
+    pthread_t *tids = calloc((size_t)nthreads, sizeof *tids);
+    if (args == NULL || tids == NULL)
+        return 1;
+    for (int i = 0; i < nthreads; i++) {
+        args[i] = (struct thread_arg){client, i, n, 0, 0, NULL};
+        if (pthread_create(&tids[i], NULL, cycle_thread, &args[i]) != 0)
+            return 1;
+    }
+    /* Warm-up: one short round lets every thread connect (the pool grows). */
+    sleep_ns(200000000);
+    int64_t t0 = now_ns();
+    atomic_store(&threads_go, 1);
+    while (now_ns() - t0 < (int64_t)(max_s * 1e9) && atomic_load(&threads_finished) < nthreads)
+        sleep_ns(5000000);
+    atomic_store(&threads_stop, 1);
+    long total = 0;
+    for (int i = 0; i < nthreads; i++) {
+        pthread_join(tids[i], NULL);
+        if (args[i].failed != NULL)
+            return fail(args[i].failed, args[i].rc);
+        total += args[i].done;
+    }
+    int64_t t1 = now_ns();
+    printf("{\"ops\": %ld, \"seconds\": %.6f, \"threads\": %d}\n", total, (double)(t1 - t0) / 1e9,
+           nthreads);
+    free(args);
+    free(tids);
     watchlock_client_close(client);
     return 0;
 }
@@ -267,8 +376,29 @@ static void on_lost(watchlock_lock *lock, int reason, void *userdata)
     atomic_fetch_add(&lost_callbacks, 1);
 }
 
+/* The smallest remaining lease (local deadline, watchlock_lock_remaining_ms)
+ * over all held locks right now; -1 when none is held. */
+static int64_t min_remaining(watchlock_lock **locks, long n)
+{
+    int64_t min = -1;
+    for (long i = 0; i < n; i++) {
+        if (watchlock_lock_state(locks[i]) != WATCHLOCK_HELD)
+            continue;
+        int64_t r = watchlock_lock_remaining_ms(locks[i]);
+        if (min < 0 || r < min)
+            min = r;
+    }
+    return min;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static int cmd_watchdog(const char *url, const char *host, int port, long n, int64_t lease_ms,
-                        double hold_s)
+                        double hold_s, long probe, int64_t sample_ms)
 {
     redisContext *admin = redisConnect(host, port);
     if (admin == NULL || admin->err) {
@@ -279,10 +409,10 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     int rc = watchlock_client_open(&client, url);
     if (rc != WATCHLOCK_OK)
         return fail("watchlock_client_open", rc);
+    long rss0 = rss_bytes();
     watchlock_lock **locks = calloc((size_t)n, sizeof *locks);
     if (locks == NULL)
         return 1;
-    long rss0 = rss_bytes();
     int64_t t_acq0 = now_ns();
     for (long i = 0; i < n; i++) {
         char name[64];
@@ -304,11 +434,20 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     long long cmds0 = server_script_calls(admin);
     int64_t t0 = now_ns();
     long rss_max = rss_held;
+    /* Every sample_ms: RSS, and the smallest remaining lease of all held
+     * locks (one pass over the handles, no I/O). */
+    int64_t min_rem = -1, samples = 0, scan_ns = 0;
     while (now_ns() - t0 < (int64_t)(hold_s * 1e9)) {
-        sleep_ns(100000000);
+        sleep_ns(sample_ms * 1000000);
         long r = rss_bytes();
         if (r > rss_max)
             rss_max = r;
+        int64_t s0 = now_ns();
+        int64_t m = min_remaining(locks, n);
+        scan_ns += now_ns() - s0;
+        samples++;
+        if (m >= 0 && (min_rem < 0 || m < min_rem))
+            min_rem = m;
     }
     int64_t t1 = now_ns();
     long long cmds = server_script_calls(admin) - cmds0;
@@ -319,37 +458,78 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     int64_t pcpu = process_cpu_us() - pcpu0;
     int64_t held_stat = watchlock_client_stat(client, WATCHLOCK_STAT_HELD_LOCKS);
 
-    /* Lost = not HELD locally, or not held on the server by then. */
-    long lost_local = 0, lost_server = 0;
-    for (long i = 0; i < n; i++) {
+    /* Probe: acquire + release of one more lock while all are held, timed
+     * per call; the median of batches of 50 resists a noisy neighbour. */
+    double acq_us = 0, rel_us = 0;
+    if (probe > 0) {
+        watchlock_lock *pl = NULL;
+        if ((rc = watchlock_lock_new(&pl, client, "bench:watchdog:probe", 20)) != WATCHLOCK_OK)
+            return fail("watchlock_lock_new (probe)", rc);
+        watchlock_lock_set_lease(pl, lease_ms);
+        long batches = (probe + 49) / 50;
+        double *acq = calloc((size_t)batches, sizeof *acq), *rel = calloc((size_t)batches, sizeof *rel);
+        if (acq == NULL || rel == NULL)
+            return 1;
+        for (int i = 0; i < 20; i++) { /* warm-up */
+            if ((rc = watchlock_lock_acquire(pl, 0)) != WATCHLOCK_OK)
+                return fail("watchlock_lock_acquire (probe)", rc);
+            if ((rc = watchlock_lock_release(pl)) != WATCHLOCK_OK)
+                return fail("watchlock_lock_release (probe)", rc);
+        }
+        for (long b = 0; b < batches; b++) {
+            int64_t a_ns = 0, r_ns = 0;
+            for (int i = 0; i < 50; i++) {
+                int64_t x0 = now_ns();
+                if ((rc = watchlock_lock_acquire(pl, 0)) != WATCHLOCK_OK)
+                    return fail("watchlock_lock_acquire (probe)", rc);
+                int64_t x1 = now_ns();
+                if ((rc = watchlock_lock_release(pl)) != WATCHLOCK_OK)
+                    return fail("watchlock_lock_release (probe)", rc);
+                a_ns += x1 - x0;
+                r_ns += now_ns() - x1;
+            }
+            acq[b] = (double)a_ns / 50 / 1e3;
+            rel[b] = (double)r_ns / 50 / 1e3;
+        }
+        qsort(acq, (size_t)batches, sizeof *acq, cmp_double);
+        qsort(rel, (size_t)batches, sizeof *rel, cmp_double);
+        acq_us = acq[batches / 2];
+        rel_us = rel[batches / 2];
+        free(acq);
+        free(rel);
+        watchlock_lock_free(pl);
+    }
+
+    /* Lost = not HELD locally, a lost callback, or a release the server
+     * refused (release is token-checked: the key was not ours any more). */
+    long lost_local = 0, lost_server = 0, release_fail = 0;
+    for (long i = 0; i < n; i++)
         if (watchlock_lock_state(locks[i]) != WATCHLOCK_HELD)
             lost_local++;
-        size_t len;
-        const char *name = watchlock_lock_name(locks[i], &len);
-        int held = 0;
-        int64_t remaining = 0;
-        if ((rc = watchlock_client_inspect(client, name, len, &held, &remaining, NULL)) !=
-            WATCHLOCK_OK)
-            return fail("watchlock_client_inspect", rc);
-        if (!held || remaining <= 0)
-            lost_server++;
-    }
-    long release_fail = 0;
+    int64_t t_rel0 = now_ns();
     for (long i = 0; i < n; i++) {
-        if (watchlock_lock_release(locks[i]) != WATCHLOCK_OK)
+        int st = watchlock_lock_release(locks[i]);
+        if (st == WATCHLOCK_ENOTOWNER)
+            lost_server++;
+        else if (st != WATCHLOCK_OK)
             release_fail++;
         watchlock_lock_free(locks[i]);
     }
+    int64_t t_rel1 = now_ns();
     printf("{\"locks\": %ld, \"lease_ms\": %" PRId64 ", \"hold_s\": %.3f, "
-           "\"acquire_s\": %.3f, \"rss_before\": %ld, \"rss_held\": %ld, \"rss_max\": %ld, "
-           "\"renew_rounds\": %" PRId64 ", \"renew_roundtrips\": %" PRId64
+           "\"acquire_s\": %.3f, \"release_s\": %.3f, \"rss_before\": %ld, \"rss_held\": %ld, "
+           "\"rss_max\": %ld, \"renew_rounds\": %" PRId64 ", \"renew_roundtrips\": %" PRId64
            ", \"renewals\": %" PRId64 ", \"watchdog_cpu_us\": %" PRId64
            ", \"process_cpu_us\": %" PRId64 ", \"held_stat\": %" PRId64
            ", \"lost_local\": %ld, \"lost_server\": %ld, \"lost_callbacks\": %ld, "
-           "\"release_failures\": %ld, \"server_script_calls\": %lld}\n",
-           n, lease_ms, (double)(t1 - t0) / 1e9, (double)(t_acq1 - t_acq0) / 1e9, rss0,
-           rss_held, rss_max, rounds, rtts, renewals, cpu, pcpu, held_stat, lost_local,
-           lost_server, atomic_load(&lost_callbacks), release_fail, cmds);
+           "\"release_failures\": %ld, \"server_script_calls\": %lld, "
+           "\"min_remaining_ms\": %" PRId64 ", \"samples\": %" PRId64 ", \"sample_ms\": %" PRId64
+           ", \"scan_ms_total\": %.1f, \"probe_cycles\": %ld, \"probe_acquire_us\": %.2f, "
+           "\"probe_release_us\": %.2f}\n",
+           n, lease_ms, (double)(t1 - t0) / 1e9, (double)(t_acq1 - t_acq0) / 1e9,
+           (double)(t_rel1 - t_rel0) / 1e9, rss0, rss_held, rss_max, rounds, rtts, renewals, cpu,
+           pcpu, held_stat, lost_local, lost_server, atomic_load(&lost_callbacks), release_fail,
+           cmds, min_rem, samples, sample_ms, (double)scan_ns / 1e6, probe, acq_us, rel_us);
     redisFree(admin);
     free(locks);
     watchlock_client_close(client);
@@ -359,9 +539,11 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
 static void usage(void)
 {
     fprintf(stderr, "usage: wlbench ping HOST PORT N MAX_S\n"
-                    "       wlbench cycle URL N MAX_S\n"
+                    "       wlbench cycle URL N MAX_S [NAME_LEN]\n"
+                    "       wlbench threads URL THREADS N MAX_S\n"
                     "       wlbench handoff URL SHM ID HOLD_US POLITE\n"
-                    "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S\n");
+                    "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S [--probe N] "
+                    "[--sample-ms MS]\n");
 }
 
 int main(int argc, char **argv)
@@ -369,13 +551,29 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
     if (argc == 6 && strcmp(argv[1], "ping") == 0)
         return cmd_ping(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
-    if (argc == 5 && strcmp(argv[1], "cycle") == 0)
-        return cmd_cycle(argv[2], atol(argv[3]), atof(argv[4]));
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "cycle") == 0)
+        return cmd_cycle(argv[2], atol(argv[3]), atof(argv[4]),
+                         argc == 6 ? (size_t)atol(argv[5]) : 0);
+    if (argc == 6 && strcmp(argv[1], "threads") == 0)
+        return cmd_threads(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
     if (argc == 7 && strcmp(argv[1], "handoff") == 0)
         return cmd_handoff(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
-    if (argc == 8 && strcmp(argv[1], "watchdog") == 0)
+    if (argc >= 8 && argc % 2 == 0 && strcmp(argv[1], "watchdog") == 0) {
+        long probe = 0;
+        int64_t sample_ms = 250;
+        for (int i = 8; i + 1 < argc; i += 2) {
+            if (strcmp(argv[i], "--probe") == 0)
+                probe = atol(argv[i + 1]);
+            else if (strcmp(argv[i], "--sample-ms") == 0 && atoll(argv[i + 1]) > 0)
+                sample_ms = atoll(argv[i + 1]);
+            else {
+                usage();
+                return 2;
+            }
+        }
         return cmd_watchdog(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoll(argv[6]),
-                            atof(argv[7]));
+                            atof(argv[7]), probe, sample_ms);
+    }
     usage();
     return 2;
 }

@@ -10,7 +10,7 @@ import os
 import re
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Set, TypeVar, Union
 
 from . import _native, _util
 from ._lock import Lock, LockOptions, check_options
@@ -111,6 +111,10 @@ class Client:
         self._mu = threading.Lock()
         self._watched: "weakref.WeakValueDictionary[int, Lock]" = weakref.WeakValueDictionary()
         self._dispatcher: Optional[threading.Thread] = None
+        # Lock options the core accepted on this client (Lock._options): a
+        # Lock with options in here gets its core handle at its first use.
+        self._accepted: Set[Any] = set()
+        self._forks = _util.forks  # a Lock made after a fork asks the core at once (EFORKED)
         _live_clients.add(self)
 
     @property
@@ -267,11 +271,17 @@ class Client:
 
     # ---- used by Lock ---------------------------------------------------
 
+    def _accept(self, options: Any) -> None:
+        """Remembers lock options the core accepted (bounded: forgets all when full)."""
+        if len(self._accepted) >= 256:
+            self._accepted.clear()
+        self._accepted.add(options)
+
     def _watch(self, lock: Lock) -> None:
         """Delivers the core's loss events for `lock` to its on_lost."""
         with self._mu:
             h = self._handle()
-            self._watched[lock._id] = lock
+            self._watched[_native.lock_id(lock._h)] = lock
             if self._dispatcher is not None:
                 return
             st = _native.client_enable_lost_events(h, 1)
@@ -394,6 +404,7 @@ def _close_all_at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     global _default, _default_mu
+    _util.forks += 1
     _default_mu = threading.Lock()  # may have been held by a parent thread at fork
     _default = None  # the parent's: a child opens its own
 

@@ -7,7 +7,23 @@ and a guard. The core's handle is reentrant for whoever calls it; so that a
 Lock shared by threads behaves like a threading.Lock, the thread (or task)
 that takes it from free owns it here (``_owner``) until the core's hold
 count is back to 0, and the others wait on ``_cond``. Any thread may
-release (hand-offs). C calls run outside ``_cond``, without the GIL.
+release (hand-offs). C calls run outside ``_mu``, without the GIL.
+
+Making a Lock is cheap (``with client.lock(name):`` makes one per block):
+
+- the core's handle is made at its first use (``_h``),
+  when the core has already accepted the same options on this client (a set
+  of the option values it accepted, per client) and the name is one the core
+  takes (non-empty, at most WATCHLOCK_MAX_NAME bytes). Any other lock gets
+  its handle at once, so that the core's checks raise from ``client.lock()``
+  with the core's message, as before; Python repeats none of them;
+- the guard's state is protected by one module-wide mutex (``_mu``, held
+  for a few bytecodes at a time, never around a C call that waits); a
+  Lock's Condition is made over it only when a thread has to wait for
+  another in-process owner;
+- durations are converted once per value (``_util.to_ms``);
+- attributes live in ``__slots__`` (``__dict__`` stays, for callers' own
+  attributes), and the hot C functions are called without SWIG's proxies.
 """
 from __future__ import annotations
 
@@ -15,17 +31,33 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ctypes
+import importlib
 import logging
 import math
 import sys
 import threading
 import time
 import types
-from typing import TYPE_CHECKING, Callable, Iterable, NoReturn, Optional, Type, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
 
 from . import _native, _util
-from ._util import (ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason, Name,
-                    fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
+from ._util import (_CACHEABLE, ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason,
+                    Name, _ms_cache, fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
+
+# The hot path calls the C functions of the SWIG module directly: its
+# Python proxies (_native.lock_acquire, ...) add one Python call each.
+# Same functions, same arguments and results.
+_c = importlib.import_module(f"{__package__}.__native")
+_lock_new: Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]] = _c.lock_new
+_lock_free: Callable[[Optional[_native.LockHandle]], None] = _c.lock_free
+_lock_acquire: Callable[[_native.LockHandle, int], int] = _c.lock_acquire
+_lock_release: Callable[[_native.LockHandle], int] = _c.lock_release
+_lock_hold_count: Callable[[Optional[_native.LockHandle]], int] = _c.lock_hold_count
+_lock_state: Callable[[Optional[_native.LockHandle]], int] = _c.lock_state
+_LOST_NONE = _native.WATCHLOCK_LOST_NONE
+_MAX_NAME = _native.WATCHLOCK_MAX_NAME
+_new_mu = threading.Lock()  # makes lazy handles one at a time: one Lock, one owner
+_mu = threading.Lock()      # every Lock's guard state (_owner, _acquiring, _cond)
 from .exceptions import Error, LockLostError, LockTimeout
 
 if TYPE_CHECKING:
@@ -59,12 +91,39 @@ def check_options(options: Iterable[str]) -> None:
         raise TypeError(f"lock() got unexpected keyword argument(s): {', '.join(unknown)}")
 
 
+#: (ttl ms, renew_interval ms, max_hold ms, max_renewals, auto_renew) as the core's setters take
+#: them; None = not given (the core's default).
+_Options = Tuple[Optional[int], Optional[int], Optional[int], Optional[int], bool]
+_OPTION_NAMES = ("ttl", "renew_interval", "max_hold", "max_renewals", "auto_renew")
+_SETTERS: Tuple[Callable[[_native.LockHandle, int], int], ...] = (
+    _c.lock_set_lease,  # first: renew_interval is checked against it
+    _c.lock_set_renew_interval, _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
+
+
+def _new_handle(client: Client, name: Name, options: _Options,
+                given: Optional[Tuple[object, ...]]) -> _native.LockHandle:
+    """The core's handle for `name` with `options` set; the core checks every
+    value (EINVAL) and raises with its message, naming the value as `given`."""
+    st, h = _lock_new(client._handle(), name)
+    if st != OK:
+        raise_status(st, f"cannot create lock {fmt_name(name)}", name)
+    try:
+        for i, arg in enumerate(options):
+            if arg is not None and (st := _SETTERS[i](h, arg)) != OK:
+                raise_status(st, f"{_OPTION_NAMES[i]}={(given[i] if given is not None else arg)!r}", name)
+    except BaseException:
+        _lock_free(h)
+        raise
+    return h
+
+
 # Long C waits are cut into slices where something must be able to stop
 # them: in the main thread (signal handlers such as Ctrl-C run between
 # slices) and for asyncio (a cancelled task stops waiting). The core keeps a
 # wait that timed out for the next call, so slices cost no round trips.
 _SLICE_MS = 250
 _MAIN_IDENT = threading.main_thread().ident
+_get_ident = threading.get_ident
 
 
 class Lock:
@@ -75,41 +134,65 @@ class Lock:
     :class:`LockLostError` if the lock was lost inside the block.
     """
 
+    __slots__ = ("_client", "_name", "_on_lost", "_blocking_ms", "_options", "_hnd", "_cond", "_owner",
+                 "_acquiring", "_interrupted", "__dict__", "__weakref__")
+
     def __init__(self, client: Client, name: Name, ttl: Optional[Duration] = None,
                  blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
                  max_renewals: Optional[int] = None, max_hold: Optional[Duration] = None,
                  renew_interval: Optional[Duration] = None, on_lost: OnLost = None,
                  **unexpected: NoReturn) -> None:
-        check_options(unexpected)
+        if unexpected:
+            check_options(unexpected)
         if not (on_lost is None or on_lost == "interrupt" or callable(on_lost)):
             raise TypeError("on_lost must be None, a callable(lock, reason) or \"interrupt\"")
+        if client._closed:
+            client._handle()  # ClientClosedError now, not at the first use
         self._client, self._name, self._on_lost = client, name, on_lost
         self._blocking_ms = -1 if blocking_timeout is None else to_ms(blocking_timeout, "blocking_timeout", name)
-        st, h = _native.lock_new(client._handle(), name)
-        if st != OK:
-            raise_status(st, f"cannot create lock {fmt_name(name)}", name)
-        try:  # None: the core's default. Its setters check every value (EINVAL).
-            for what, value, setter in (
-                    ("ttl", ttl, _native.lock_set_lease),  # first: renew_interval is checked against it
-                    ("renew_interval", renew_interval, _native.lock_set_renew_interval),
-                    ("max_hold", max_hold, _native.lock_set_max_hold)):
-                if value is not None and (st := setter(h, to_ms(value, what, name))) != OK:
-                    raise_status(st, f"{what}={value!r}", name)
-            for what, count, set_count in (("max_renewals", max_renewals, _native.lock_set_max_renewals),
-                                           ("auto_renew", auto_renew, _native.lock_set_auto_renew)):
-                if count is not None and (st := set_count(h, count)) != OK:
-                    raise_status(st, f"{what}={count!r}", name)
-        except BaseException:
-            _native.lock_free(h)
-            raise
-        self._h = h
-        self._id = _native.lock_id(h)
-        self._cond = threading.Condition(threading.Lock())
+        # The options as the core's setters take them (None: the core's default).
+        lease = None
+        if ttl is not None:  # to_ms(ttl), its cache looked up in line
+            lease = _ms_cache.get((type(ttl), ttl)) if type(ttl) in _CACHEABLE else None
+            if lease is None:
+                lease = to_ms(ttl, "ttl", name)
+        options = (lease,
+                   None if renew_interval is None else to_ms(renew_interval, "renew_interval", name),
+                   None if max_hold is None else to_ms(max_hold, "max_hold", name),
+                   max_renewals, auto_renew)
+        self._options: _Options = options
+        self._hnd: Optional[_native.LockHandle] = None   # the core's handle, made at first use (_h)
+        self._cond: Optional[threading.Condition] = None  # made over _mu by the first waiter
         self._owner: object = None       # the thread ident or asyncio task that holds it here
         self._acquiring = False          # the owner is in the core's acquire
         self._interrupted = 0            # fencing token of the hold on_lost="interrupt" interrupted
-        if on_lost is not None:
-            client._watch(self)
+        # Lazy only for what the core already accepted: these options on this
+        # client (compared as values: max_renewals must be an int and
+        # auto_renew a bool, as True == 1 would stand in for the other type),
+        # and a name it takes (an ASCII str has as many bytes as characters).
+        type_name = type(name)
+        if (on_lost is not None or options not in client._accepted or client._forks != _util.forks
+                or type(auto_renew) is not bool or not (max_renewals is None or type(max_renewals) is int)
+                or not ((type_name is bytes or (type_name is str and name.isascii()))
+                        and 0 < len(name) <= _MAX_NAME)):
+            # The core checks now, with the values as given in its messages.
+            self._hnd = _new_handle(client, name, options, (ttl, renew_interval, max_hold, max_renewals, auto_renew))
+            client._accept(options)
+            if on_lost is not None:
+                client._watch(self)
+
+    @property
+    def _h(self) -> _native.LockHandle:
+        """The core's handle, made at the first use of this Lock."""
+        h = self._hnd
+        return h if h is not None else self._make_handle()
+
+    def _make_handle(self) -> _native.LockHandle:
+        with _new_mu:  # two threads using a fresh Lock at once must get one handle
+            h = self._hnd
+            if h is None:
+                h = self._hnd = _new_handle(self._client, self._name, self._options, None)
+        return h
 
     # ---- properties -----------------------------------------------------
 
@@ -125,6 +208,9 @@ class Lock:
     @property
     def ttl(self) -> float:
         """The lease in seconds (renewed to this much by the watchdog)."""
+        lease = self._options[0]
+        if self._hnd is None and lease is not None:
+            return lease / 1000.0  # what the core was told (and accepted); no handle needed
         return _native.lock_lease(self._h) / 1000.0
 
     @property
@@ -140,39 +226,39 @@ class Lock:
 
     def owned(self) -> bool:
         """True while this handle holds the lock (and it was not lost). No I/O."""
-        return _native.lock_state(self._h) == HELD
+        return self._hnd is not None and _lock_state(self._h) == HELD
 
     @property
     def lost(self) -> bool:
         """True when the current hold, or the last one once released, was lost."""
-        return _native.lock_last_lost_reason(self._h) != _native.WATCHLOCK_LOST_NONE
+        return self._hnd is not None and _native.lock_last_lost_reason(self._h) != _LOST_NONE
 
     @property
     def lost_reason(self) -> Optional[LostReason]:
         """Why the current or last hold was lost (None when it was not)."""
-        return LostReason.from_code(_native.lock_last_lost_reason(self._h))
+        return LostReason.from_code(_native.lock_last_lost_reason(self._h)) if self._hnd is not None else None
 
     @property
     def fencing_token(self) -> int:
         """Fencing token of the current (or last) hold; 0 before the first.
         Strictly increases per name across all holders: pass it to the
         storage you protect so it can refuse writes from a stale holder."""
-        return _native.lock_fencing_token(self._h)
+        return _native.lock_fencing_token(self._h) if self._hnd is not None else 0
 
     @property
     def remaining(self) -> float:
         """Seconds of validity left by the local deadline (conservative); 0 when not held."""
-        return _native.lock_remaining_ms(self._h) / 1000.0
+        return _native.lock_remaining_ms(self._h) / 1000.0 if self._hnd is not None else 0.0
 
     @property
     def hold_count(self) -> int:
         """How many times the lock is held (reentrant acquires); 0 when not held."""
-        return _native.lock_hold_count(self._h)
+        return _native.lock_hold_count(self._h) if self._hnd is not None else 0
 
     @property
     def renewals(self) -> int:
         """Successful watchdog renewals in the current hold."""
-        return _native.lock_renewals(self._h)
+        return _native.lock_renewals(self._h) if self._hnd is not None else 0
 
     # ---- acquire / release ---------------------------------------------
 
@@ -186,53 +272,80 @@ class Lock:
 
     def _acquire(self, wait: int, owner: object, cancelled: Optional[threading.Event], sliced: bool) -> bool:
         deadline = None if wait < 0 else time.monotonic() + wait / 1000.0
-        with self._cond:  # wait for another in-process owner to let go
-            while self._owner is not None and self._owner != owner:
-                left = None if deadline is None else deadline - time.monotonic()
-                if (left is not None and left <= 0) or (cancelled is not None and cancelled.is_set()):
-                    return False
-                slice_s = _SLICE_MS / 1000.0  # a cancelled asyncio waiter stops within a slice
-                self._cond.wait(left if cancelled is None else slice_s if left is None else min(left, slice_s))
+        with _mu:
+            held_by = self._owner
+            if held_by is not None and held_by != owner and not self._wait_guard(owner, deadline, cancelled):
+                return False
             fresh = self._owner is None
             self._owner, self._acquiring = owner, True
-        ok = False
         try:
             ok = self._acquire_native(deadline, cancelled, sliced)
-        finally:
-            with self._cond:
-                self._acquiring = False
-                if ok:
-                    self._owner = owner
-                elif fresh or _native.lock_hold_count(self._h) == 0:
-                    self._free_guard()
+        except BaseException:
+            self._acquire_failed(fresh)
+            raise
+        if ok:
+            # No _mu needed: while _acquiring is set nobody else changes _owner
+            # (release() leaves the guard alone), so this one store is all.
+            self._acquiring = False
+        else:
+            self._acquire_failed(fresh)
         return ok
+
+    def _acquire_failed(self, fresh: bool) -> None:
+        """The owner's acquire failed: it keeps the guard only if it still
+        holds (reentrant: an earlier hold of the same owner)."""
+        with _mu:
+            self._acquiring = False
+            if fresh or self._hnd is None or _lock_hold_count(self._hnd) == 0:
+                self._free_guard()
+
+    def _wait_guard(self, owner: object, deadline: Optional[float], cancelled: Optional[threading.Event]) -> bool:
+        """With _mu held: waits for another in-process owner to let go. False
+        when the deadline passed or the wait was cancelled first."""
+        cond = self._cond
+        if cond is None:  # the first waiter: until now nobody needed one
+            cond = self._cond = threading.Condition(_mu)
+        while self._owner is not None and self._owner != owner:
+            left = None if deadline is None else deadline - time.monotonic()
+            if (left is not None and left <= 0) or (cancelled is not None and cancelled.is_set()):
+                return False
+            slice_s = _SLICE_MS / 1000.0  # a cancelled asyncio waiter stops within a slice
+            cond.wait(left if cancelled is None else slice_s if left is None else min(left, slice_s))
+        return True
 
     def _acquire_native(self, deadline: Optional[float], cancelled: Optional[threading.Event],
                         sliced: bool) -> bool:
         slicing = sliced or cancelled is not None
+        h = self._hnd
+        if h is None:
+            h = self._make_handle()
         while True:
             if deadline is None:
                 wait = _SLICE_MS if slicing else -1
             else:  # ceil: never round a short wait down to "try once"
                 wait = max(0, math.ceil((deadline - time.monotonic()) * 1000))
                 wait = min(wait, _SLICE_MS) if slicing else wait
-            st = _native.lock_acquire(self._h, wait)
+            st = _lock_acquire(h, wait)
             if st == OK:
                 return True
-            if st == ECLOSED and _util.exiting and threading.current_thread().daemon:
-                # The interpreter is exiting and closed the clients: a daemon
-                # thread still waiting stays parked, as Python stops daemon
-                # threads at exit, instead of failing noisily.
-                threading.Event().wait()
             if st != ETIMEDOUT:
-                raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
+                self._acquire_error(st)
             if (deadline is not None and time.monotonic() >= deadline) or (cancelled and cancelled.is_set()):
                 return False
             # another slice; in the main thread pending signal handlers run here
 
-    def _free_guard(self) -> None:  # with self._cond
+    def _acquire_error(self, st: int) -> NoReturn:
+        if st == ECLOSED and _util.exiting and threading.current_thread().daemon:
+            # The interpreter is exiting and closed the clients: a daemon
+            # thread still waiting stays parked, as Python stops daemon
+            # threads at exit, instead of failing noisily.
+            threading.Event().wait()
+        raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
+
+    def _free_guard(self) -> None:  # with self._mu
         self._owner = None
-        self._cond.notify_all()
+        if self._cond is not None:
+            self._cond.notify_all()
 
     def release(self) -> None:
         """Releases one hold; at the last, deletes the key (only if it still
@@ -240,11 +353,16 @@ class Lock:
         Raises LockLostError if the lock was lost, LockNotOwnedError if it is
         not held, ConnectionError if the server could not be told (the core
         retries at the next acquire; the key runs out by its lease)."""
-        st = _native.lock_release(self._h)
-        with self._cond:
+        h = self._hnd
+        if h is None:
+            h = self._make_handle()
+        st = _lock_release(h)
+        with _mu:
             # ECONN: the core finishes that release later; for this owner it is over.
-            if not self._acquiring and (st == ECONN or _native.lock_hold_count(self._h) == 0):
-                self._free_guard()
+            if not self._acquiring and (st == ECONN or _lock_hold_count(h) == 0):
+                self._owner = None  # _free_guard(), inlined: once per cycle
+                if self._cond is not None:
+                    self._cond.notify_all()
         if st != OK:
             self._raise(st, "release")
 
@@ -270,7 +388,30 @@ class Lock:
     # ---- context manager ------------------------------------------------
 
     def __enter__(self) -> Lock:
-        ident = threading.get_ident()
+        ident = _get_ident()
+        if self._blocking_ms < 0:
+            # Fast path of _acquire() for the usual `with client.lock(name):`
+            # (wait forever): one try in line; anything but a free lock, or a
+            # first slice that timed out, goes on in _acquire().
+            h = self._hnd
+            if h is None:
+                h = self._make_handle()
+            with _mu:
+                free = self._owner is None
+                if free:
+                    self._owner, self._acquiring = ident, True
+            if free:
+                try:
+                    st = _lock_acquire(h, _SLICE_MS if ident == _MAIN_IDENT else -1)
+                except BaseException:
+                    self._acquire_failed(True)
+                    raise
+                if st == OK:
+                    self._acquiring = False  # as in _acquire(): nobody else changes _owner meanwhile
+                    return self
+                self._acquire_failed(True)
+                if st != ETIMEDOUT:
+                    self._acquire_error(st)
         if not self._acquire(self._blocking_ms, ident, None, sliced=ident == _MAIN_IDENT):
             raise self._timeout_error()
         return self
@@ -281,7 +422,20 @@ class Lock:
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[types.TracebackType]) -> None:
-        self._exit(exc)
+        if exc is not None:
+            self._exit(exc)
+            return
+        h = self._hnd  # release(), in line
+        if h is None:
+            h = self._make_handle()
+        st = _lock_release(h)
+        with _mu:
+            if not self._acquiring and (st == ECONN or _lock_hold_count(h) == 0):
+                self._owner = None
+                if self._cond is not None:
+                    self._cond.notify_all()
+        if st != OK:
+            self._raise(st, "release")
 
     def _exit(self, exc: Optional[BaseException]) -> None:
         """Releases at the end of a block. A loss or release failure is raised
@@ -371,7 +525,7 @@ class Lock:
                 log.exception("watchlock: on_lost callback of lock %s raised", fmt_name(self._name))
 
     def _interrupt(self, reason: Optional[LostReason]) -> None:
-        with self._cond:
+        with _mu:
             if _native.lock_state(self._h) != LOST:
                 return  # released or re-acquired meanwhile
             self._interrupted = _native.lock_fencing_token(self._h)
@@ -400,15 +554,17 @@ class Lock:
     # ---- lifetime -------------------------------------------------------
 
     def __del__(self) -> None:
-        h = self.__dict__.pop("_h", None)
+        h = getattr(self, "_hnd", None)  # None also when __init__ failed before setting it
         if h is not None:
+            self._hnd = None
             try:
-                _native.lock_free(h)  # releases if held; leaves a forked child's copy alone
+                _lock_free(h)  # releases if held; leaves a forked child's copy alone
             except Exception:  # interpreter shutdown
                 pass
 
     def __repr__(self) -> str:
-        state = {HELD: "held", LOST: "lost"}.get(_native.lock_state(self._h), "unlocked")
+        state = {HELD: "held", LOST: "lost"}.get(
+            _native.lock_state(self._h) if self._hnd is not None else _native.WATCHLOCK_UNLOCKED, "unlocked")
         return f"<watchlock.Lock {fmt_name(self._name)} {state} ttl={self.ttl:g}s>"
 
     def __reduce__(self) -> NoReturn:

@@ -5,7 +5,7 @@ import concurrent.futures
 import datetime
 import enum
 import threading
-from typing import Callable, NoReturn, Optional, TypeVar, Union
+from typing import Callable, Dict, NoReturn, Optional, Tuple, TypeVar, Union
 
 from . import _native
 from .exceptions import error_class
@@ -25,6 +25,10 @@ LOST = _native.WATCHLOCK_LOST
 
 #: Set by the atexit hook that closes every client (see _client.py).
 exiting = False
+#: Forks this process has gone through (counted in the child, see _client.py):
+#: a Client opened before a fork asks the core for every new lock handle, so
+#: that a forked child gets the core's EFORKED at once.
+forks = 0
 
 
 class LostReason(str, enum.Enum):
@@ -63,11 +67,43 @@ def raise_status(status: int, message: str, lock_name: Optional[Name] = None) ->
     raise error_class(status)(text, lock_name=lock_name, status=status, detail=detail)
 
 
+#: Conversions the core's parser made, (type, value) -> ms. Only successes
+#: are kept: a value the parser refuses is asked again, so its error (and
+#: message) is always the core's. Bounded: cleared when full.
+_ms_cache: Dict[Tuple[type, object], int] = {}
+_MS_CACHE_MAX = 1024
+_CACHEABLE = frozenset((int, float, str, datetime.timedelta))
+
+
 def to_ms(value: Duration, what: str, lock_name: Name) -> int:
     """A duration in ms, read by the core's one parser (watchlock_parse_duration),
     so that its forms and limits (plain decimal, >= 0, at most 30 days) are
     the CLI's and the URL options'. Numbers and timedeltas are seconds, given
-    to it as decimal text; a NUL byte is shown to it as "\\0", which it refuses."""
+    to it as decimal text; a NUL byte is shown to it as "\\0", which it refuses.
+
+    The result is cached per (type, value): the parser is a pure function of
+    the text, and the text is a function of the type and value, except for
+    -0.0, which equals 0.0 but reads "-0" (refused): zeros of float type are
+    never cached. The type is part of the key because True == 1 and 1.0 == 1
+    hash alike but are refused or read differently. Only the exact types
+    int, float, str and timedelta are cached (a subclass may hash or format
+    in its own way)."""
+    kind = type(value)
+    key = (kind, value)
+    if kind in _CACHEABLE:
+        ms = _ms_cache.get(key)
+        if ms is not None:
+            return ms
+    ms = _to_ms(value, what, lock_name)
+    if kind in _CACHEABLE and not (kind is float and value == 0):
+        if len(_ms_cache) >= _MS_CACHE_MAX:
+            _ms_cache.clear()
+        _ms_cache[key] = ms
+    return ms
+
+
+def _to_ms(value: Duration, what: str, lock_name: Name) -> int:
+    """to_ms without the cache."""
     if isinstance(value, datetime.timedelta):
         value = value.total_seconds()
     if isinstance(value, float):
