@@ -26,11 +26,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc == WATCHLOCK_OK && ep.kind == WL_KIND_SENTINEL) {
         /* Sentinel: at least one sentinel, each with a host and a port in
          * range, and a master name; no standalone address. */
-        if (ep.n_sentinels == 0 || ep.master_name == NULL || ep.master_name[0] == '\0' || ep.host || ep.unix_path)
+        if (ep.n_seeds == 0 || ep.master_name == NULL || ep.master_name[0] == '\0' || ep.host || ep.unix_path)
             abort();
-        for (size_t i = 0; i < ep.n_sentinels; i++)
-            if (ep.sentinels[i].host == NULL || ep.sentinels[i].host[0] == '\0' || ep.sentinels[i].port < 1 ||
-                ep.sentinels[i].port > 65535)
+        for (size_t i = 0; i < ep.n_seeds; i++)
+            if (ep.seeds[i].host == NULL || ep.seeds[i].host[0] == '\0' || ep.seeds[i].port < 1 ||
+                ep.seeds[i].port > 65535)
                 abort();
     } else if (rc == WATCHLOCK_OK) {
         if ((ep.host == NULL) == (ep.unix_path == NULL))
