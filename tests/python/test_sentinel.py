@@ -181,6 +181,19 @@ def test_cli_status_through_sentinel(group, name):
         assert r.returncode == 0, (r.stdout, r.stderr)
 
 
+def test_cli_exits_75_when_replicas_do_not_acknowledge(redis_server, name, tmp_path):
+    """EREPLICAS is "not obtained, try again": EX_TEMPFAIL (75), as a lock held by another."""
+    exe = os.environ.get("WATCHLOCK_CLI") or str(REPO / "build" / "cli" / "watchlock")
+    if not os.access(exe, os.X_OK):
+        pytest.skip("no watchlock CLI built")
+    marker = tmp_path / "ran"
+    r = subprocess.run([exe, "run", "--url", redis_server.url + "?min_replicas=1&min_replicas_timeout=200ms",
+                        name, "--", "touch", str(marker)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 75, (r.returncode, r.stderr)
+    assert not marker.exists()
+    assert redis_server.command("EXISTS", lock_key(name)) == 0
+
+
 # ---- failover: keep running with the new master, or be told
 
 
