@@ -23,10 +23,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     url[size] = '\0';
     wl_endpoint ep;
     int rc = wl_endpoint_parse(&ep, url);
-    if (rc == WATCHLOCK_OK && ep.kind == WL_KIND_SENTINEL) {
-        /* Sentinel: at least one sentinel, each with a host and a port in
-         * range, and a master name; no standalone address. */
-        if (ep.n_seeds == 0 || ep.master_name == NULL || ep.master_name[0] == '\0' || ep.host || ep.unix_path)
+    if (rc == WATCHLOCK_OK && ep.kind != WL_KIND_STANDALONE) {
+        /* Sentinel and Cluster: at least one sentinel / seed node, each
+         * with a host and a port in range; a Sentinel URL names its master,
+         * a Cluster URL has database 0; no standalone address. */
+        if (ep.n_seeds == 0 || ep.host || ep.unix_path)
+            abort();
+        if (ep.kind == WL_KIND_SENTINEL && (ep.master_name == NULL || ep.master_name[0] == '\0'))
+            abort();
+        if (ep.kind == WL_KIND_CLUSTER && (ep.master_name != NULL || ep.db != 0))
             abort();
         for (size_t i = 0; i < ep.n_seeds; i++)
             if (ep.seeds[i].host == NULL || ep.seeds[i].host[0] == '\0' || ep.seeds[i].port < 1 ||
