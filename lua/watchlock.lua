@@ -237,7 +237,8 @@ end
 
 --- watchlock.connect([url]) -> client | nil, message
 -- url: "redis://[[user]:password@]host[:port][/db][?connect_timeout=2s&...]"
--- "rediss://...?cacert=FILE" (TLS), "redis-sentinel://h1:26379,h2:26379/MASTER"
+-- "rediss://...?cacert=FILE" (TLS), "redis-sentinel://h1:26379,h2:26379/MASTER",
+-- "redis-cluster://h1:7000,h2:7001"
 -- or "unix:///path.sock"; default: $WATCHLOCK_URL, else redis://127.0.0.1:6379.
 function M.connect(url)
   run_hooks()

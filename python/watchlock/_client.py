@@ -82,6 +82,7 @@ class Client:
     ``url``: ``redis://[[user]:password@]host[:port][/db][?connect_timeout=2s&command_timeout=2s]``,
     ``rediss://...?cacert=FILE`` (TLS; also cert, key, sni, insecure),
     ``redis-sentinel://h1:26379,h2:26379/MASTER`` (``rediss-sentinel://``),
+    ``redis-cluster://h1:7000,h2:7001`` (``rediss-cluster://``),
     or ``unix:///path/to/redis.sock?db=N``; any takes ``min_replicas=N``
     (README "URLs"); when None, the ``WATCHLOCK_URL``
     environment variable, else ``redis://127.0.0.1:6379``. Connects once to
