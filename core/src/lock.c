@@ -668,8 +668,10 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     }
     rc = WATCHLOCK_ETIMEDOUT;
     for (;;) {
-        if (!resume && wl_sub_moved(sub, entry)) {
-            /* Cluster: the channel's slot moved; follow it. */
+        if (!resume && (wl_sub_moved(sub, entry) ||
+                        (c->server.cluster != NULL && wl_client_sub(c, l->keys.channel, l->keys.channel_len) != sub))) {
+            /* Cluster: the channel's slot moved (or its node failed over);
+             * follow it. */
             wl_sub_leave(sub, entry);
             entry = NULL;
             if (c->server.cluster != NULL)

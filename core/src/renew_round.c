@@ -325,7 +325,14 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
         trips++;
     if (run_pass(c, gs, ng, es, t, true))
         trips++;
+    bool any_failed = false;
+    for (size_t k = 0; k < ng; k++)
+        any_failed |= gs[k].failed;
+    for (size_t i = 0; i < n; i++)
+        any_failed |= es[i].node == NULL;
     free(gs);
+    if (any_failed && c->server.cluster != NULL)
+        wl_cluster_refresh(c->server.cluster, false); /* a node down or demoted: where are its slots now? */
     /* With min_replicas a renewal counts only with its WAIT: redirected
      * ones wait for the next round (routed by the refreshed map). */
     int64_t end = wl_now_us() + cap_ms * 1000;
