@@ -110,6 +110,10 @@ class Sentinel:
                   f"sentinel down-after-milliseconds {g.name} {g.down_after_ms}",
                   f"sentinel failover-timeout {g.name} {g.failover_timeout_ms}",
                   f"sentinel parallel-syncs {g.name} 1"]
+        if g.password:
+            lines.append(f"sentinel auth-pass {g.name} {g.password}")
+        if g.sentinel_password:
+            lines += [f"requirepass {g.sentinel_password}", f"sentinel sentinel-pass {g.sentinel_password}"]
         with open(self.conf, "w") as fh:
             fh.write("\n".join(lines) + "\n")
 
@@ -139,8 +143,12 @@ class Sentinel:
 
     def command(self, *args):
         with connect(self.port, self.group.tls) as s:
+            f = s.makefile("rb")
+            if self.group.sentinel_password:
+                s.sendall(_encode(("AUTH", self.group.sentinel_password)))
+                _read_reply(f)
             s.sendall(_encode(args))
-            return _read_reply(s.makefile("rb"))
+            return _read_reply(f)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -180,17 +188,22 @@ class SentinelGroup:
 
     def __init__(self, name: str = MASTER_NAME, replicas: int = 1, sentinels: int = 3, quorum: int = 2,
                  down_after_ms: int = 1000, failover_timeout_ms: int = 5000, tls=None,
-                 extra_args=()):
+                 extra_args=(), password: Optional[str] = None, sentinel_password: Optional[str] = None):
         self.name = name
         self.quorum = quorum
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
         self.tls = tls
+        self.password = password                    # the nodes' requirepass (and masterauth)
+        self.sentinel_password = sentinel_password  # the sentinels' own requirepass
         self.dir = tempfile.mkdtemp(prefix="watchlock-sentinel-")
         # replication must start at once (the default diskless sync waits 5 s for more replicas)
         self.node_args = ["--repl-diskless-sync-delay", "0"] + (["--tls-replication", "yes"] if tls else [])
+        if password:
+            self.node_args += ["--masterauth", password]  # every node may become a replica
         self.node_args += list(extra_args)
-        self.nodes: List[RedisServer] = [RedisServer(self.node_args, tls=tls) for _ in range(1 + replicas)]
+        self.nodes: List[RedisServer] = [RedisServer(self.node_args, password=password, tls=tls)
+                                         for _ in range(1 + replicas)]
         self.sentinels: List[Sentinel] = [Sentinel(self, i) for i in range(sentinels)]
         self.master_port_at_start = 0
 
@@ -230,15 +243,19 @@ class SentinelGroup:
 
     def url(self, db: Optional[int] = None, sentinels: Optional[List[Sentinel]] = None, name: Optional[str] = None,
             **options) -> str:
-        """redis-sentinel://127.0.0.1:S1,.../NAME[/db][?options] (rediss-sentinel:// and
-        cacert= first with tls). Options are appended as given (min_replicas=1, ...)."""
+        """redis-sentinel://[:password@]127.0.0.1:S1,.../NAME[/db][?options] (rediss-sentinel://
+        and cacert= first with tls; sentinel_password= when the sentinels have one, unless
+        given). Options are appended as given (min_replicas=1, ...; None leaves one out)."""
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in (sentinels or self.sentinels))
         scheme = "redis-sentinel"
         if self.tls is not None:
             scheme = "rediss-sentinel"
             options = {"cacert": self.tls.ca, **options}
+        if self.sentinel_password and "sentinel_password" not in options:
+            options = {"sentinel_password": self.sentinel_password, **options}
+        auth = f":{self.password}@" if self.password else ""
         path = f"/{name or self.name}" + (f"/{db}" if db is not None else "")
-        return f"{scheme}://{hosts}{path}{tls_query(**options)}"
+        return f"{scheme}://{auth}{hosts}{path}{tls_query(**options)}"
 
     def node_at(self, port: int) -> RedisServer:
         for n in self.nodes:

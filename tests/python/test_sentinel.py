@@ -296,6 +296,29 @@ def test_sigkill_of_the_master_while_held(group, name):
     print(f"SIGKILL of the master: holder {outcome}; new master agreed after {took:.1f} s")
 
 
+# ---- passwords: the master's (userinfo) and the sentinels' own (sentinel_password=)
+
+
+@pytest.fixture(scope="module")
+def auth_group():
+    with SentinelGroup(password="node-secret", sentinel_password="sentinel-secret") as g:
+        yield g
+
+
+def test_master_and_sentinel_passwords(auth_group, name):
+    assert ":node-secret@" in auth_group.url() and "sentinel_password=sentinel-secret" in auth_group.url()
+    with watchlock.Client(auth_group.url()) as c, c.lock(name, ttl=5):
+        assert auth_group.master().command("EXISTS", lock_key(name)) == 1
+    bad = {"wrong sentinel password": auth_group.url(sentinel_password="wrong"),
+           "no sentinel password": auth_group.url(sentinel_password=None),
+           "no master password": auth_group.url().replace(":node-secret@", ""),
+           "wrong master password": auth_group.url().replace(":node-secret@", ":wrong@")}
+    for what, url in bad.items():
+        with pytest.raises(watchlock.AuthenticationError) as info:
+            watchlock.Client(url).close()
+        assert "secret" not in str(info.value), (what, str(info.value))
+
+
 # ---- the same over TLS (rediss-sentinel://): a group of its own
 
 
