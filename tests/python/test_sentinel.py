@@ -286,6 +286,31 @@ def failover_case(group, name, fault, ttl):
                 group.restart(killed)
 
 
+def test_waiter_resubscribes_on_the_new_master(group, name):
+    """A waiter blocked across a SENTINEL FAILOVER subscribes again on the
+    new master, and the holder's release (sent to the new master) wakes it,
+    long before the holder's 30 s lease could end."""
+    with watchlock.Client(group.url()) as a, watchlock.Client(group.url()) as b:
+        holder = a.lock(name, ttl=30)
+        assert holder.acquire(blocking=False)
+        waiter = b.lock(name, ttl=30)
+        got = {}
+        th = threading.Thread(target=lambda: got.update(ok=waiter.acquire(timeout=40), t=time.monotonic()))
+        th.start()
+        channel = lock_key(name) + b":released"
+        assert wait_for(lambda: group.master().command("PUBSUB", "NUMSUB", channel)[1] >= 1)
+        new = group.failover()
+        assert wait_for(lambda: new.command("PUBSUB", "NUMSUB", channel)[1] >= 1, timeout=10), \
+            "the waiter did not subscribe on the new master"
+        t0 = time.monotonic()
+        holder.release()
+        th.join(45)
+        assert got.get("ok") is True and got["t"] - t0 < 3.0, (got, t0)
+        assert new.command("EXISTS", lock_key(name)) == 1
+        waiter.release()
+        assert new.command("EXISTS", lock_key(name)) == 0
+
+
 def test_sentinel_failover_while_held(group, name):
     outcome, took = failover_case(group, name, "failover", ttl=2.0)
     print(f"SENTINEL FAILOVER: holder {outcome}; new master agreed after {took:.1f} s")
