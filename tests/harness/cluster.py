@@ -18,6 +18,12 @@ tests (issue 12).
     python3 tests/harness/cluster.py --serve [--tls] [--masters N] [--replicas R]
         starts a cluster, prints one line "url=... masters=P1,P2,P3 replicas=P4,P5,P6
         [tls_dir=DIR]" and keeps it up until stdin closes (for the C tests).
+    python3 tests/harness/cluster.py --serve [--tls] ... -- COMMAND [ARGS...]
+        runs COMMAND with a fresh cluster instead (exits with its status):
+        WATCHLOCK_URL is the cluster's URL, WATCHLOCK_TEST_PORT the first
+        master's port, WATCHLOCK_CLUSTER_MASTERS the masters' ports "P1,P2,P3"
+        (and WATCHLOCK_TEST_TLS_DIR the certificates with --tls), as
+        redis_server.py does for one server (for the Lua tests).
 
 Every node is a RedisServer (redis_server.py) with --cluster-enabled yes,
 its nodes.conf in its own directory and an explicit --cluster-port: the
@@ -657,6 +663,10 @@ class RedisCluster:
 
 def _serve(argv: List[str]) -> int:
     import argparse
+    command: List[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, command = argv[:at], argv[at + 1:]
     p = argparse.ArgumentParser(prog="cluster.py --serve")
     p.add_argument("--tls", action="store_true")
     p.add_argument("--masters", type=int, default=3)
@@ -671,6 +681,13 @@ def _serve(argv: List[str]) -> int:
         tls = make_certs(cert_dir)
     try:
         with RedisCluster(masters=a.masters, replicas=a.replicas, tls=tls) as c:
+            if command:
+                masters = [str(n.port) for n in c.masters()]
+                env = dict(os.environ, WATCHLOCK_URL=c.url(), WATCHLOCK_TEST_PORT=masters[0],
+                           WATCHLOCK_CLUSTER_MASTERS=",".join(masters))
+                if cert_dir:
+                    env["WATCHLOCK_TEST_TLS_DIR"] = cert_dir
+                return subprocess.call(command, env=env)
             line = (f"url={c.url()} masters={','.join(str(n.port) for n in c.masters())} "
                     f"replicas={','.join(str(n.port) for n in c.replicas())}")
             if cert_dir:
@@ -687,4 +704,4 @@ if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "--serve":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # tear down on SIGTERM too
         sys.exit(_serve(sys.argv[2:]))
-    sys.exit("usage: cluster.py --serve [--tls] [--masters N] [--replicas R]")
+    sys.exit("usage: cluster.py --serve [--tls] [--masters N] [--replicas R] [-- COMMAND [ARGS...]]")
