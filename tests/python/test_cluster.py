@@ -149,6 +149,42 @@ def test_names_spread_over_all_masters(cluster, name):
                 assert cluster.node_at(port).command("EXISTS", lock_key(n)) == 0
 
 
+def test_names_with_braces_and_binary_bytes(cluster, name):
+    """The core escapes '{', '}' and '%' in a name, so the hash tag is the
+    whole (escaped) name: every name, braces or not, lands on the master of
+    the slot of its escaped key, with its fence beside it."""
+    names = [f"{name}:{{tag}}", f"{{{name}}}", f"}}{{{name}", f"{name}%7B", f"{name}:{{}}",
+             (name + ":\x00\xff{b}").encode().decode("unicode_escape").encode("latin-1")]
+    with watchlock.Client(cluster.url()) as c:
+        for n in names:
+            key = lock_key(n)
+            lk = c.lock(n, ttl=10)
+            assert lk.acquire(blocking=False)
+            owner = cluster.master_for_key(key)
+            assert owner.command("EXISTS", key) == 1, (n, key)
+            assert key_slot(key + b":fence") == key_slot(key)
+            assert int(get(owner, key + b":fence")) == lk.fencing_token
+            assert c.inspect(n).held
+            lk.release()
+            assert owner.command("EXISTS", key) == 0
+
+
+def test_extend_and_close_on_every_master(cluster, name):
+    spread = names_on_every_master(cluster, name)
+    c = watchlock.Client(cluster.url())
+    try:
+        locks = [c.lock(ns[0], ttl=2) for ns in spread.values()]
+        for lk in locks:
+            assert lk.acquire(blocking=False)
+            lk.extend(30)
+            owner = cluster.master_for_key(lock_key(lk.name))
+            assert 20000 < pttl(owner, lock_key(lk.name)) <= 30000
+    finally:
+        c.close()  # releases what it holds, on every master
+    for ns in spread.values():
+        assert cluster.master_for_key(lock_key(ns[0])).command("EXISTS", lock_key(ns[0])) == 0
+
+
 def test_inspect_and_force_release_route_by_name(cluster, name):
     spread = names_on_every_master(cluster, name)
     lost: Dict[str, str] = {}
