@@ -23,7 +23,7 @@ from helpers import lock_key  # noqa: E402
 from redis_server import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-EX_WARNINGS, EX_USAGE, EX_UNAVAILABLE, EX_SOFTWARE = 1, 64, 69, 70
+EX_WARNINGS, EX_UNAVAILABLE = 1, 69
 
 
 def cli_exe() -> str:
