@@ -4,6 +4,9 @@
  *   wlbench ping     HOST PORT N MAX_S          hiredis PING loop (the C floor)
  *   wlbench cycle    URL N MAX_S [NAME_LEN]     uncontended acquire + release (a name of
  *                                               NAME_LEN bytes, default 25-30)
+ *   wlbench cycle    URL N MAX_S --names A,B,.. the same, one handle per name, taken in
+ *                                               turn (names whose Cluster slots are on
+ *                                               different masters)
  *   wlbench threads  URL THREADS N MAX_S        THREADS threads share one client, each
  *                                               cycling its own lock; total cycles/s
  *   wlbench handoff  URL SHM ID HOLD_US POLITE  one of the contending processes
@@ -12,6 +15,9 @@
  *                                               the smallest remaining lease seen, RSS;
  *                                               --probe: then N timed acquire + release
  *                                               cycles of one more lock while they are held
+ *                                               HOST PORT: the server for INFO and SCAN;
+ *                                               under Cluster HOST = h1:p1,h2:p2,... (every
+ *                                               master) and PORT = 0
  *
  * Every mode prints one JSON object on stdout and exits 0, or prints the
  * failing call on stderr and exits 1. The shared-memory layout used by
@@ -99,6 +105,89 @@ static long long server_script_calls(redisContext *c)
     return n;
 }
 
+/* The servers wlbench watchdog asks for INFO and SCAN: one (HOST PORT), or
+ * under Cluster every master (HOST = "h1:p1,h2:p2,...", PORT = 0). */
+struct admin {
+    char addr[96];
+    redisContext *c;
+    long long script_calls; /* during the hold */
+    long lock_keys;         /* this run's lock keys found on it at the end of the hold */
+};
+
+static int admin_connect(struct admin *a, const char *host, size_t host_len, int port)
+{
+    if (host_len == 0 || host_len >= 64 || port <= 0) {
+        fprintf(stderr, "wlbench: bad server address '%.*s:%d'\n", (int)host_len, host, port);
+        return 1;
+    }
+    char h[64];
+    memcpy(h, host, host_len);
+    h[host_len] = '\0';
+    snprintf(a->addr, sizeof a->addr, "%s:%d", h, port);
+    a->c = redisConnect(h, port);
+    if (a->c == NULL || a->c->err) {
+        fprintf(stderr, "wlbench: connect %s failed\n", a->addr);
+        return 1;
+    }
+    return 0;
+}
+
+static int admin_open(struct admin *out, size_t cap, size_t *n, const char *host, int port)
+{
+    *n = 0;
+    if (port != 0)
+        return admin_connect(&out[(*n)++], host, strlen(host), port);
+    for (const char *p = host; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        const char *colon = NULL;
+        for (const char *q = p; q < p + len; q++)
+            if (*q == ':')
+                colon = q;
+        if (colon == NULL || *n == cap) {
+            fprintf(stderr, "wlbench: servers: expected at most %zu HOST:PORT\n", cap);
+            return 1;
+        }
+        if (admin_connect(&out[(*n)++], p, (size_t)(colon - p), atoi(colon + 1)) != 0)
+            return 1;
+        p += len + (p[len] == ',');
+    }
+    return *n == 0;
+}
+
+/* Counts the lock keys of `bench:watchdog:I` (I < n) on one server with
+ * SCAN (the pattern matches only lock keys: ':fence' and ':owner' keys do
+ * not end in '}'). SCAN may return a key twice, so keys are counted once
+ * each through `seen` (one byte per lock, shared by all servers). Returns
+ * the number of distinct keys found, -1 on error. */
+static long count_lock_keys(redisContext *c, long n, unsigned char *seen)
+{
+    static const char prefix[] = "watchlock:{bench:watchdog:";
+    char cursor[32] = "0";
+    long found = 0;
+    do {
+        redisReply *r = redisCommand(c, "SCAN %s MATCH %s*} COUNT 1000", cursor, prefix);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(r);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            const redisReply *k = r->element[1]->element[i];
+            char *end = NULL;
+            if (k->type != REDIS_REPLY_STRING || k->len <= sizeof prefix)
+                continue;
+            long idx = strtol(k->str + sizeof prefix - 1, &end, 10);
+            if (end == NULL || *end != '}' || idx < 0 || idx >= n || seen[idx])
+                continue; /* the probe, another run's name, or a duplicate */
+            seen[idx] = 1;
+            found++;
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return found;
+}
+
 /* ---- ping: the floor for C, one hiredis round trip per PING ------------- */
 
 static int cmd_ping(const char *host, int port, long n, double max_s)
@@ -149,30 +238,28 @@ static char *bench_name(size_t len)
     return name;
 }
 
-static int cmd_cycle(const char *url, long n, double max_s, size_t name_len)
+/* Uncontended acquire + release of `nnames` handles taken in turn (one
+ * handle: the classic cycle). Under Cluster, names on different masters
+ * send every cycle to a different node than the one before. */
+static int cycle_handles(watchlock_lock **locks, size_t nnames, long n, double max_s)
 {
-    watchlock_client *client = NULL;
-    watchlock_lock *lock = NULL;
-    int rc = watchlock_client_open(&client, url);
-    if (rc != WATCHLOCK_OK)
-        return fail("watchlock_client_open", rc);
-    char *name = bench_name(name_len);
-    if (name == NULL)
-        return 1;
-    rc = watchlock_lock_new(&lock, client, name, strlen(name));
-    free(name);
-    if (rc != WATCHLOCK_OK)
-        return fail("watchlock_lock_new", rc);
-    watchlock_lock_set_lease(lock, 10000);
-    for (int i = 0; i < 100; i++) { /* warm-up: loads the scripts, fills the pool */
+    int rc;
+    for (int i = 0; i < 100; i++) { /* warm-up: loads the scripts, fills the pool(s) */
+        watchlock_lock *lock = locks[(size_t)i % nnames];
         if ((rc = watchlock_lock_acquire(lock, 0)) != WATCHLOCK_OK)
             return fail("watchlock_lock_acquire (warm-up)", rc);
         if ((rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
             return fail("watchlock_lock_release (warm-up)", rc);
     }
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    int64_t cpu0 = process_cpu_us();
     int64_t t0 = now_ns(), limit = t0 + (int64_t)(max_s * 1e9);
     long done = 0;
+    size_t next = 0;
     while (done < n) {
+        watchlock_lock *lock = locks[next];
+        next = next + 1 == nnames ? 0 : next + 1;
         if ((rc = watchlock_lock_acquire(lock, 0)) != WATCHLOCK_OK)
             return fail("watchlock_lock_acquire", rc);
         if ((rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
@@ -182,10 +269,56 @@ static int cmd_cycle(const char *url, long n, double max_s, size_t name_len)
             break;
     }
     int64_t t1 = now_ns();
-    printf("{\"ops\": %ld, \"seconds\": %.6f}\n", done, (double)(t1 - t0) / 1e9);
-    watchlock_lock_free(lock);
-    watchlock_client_close(client);
+    int64_t cpu = process_cpu_us() - cpu0;
+    getrusage(RUSAGE_SELF, &ru1);
+    /* The client's own CPU time and context switches: with client and
+     * server on one core, what a cycle costs besides the servers' CPU. */
+    printf("{\"ops\": %ld, \"seconds\": %.6f, \"names\": %zu, \"cpu_us\": %" PRId64
+           ", \"voluntary_switches\": %ld, \"involuntary_switches\": %ld}\n",
+           done, (double)(t1 - t0) / 1e9, nnames, cpu, ru1.ru_nvcsw - ru0.ru_nvcsw,
+           ru1.ru_nivcsw - ru0.ru_nivcsw);
     return 0;
+}
+
+/* names: NULL for one name of name_len bytes (bench_name), else a
+ * comma-separated list. */
+static int cmd_cycle(const char *url, long n, double max_s, size_t name_len, const char *names)
+{
+    watchlock_client *client = NULL;
+    watchlock_lock *locks[64];
+    size_t nnames = 0;
+    int rc = watchlock_client_open(&client, url);
+    if (rc != WATCHLOCK_OK)
+        return fail("watchlock_client_open", rc);
+    if (names == NULL) {
+        char *name = bench_name(name_len);
+        if (name == NULL)
+            return 1;
+        rc = watchlock_lock_new(&locks[nnames++], client, name, strlen(name));
+        free(name);
+        if (rc != WATCHLOCK_OK)
+            return fail("watchlock_lock_new", rc);
+    } else {
+        for (const char *p = names; *p != '\0';) {
+            size_t len = strcspn(p, ",");
+            if (len == 0 || nnames == sizeof locks / sizeof locks[0]) {
+                fprintf(stderr, "wlbench: --names: an empty name or more than 64 names\n");
+                return 2;
+            }
+            if ((rc = watchlock_lock_new(&locks[nnames++], client, p, len)) != WATCHLOCK_OK)
+                return fail("watchlock_lock_new", rc);
+            p += len + (p[len] == ',');
+        }
+        if (nnames == 0)
+            return 2;
+    }
+    for (size_t i = 0; i < nnames; i++)
+        watchlock_lock_set_lease(locks[i], 10000);
+    rc = cycle_handles(locks, nnames, n, max_s);
+    for (size_t i = 0; i < nnames; i++)
+        watchlock_lock_free(locks[i]);
+    watchlock_client_close(client);
+    return rc;
 }
 
 /* ---- threads: many threads share one client ------------------------------ */
@@ -400,11 +533,11 @@ static int cmp_double(const void *a, const void *b)
 static int cmd_watchdog(const char *url, const char *host, int port, long n, int64_t lease_ms,
                         double hold_s, long probe, int64_t sample_ms)
 {
-    redisContext *admin = redisConnect(host, port);
-    if (admin == NULL || admin->err) {
-        fprintf(stderr, "wlbench: connect %s:%d failed\n", host, port);
+    struct admin admins[16];
+    size_t nadmins = 0;
+    memset(admins, 0, sizeof admins);
+    if (admin_open(admins, sizeof admins / sizeof admins[0], &nadmins, host, port) != 0)
         return 1;
-    }
     watchlock_client *client = NULL;
     int rc = watchlock_client_open(&client, url);
     if (rc != WATCHLOCK_OK)
@@ -431,7 +564,8 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     int64_t ren0 = watchlock_client_stat(client, WATCHLOCK_STAT_RENEWALS);
     int64_t cpu0 = watchlock_client_stat(client, WATCHLOCK_STAT_WATCHDOG_CPU_US);
     int64_t pcpu0 = process_cpu_us();
-    long long cmds0 = server_script_calls(admin);
+    for (size_t i = 0; i < nadmins; i++)
+        admins[i].script_calls = -server_script_calls(admins[i].c);
     int64_t t0 = now_ns();
     long rss_max = rss_held;
     /* Every sample_ms: RSS, and the smallest remaining lease of all held
@@ -450,13 +584,33 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
             min_rem = m;
     }
     int64_t t1 = now_ns();
-    long long cmds = server_script_calls(admin) - cmds0;
+    long long cmds = 0;
+    for (size_t i = 0; i < nadmins; i++) {
+        admins[i].script_calls += server_script_calls(admins[i].c);
+        cmds += admins[i].script_calls;
+    }
     int64_t rounds = watchlock_client_stat(client, WATCHLOCK_STAT_RENEW_ROUNDS) - rounds0;
     int64_t rtts = watchlock_client_stat(client, WATCHLOCK_STAT_RENEW_ROUNDTRIPS) - rtt0;
     int64_t renewals = watchlock_client_stat(client, WATCHLOCK_STAT_RENEWALS) - ren0;
     int64_t cpu = watchlock_client_stat(client, WATCHLOCK_STAT_WATCHDOG_CPU_US) - cpu0;
     int64_t pcpu = process_cpu_us() - pcpu0;
     int64_t held_stat = watchlock_client_stat(client, WATCHLOCK_STAT_HELD_LOCKS);
+
+    /* Where the lock keys are at the end of the hold: each server's share, and
+     * keys missing on all of them (a lock lost on the server). */
+    long keys_found = 0;
+    unsigned char *seen = calloc((size_t)n + 1, 1);
+    if (seen == NULL)
+        return 1;
+    for (size_t i = 0; i < nadmins; i++) {
+        admins[i].lock_keys = count_lock_keys(admins[i].c, n, seen);
+        if (admins[i].lock_keys < 0) {
+            fprintf(stderr, "wlbench: SCAN on %s failed\n", admins[i].addr);
+            return 1;
+        }
+        keys_found += admins[i].lock_keys;
+    }
+    free(seen);
 
     /* Probe: acquire + release of one more lock while all are held, timed
      * per call; the median of batches of 50 resists a noisy neighbour. */
@@ -525,12 +679,18 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
            "\"release_failures\": %ld, \"server_script_calls\": %lld, "
            "\"min_remaining_ms\": %" PRId64 ", \"samples\": %" PRId64 ", \"sample_ms\": %" PRId64
            ", \"scan_ms_total\": %.1f, \"probe_cycles\": %ld, \"probe_acquire_us\": %.2f, "
-           "\"probe_release_us\": %.2f}\n",
+           "\"probe_release_us\": %.2f, \"lock_keys\": %ld, \"servers\": [",
            n, lease_ms, (double)(t1 - t0) / 1e9, (double)(t_acq1 - t_acq0) / 1e9,
            (double)(t_rel1 - t_rel0) / 1e9, rss0, rss_held, rss_max, rounds, rtts, renewals, cpu,
            pcpu, held_stat, lost_local, lost_server, atomic_load(&lost_callbacks), release_fail,
-           cmds, min_rem, samples, sample_ms, (double)scan_ns / 1e6, probe, acq_us, rel_us);
-    redisFree(admin);
+           cmds, min_rem, samples, sample_ms, (double)scan_ns / 1e6, probe, acq_us, rel_us,
+           keys_found);
+    for (size_t i = 0; i < nadmins; i++) {
+        printf("%s{\"addr\": \"%s\", \"script_calls\": %lld, \"lock_keys\": %ld}", i ? ", " : "",
+               admins[i].addr, admins[i].script_calls, admins[i].lock_keys);
+        redisFree(admins[i].c);
+    }
+    printf("]}\n");
     free(locks);
     watchlock_client_close(client);
     return 0;
@@ -539,7 +699,7 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
 static void usage(void)
 {
     fprintf(stderr, "usage: wlbench ping HOST PORT N MAX_S\n"
-                    "       wlbench cycle URL N MAX_S [NAME_LEN]\n"
+                    "       wlbench cycle URL N MAX_S [NAME_LEN | --names A,B,...]\n"
                     "       wlbench threads URL THREADS N MAX_S\n"
                     "       wlbench handoff URL SHM ID HOLD_US POLITE\n"
                     "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S [--probe N] "
@@ -551,9 +711,11 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
     if (argc == 6 && strcmp(argv[1], "ping") == 0)
         return cmd_ping(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
+    if (argc == 7 && strcmp(argv[1], "cycle") == 0 && strcmp(argv[5], "--names") == 0)
+        return cmd_cycle(argv[2], atol(argv[3]), atof(argv[4]), 0, argv[6]);
     if ((argc == 5 || argc == 6) && strcmp(argv[1], "cycle") == 0)
         return cmd_cycle(argv[2], atol(argv[3]), atof(argv[4]),
-                         argc == 6 ? (size_t)atol(argv[5]) : 0);
+                         argc == 6 ? (size_t)atol(argv[5]) : 0, NULL);
     if (argc == 6 && strcmp(argv[1], "threads") == 0)
         return cmd_threads(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
     if (argc == 7 && strcmp(argv[1], "handoff") == 0)
