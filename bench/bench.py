@@ -72,14 +72,21 @@ SCALES = {
     # are held (small vs large N; held_hold_s is the hold of the large run); threads_*: (e).
     "full": dict(cycle_n=20000, cycle_max_s=8.0, repeats=3, handoff_s=10.0, wd_locks=10000, wd_hold_s=60.0,
                  big_locks=300000, big_hold_s=60.0, held_small=10000, held_large=1000000,
-                 held_hold_s=300.0, held_small_hold_s=20.0, probe=2000, threads_s=5.0),
+                 held_hold_s=300.0, held_small_hold_s=20.0, probe=2000, threads_s=5.0,
+                 cluster_locks=100000, cluster_hold_s=60.0),
     "quick": dict(cycle_n=5000, cycle_max_s=3.0, repeats=2, handoff_s=4.0, wd_locks=1000, wd_hold_s=10.0,
                   big_locks=30000, big_hold_s=15.0, held_small=10000, held_large=100000,
-                  held_hold_s=20.0, held_small_hold_s=10.0, probe=1000, threads_s=2.0),
+                  held_hold_s=20.0, held_small_hold_s=10.0, probe=1000, threads_s=2.0,
+                  cluster_locks=30000, cluster_hold_s=10.0),
     "smoke": dict(cycle_n=200, cycle_max_s=1.0, repeats=1, handoff_s=0.5, wd_locks=100, wd_hold_s=3.0,
                   big_locks=300, big_hold_s=2.0, held_small=100, held_large=1000,
-                  held_hold_s=1.0, held_small_hold_s=1.0, probe=100, threads_s=0.5, queue_only=True),
+                  held_hold_s=1.0, held_small_hold_s=1.0, probe=100, threads_s=0.5, queue_only=True,
+                  cluster_locks=300, cluster_hold_s=2.0, cluster_smoke=True),
 }
+# Issue 12's figures (Cluster): cycle through the cluster client within 1.1x of one
+# server's, and 100,000 locks over 3 masters on one watchdog with none lost.
+CLUSTER_CYCLE_RATIO = 1.1
+CLUSTER_LOCKS = 100000
 # Issue 13's figures, for the targets table.
 LONG_NAME = 10 * 1024
 SHORT_NAME = 10
@@ -187,12 +194,57 @@ def pinned(cmd: list) -> list:
     return ["taskset", "-c", str(PIN["cpu"]), *map(str, cmd)] if PIN["cpu"] is not None else list(cmd)
 
 
-def pin_server(srv: "RedisServer", on: bool) -> None:
-    """Pins redis-server (all its threads) to the bench's core, or lets it run anywhere."""
-    if PIN["cpu"] is None or srv.proc is None:
+def pin_pids(pids: list, on: bool) -> None:
+    """Pins processes (all their threads) to the bench's core, or lets them run anywhere."""
+    if PIN["cpu"] is None:
         return
     cpus = str(PIN["cpu"]) if on else ",".join(map(str, sorted(os.sched_getaffinity(0))))
-    run(["taskset", "-a", "-p", "-c", cpus, str(srv.proc.pid)], timeout=30)
+    for pid in pids:
+        run(["taskset", "-a", "-p", "-c", cpus, str(pid)], timeout=30)
+
+
+def pin_server(srv: "RedisServer", on: bool) -> None:
+    """Pins redis-server (all its threads) to the bench's core, or lets it run anywhere."""
+    if srv.proc is not None:
+        pin_pids([srv.proc.pid], on)
+
+
+class Target:
+    """What a scenario runs against: one redis-server or a Redis Cluster.
+    url: the URL the workers open; admin: wlbench watchdog's HOST PORT (one
+    server, or under Cluster "h1:p1,h2:p2,..." of every master and 0);
+    flush(): FLUSHALL on every server that holds keys; pids: every
+    redis-server process (for pinning)."""
+
+    def __init__(self, label: str, url: str, admin: tuple, flush, pids: list, masters: list,
+                 slots: "dict | None" = None):
+        self.label, self.url, self.admin, self.flush, self.pids, self.masters = \
+            label, url, admin, flush, pids, masters
+        self.slots = slots or {}  # cluster: master address -> [(first, last)] slot ranges
+
+    def master_of(self, name: str) -> str:
+        """The master that holds lock name's keys (its slot's owner)."""
+        if not self.slots:
+            return self.masters[0]
+        from cluster import key_slot
+        slot = key_slot(f"watchlock:{{{name}}}")  # the core's key; NAME needs no escaping here
+        return next(m for m, rs in self.slots.items() if any(a <= slot <= b for a, b in rs))
+
+    @classmethod
+    def server(cls, srv: "RedisServer", label: str = "single node", extra_pids: list = ()) -> "Target":
+        return cls(label, srv.url, ("127.0.0.1", srv.port), lambda: srv.command("FLUSHALL"),
+                   [srv.proc.pid, *extra_pids], [f"127.0.0.1:{srv.port}"])
+
+    @classmethod
+    def cluster(cls, c, label: str) -> "Target":
+        masters = c.masters()
+        return cls(label, c.url(), (",".join(m.address for m in masters), 0),
+                   lambda: [m.call("FLUSHALL") for m in masters], [n.proc.pid for n in c.nodes],
+                   [m.address for m in masters], {m.address: c.slots_of(m) for m in masters})
+
+
+def as_target(x) -> Target:
+    return x if isinstance(x, Target) else Target.server(x)
 
 
 def _cpu_ticks() -> dict:
@@ -445,19 +497,21 @@ def pct(sorted_vals: list, q: float) -> float:
     return sorted_vals[i]
 
 
-def run_handoff(srv: RedisServer, lib: str, kind: str, seconds: float, polite: bool) -> dict:
+def run_handoff(srv, lib: str, kind: str, seconds: float, polite: bool) -> dict:
+    """srv: a RedisServer or a Target (a cluster)."""
+    target = as_target(srv)
     fd, shm = tempfile.mkstemp(prefix="wl-handoff-", suffix=".shm")
     os.write(fd, b"\0" * 64 * 8)
     os.close(fd)
     import mmap
     import struct
-    srv.command("FLUSHALL")
+    target.flush()
     procs = []
     try:
         with open(shm, "r+b") as f:
             mm = mmap.mmap(f.fileno(), 64 * 8)
         for i in range(HANDOFF_PROCS):
-            cmd = worker_cmd(lib, kind, "handoff", srv.url, shm, i, HOLD_US, 1 if polite else 0)
+            cmd = worker_cmd(lib, kind, "handoff", target.url, shm, i, HOLD_US, 1 if polite else 0)
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                           cwd=BENCH))
         deadline = time.monotonic() + 180
@@ -578,7 +632,10 @@ def derive_watchdog(r: dict) -> dict:
     fraction of the lease, lost locks and memory per lock."""
     n, lease = r["locks"], r["lease_ms"]
     intervals = r["hold_s"] * 1000.0 / (lease / 3.0)
-    r["lost"] = r.get("lost_server", 0) + r.get("lost_local", 0) + r.get("lost_callbacks", 0)
+    # lock keys no server had at the end of the hold (wlbench SCANs every server it was given)
+    r["keys_missing"] = max(0, n - r["lock_keys"]) if "lock_keys" in r else 0
+    r["lost"] = (r.get("lost_server", 0) + r.get("lost_local", 0) + r.get("lost_callbacks", 0)
+                 + r["keys_missing"])
     r["rss_per_lock_b"] = (r["rss_max"] - r["rss_before"]) / n
     r["renewals_per_lock_interval"] = r["renewals"] / n / intervals if intervals >= 1 else None
     r["min_remaining_frac"] = r["min_remaining_ms"] / lease if r.get("min_remaining_ms", -1) >= 0 else None
@@ -586,18 +643,22 @@ def derive_watchdog(r: dict) -> dict:
     return r
 
 
-def wlbench_watchdog(srv: RedisServer, n: int, lease_ms: int, hold_s: float, probe: int = 0,
+def wlbench_watchdog(srv, n: int, lease_ms: int, hold_s: float, probe: int = 0,
                      pin: bool = False) -> dict:
-    cmd = [WLBENCH, "watchdog", srv.url, "127.0.0.1", srv.port, n, lease_ms, hold_s, "--sample-ms", 250]
+    """srv: a RedisServer or a Target (a cluster: server stats and key counts from every master)."""
+    target = as_target(srv)
+    cmd = [WLBENCH, "watchdog", target.url, *target.admin, n, lease_ms, hold_s, "--sample-ms", 250]
     if probe:
         cmd += ["--probe", probe]
-    srv.command("FLUSHALL")
-    pin_server(srv, pin)
+    target.flush()
+    if pin:
+        pin_pids(target.pids, True)
     try:
         # acquire and release are one round trip per lock: allow 1 ms each, plus the hold
         r = run_json(pinned(cmd) if pin else [str(c) for c in cmd], timeout=hold_s * 2 + n * 0.002 + 600)
     finally:
-        pin_server(srv, False)
+        if pin:
+            pin_pids(target.pids, False)
     r["pinned"] = pin and PIN["cpu"] is not None
     return derive_watchdog(r)
 
@@ -636,6 +697,200 @@ def scenario_many(srv: RedisServer, scale: dict, status: dict) -> dict:
     out["threads"] = {str(t): {"ops_per_s": statistics.median(v), "samples_ops_per_s": v}
                       for t, v in samples.items()}
     return out
+
+
+# ---- scenario (f): Redis Cluster (issue 12) ---------------------------------------
+#
+# A 3-master, 3-replica cluster from tests/harness/cluster.py, next to
+# standalone redis-servers started for this scenario, compared within it:
+#
+# - cycle: wlbench cycle --names with one name, and with one name per
+#   master taken in turn (consecutive cycles go to different masters), the
+#   same names on every topology; interleaved blocks, medians, client and
+#   every redis-server process (replicas included) pinned to one core like
+#   (a). Topologies: one server; one server + 1 replica; 3 masters without
+#   replicas; 3 masters + 3 replicas. A replica costs a wake-up on that one
+#   core per replicated script, so each cluster is compared with the single
+#   node that does the same replication work (and 3+3 with the bare server
+#   in the table). The verdict is on one name: with a name per master three
+#   servers take turns on the one core, which a deployment does not do.
+# - watchdog: one cluster client holds cluster_locks locks (3 s lease) over
+#   the 3 masters; server stats and the lock keys at the end from every master.
+# - hand-off: (b)'s queue method, single node then cluster, per library.
+
+CLUSTER_TOPOLOGIES = [  # key, label
+    ("single", "1 server"),
+    ("single_replica", "1 server + 1 replica"),
+    ("cluster_3", "cluster, 3 masters"),
+    ("cluster_3_3", "cluster, 3 masters + 3 replicas"),
+]
+# cluster -> the single node that does the same replication work
+CLUSTER_SAME = {"cluster_3": "single", "cluster_3_3": "single_replica", "single_replica": "single"}
+
+
+def spread_names(target: Target, per_master: int = 1) -> tuple:
+    """Names bench:cluster:I whose slots (of the lock key watchlock:{NAME})
+    fall per_master on each master of target, in turn (m1, m2, m3, m1,
+    ...). Returns (names, {master: count})."""
+    by_master: dict = {m: [] for m in target.masters}
+    i = 0
+    while any(len(v) < per_master for v in by_master.values()) and i < 100000:
+        name = f"bench:cluster:{i}"
+        owner = by_master[target.master_of(name)]
+        if len(owner) < per_master:
+            owner.append(name)
+        i += 1
+    names = [by_master[m][k] for k in range(per_master) for m in target.masters if k < len(by_master[m])]
+    return names, {m: len(v) for m, v in by_master.items()}
+
+
+def scenario_cluster(srv: RedisServer, scale: dict, status: dict) -> dict:
+    """(f): cycle, watchdog and hand-off through redis-cluster:// (see above)."""
+    import contextlib
+    out: dict = {"errors": {}}
+    if "watchlock-c" in status:
+        return out
+    smoke = scale.get("cluster_smoke", False)
+    try:
+        from cluster import RedisCluster
+    except Exception as e:  # noqa: BLE001
+        out["skipped"] = f"the cluster harness does not load: {one_line(str(e))}"
+        log(f"cluster: skipped: {out['skipped']}")
+        return out
+    with contextlib.ExitStack() as stack:
+        targets: dict = {}
+        t0 = time.monotonic()
+        try:
+            # Set-up problems (redis-cli missing, a node that does not start) are
+            # not watchlock's: the scenario is skipped with the reason.
+            c33 = stack.enter_context(RedisCluster(masters=3, replicas=1))
+            targets["cluster_3_3"] = Target.cluster(c33, "cluster, 3 masters + 3 replicas")
+            single = stack.enter_context(RedisServer())
+            targets["single"] = Target.server(single, "1 server")
+            if not smoke:
+                c3 = RedisCluster(masters=3, replicas=0).start()
+                stack.callback(c3.close)
+                targets["cluster_3"] = Target.cluster(c3, "cluster, 3 masters")
+                prim = stack.enter_context(RedisServer(extra_args=["--repl-diskless-sync-delay", "0"]))
+                repl = stack.enter_context(RedisServer(extra_args=["--replicaof", "127.0.0.1", str(prim.port)]))
+                deadline = time.monotonic() + 30
+                while b"master_link_status:up" not in _as_bytes(repl.command("INFO", "replication")):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the single node's replica did not link up in 30 s")
+                    time.sleep(0.05)
+                targets["single_replica"] = Target.server(prim, "1 server + 1 replica", [repl.proc.pid])
+        except Exception as e:  # noqa: BLE001
+            out["skipped"] = f"the cluster could not be set up: {one_line(str(e))}"
+            log(f"cluster: skipped: {out['skipped']}")
+            return out
+        out["setup_s"] = time.monotonic() - t0
+        out["masters"] = targets["cluster_3_3"].masters
+
+        # -- cycle: every topology with one name and with one name per master,
+        # interleaved, pinned, with the client's and the servers' CPU per cycle
+        names, per_master = spread_names(targets["cluster_3_3"])
+        out["cycle_names"], out["cycle_names_per_master"] = names, per_master
+        name_sets = {"one": names[:1], "spread": names}
+        n, max_s = scale["cycle_n"], scale["cycle_max_s"]
+        topo = [k for k, _ in CLUSTER_TOPOLOGIES if k in targets]
+        pids = [pid for k in topo for pid in targets[k].pids]
+        samples: dict = {}
+        log(f"cluster: cycle on {', '.join(targets[k].label for k in topo)} ({time.monotonic() - T0:.0f} s)")
+        pin_pids(pids, True)
+        try:
+            for _ in range(scale["repeats"]):
+                for key in topo:
+                    for ns, nm in name_sets.items():
+                        run_key = f"{key}:{ns}"
+                        if f"cycle:{run_key}" in out["errors"]:
+                            continue
+                        cmd = [WLBENCH, "cycle", targets[key].url, n, max_s, "--names", ",".join(nm)]
+                        try:
+                            s0, w0 = run_time_ns(targets[key].pids)
+                            r = run_json(pinned(cmd), timeout=max_s * 10 + 120)
+                            s1, w1 = run_time_ns(targets[key].pids)
+                            r["server_cpu_us"], r["server_runs"] = (s1 - s0) / 1e3, w1 - w0
+                            samples.setdefault(run_key, []).append(r)
+                        except Exception as e:  # noqa: BLE001
+                            out["errors"][f"cycle:{run_key}"] = str(e)
+                            log(f"cluster cycle {run_key}: {e}")
+        finally:
+            pin_pids(pids, False)
+        out["cycle"] = {}
+        for run_key, rs in samples.items():
+            # the median run by speed, and the median CPU figures per cycle
+            ops = statistics.median(r["ops"] / r["seconds"] for r in rs)
+            out["cycle"][run_key] = {
+                "ops_per_s": ops, "us_per_op": 1e6 / ops,
+                "samples_ops_per_s": [r["ops"] / r["seconds"] for r in rs],
+                "client_cpu_us": statistics.median(r["cpu_us"] / r["ops"] for r in rs),
+                "server_cpu_us": statistics.median(r["server_cpu_us"] / r["ops"] for r in rs),
+                "client_switches": statistics.median((r["voluntary_switches"] + r["involuntary_switches"]) / r["ops"]
+                                                     for r in rs),
+                # times a server thread was put on the core, per cycle: its wake-ups and preemptions
+                "server_runs": statistics.median(r["server_runs"] / r["ops"] for r in rs),
+                "label": targets[run_key.split(":")[0]].label, "names": name_sets[run_key.split(":")[1]]}
+        out["pinned_cpu"] = PIN["cpu"]
+        # the comparison servers are not needed any more: fewer idle processes below
+        for key in ("cluster_3", "single_replica"):
+            targets.pop(key, None)
+        if not smoke:
+            c3.close()
+            for s_ in (repl, prim):
+                s_.close()
+
+        # -- watchdog: many locks over the 3 masters on one client (not pinned)
+        nl, hold = scale["cluster_locks"], scale["cluster_hold_s"]
+        log(f"cluster: watchdog, {nl} locks, lease {WD_LEASE_MS} ms, held {hold:g} s "
+            f"({time.monotonic() - T0:.0f} s)")
+        try:
+            out["watchdog"] = wlbench_watchdog(targets["cluster_3_3"], nl, WD_LEASE_MS, hold)
+        except Exception as e:  # noqa: BLE001
+            out["errors"]["watchdog"] = str(e)
+            log(f"cluster watchdog: {e}")
+
+        # -- hand-off: queue mode, single node then cluster, per library
+        out["handoff"] = {}
+        out["handoff_master"] = targets["cluster_3_3"].master_of("bench:handoff")
+        libs = [lib for lib, _ in LIBS if lib.startswith("watchlock") and lib not in status]
+        if smoke:
+            libs = libs[:1]
+        kinds = dict(LIBS)
+        seconds = scale["handoff_s"]
+        for lib in libs:
+            for key in ("single", "cluster_3_3"):
+                log(f"cluster: hand-off (queue) {lib} on {targets[key].label} ({time.monotonic() - T0:.0f} s)")
+                try:
+                    r = run_handoff(targets[key], lib, kinds[lib], seconds, True)
+                    out["handoff"].setdefault(lib, {})[key] = r
+                except Exception as e:  # noqa: BLE001
+                    out["errors"][f"handoff:{lib}:{key}"] = str(e)
+                    log(f"cluster hand-off {lib} {key}: {e}")
+    return out
+
+
+def run_time_ns(pids: list) -> tuple:
+    """(CPU time in ns, times put on a core) of the processes (all their
+    threads) so far, from /proc/PID/task/TID/schedstat (run time, wait
+    time, timeslices); a process that ended counts 0."""
+    total = runs = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    fields = f.read().split()
+                total, runs = total + int(fields[0]), runs + int(fields[2])
+            except (OSError, ValueError, IndexError):
+                pass
+    return total, runs
+
+
+def _as_bytes(x) -> bytes:
+    return x if isinstance(x, bytes) else str(x).encode()
 
 
 # ---- targets, table ----------------------------------------------------------------
@@ -746,6 +1001,61 @@ def evaluate13(res: dict) -> list:
     return t
 
 
+def evaluate12(res: dict) -> list:
+    """Issue 12's targets (Cluster): [(target, measured, verdict)]; 'info'
+    where the issue names no figure, 'n/a' when not measured (a smaller
+    mode, or the cluster could not be set up)."""
+    t = []
+    cl = res.get("cluster") or {}
+    if cl.get("not_run"):
+        return [("Cluster scenario (f)", "not run (--only)", "n/a")]
+    if cl.get("skipped"):
+        return [("Cluster scenario (f)", "skipped: no cluster (reason in (f))", "n/a")]
+    cyc = cl.get("cycle", {})
+    what = {"cluster_3": "3 masters / 1 server", "cluster_3_3": "3+3 / 1 server + replica"}
+    # The verdict is on one name (see bench/README.md: names on several
+    # masters sharing one core measure the core's process switching).
+    for ns, label, judged in (("one", "1 name", True), ("spread", "name per master", False)):
+        for a in ("cluster_3", "cluster_3_3"):
+            b = CLUSTER_SAME[a]
+            ra, rb = cyc.get(f"{a}:{ns}"), cyc.get(f"{b}:{ns}")
+            name = f"cluster cycle <= {CLUSTER_CYCLE_RATIO}x single, {label}: {what[a]}"
+            if ra and rb:
+                ratio = ra["us_per_op"] / rb["us_per_op"]
+                t.append((name, f"{ra['us_per_op']:.1f} us vs {rb['us_per_op']:.1f} us = {ratio:.2f}x",
+                          verdict(ratio <= CLUSTER_CYCLE_RATIO) if judged else "info"))
+            else:
+                t.append((name, "not measured" + (" in smoke mode" if res.get("mode") == "smoke" else ""), "n/a"))
+    wd = cl.get("watchdog")
+    name = f"{CLUSTER_LOCKS:,} locks over 3 masters on one watchdog: 0 lost"
+    if wd:
+        shares = "/".join(f"{s_['lock_keys'] / max(1, wd['locks']) * 100:.0f}" for s_ in wd.get("servers", []))
+        text = f"{wd['lost']} lost of {wd['locks']}, keys {shares}%"
+        t.append((name, text if wd["locks"] >= CLUSTER_LOCKS else f"full mode only: {text}",
+                  verdict(wd["lost"] == 0) if wd["locks"] >= CLUSTER_LOCKS else "n/a"))
+        what = f"{wd['locks']} locks, {wd['lease_ms'] / 1000:g} s"
+        rpi = wd.get("renewals_per_lock_interval")
+        if rpi is not None:
+            t.append((f"cluster watchdog renewals/lock/interval <= {RENEWAL_SLACK:.2f} ({what})",
+                      f"{rpi:.3f} ({wd['renewals']} renewals in {wd['hold_s']:.0f} s)",
+                      verdict(rpi <= RENEWAL_SLACK)))
+        frac = wd.get("min_remaining_frac")
+        if frac is not None:
+            t.append((f"cluster watchdog remaining lease >= 50% ({what})",
+                      f"min {wd['min_remaining_ms']} ms = {frac * 100:.0f}%", verdict(frac >= 0.5)))
+    else:
+        t.append((name, "not measured", "n/a"))
+    for lib, r in (cl.get("handoff") or {}).items():
+        c, s1 = r.get("cluster_3_3"), r.get("single")
+        name = f"cluster hand-off (queue) {lib} p50 / p99 (issue 12: no figure)"
+        if c and s1:
+            t.append((name, f"{c['p50_ms']:.3f} / {c['p99_ms']:.3f} ms (1 server: {s1['p50_ms']:.3f} / "
+                            f"{s1['p99_ms']:.3f})", "info"))
+        elif c:
+            t.append((name, f"{c['p50_ms']:.3f} / {c['p99_ms']:.3f} ms", "info"))
+    return t
+
+
 def evaluate(res: dict) -> list:
     """Earlier issues' targets: [(target, measured, verdict)]."""
     t = []
@@ -801,6 +1111,82 @@ def fmt(v, spec: str) -> str:
     return format("n/a", ">" + width) if v is None else format(v, spec)
 
 
+def cluster_table(res: dict) -> list:
+    """Section (f) of the table: lines, ending with an empty one."""
+    cl = res.get("cluster")
+    lines = ["(f) Redis Cluster: 3 masters + 3 replicas on loopback, redis-cluster:// URL"]
+    if not cl or cl.get("not_run"):
+        return lines + ["  not run" + (" (--only)" if cl else ""), ""]
+    if cl.get("skipped"):
+        return lines + [f"  {short('skipped: ' + cl['skipped'], 150)}", ""]
+    cyc = cl.get("cycle", {})
+    names = cl.get("cycle_names", [])
+    pinned = "pinned to core %s" % cl["pinned_cpu"] if cl.get("pinned_cpu") is not None else "not pinned"
+    lines.append(f"Cycle, client and every redis-server (replicas too) {pinned}. Names: one ({', '.join(names[:1])}), or "
+                 f"one per master taken in turn ({', '.join(names)}). CPU: us per cycle, the client's (all "
+                 f"threads) and all the topology's redis-servers'")
+    lines.append(f"| {'topology':<32} | {'names':<6} | {'cycles/s':>8} | {'us/cycle':>8} | {'client CPU':>10} | "
+                 f"{'server CPU':>10} | {'vs 1 server':>11} | {'vs same replication':>19} |")
+    lines.append(f"|{'-' * 34}|{'-' * 8}|{'-' * 10}|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 13}|{'-' * 21}|")
+    for ns in ("one", "spread"):
+        for key, label in CLUSTER_TOPOLOGIES:
+            r = cyc.get(f"{key}:{ns}")
+            nlabel = "1" if ns == "one" else str(len(names))
+            if r is None:
+                why = cl["errors"].get(f"cycle:{key}:{ns}") or (
+                    "not run in smoke mode" if res.get("mode") == "smoke" else "n/a")
+                lines.append(f"| {label:<32} | {nlabel:<6} | {'n/a':>8} | {'n/a':>8} | {'n/a':>10} | {'n/a':>10} | "
+                             f"{'n/a':>11} | {'n/a':>19} |  {short(why)}")
+                continue
+            base = cyc.get(f"single:{ns}")
+            vs1 = f"{r['us_per_op'] / base['us_per_op']:.2f}x" if base else "n/a"
+            b2 = cyc.get(f"{CLUSTER_SAME.get(key, '')}:{ns}")
+            vs2 = f"{r['us_per_op'] / b2['us_per_op']:.2f}x" if b2 and key.startswith("cluster") else "-"
+            lines.append(f"| {label:<32} | {nlabel:<6} | {r['ops_per_s']:>8.0f} | {r['us_per_op']:>8.1f} | "
+                         f"{r['client_cpu_us']:>10.1f} | {r['server_cpu_us']:>10.1f} | {vs1:>11} | {vs2:>19} |")
+    wd = cl.get("watchdog")
+    lines.append("")
+    if wd:
+        lines.append(f"Watchdog (not pinned): one cluster client holds {wd['locks']} locks, lease "
+                     f"{wd['lease_ms']} ms, {wd['hold_s']:.0f} s")
+        rpi = wd.get("renewals_per_lock_interval")
+        frac = wd.get("min_remaining_frac")
+        lines.append(f"  lost {wd['lost']}; renewals/lock/interval {fmt(rpi, '.3f')}; min remaining "
+                     f"{f'{frac * 100:.0f}%' if frac is not None else 'n/a'}; RSS/lock "
+                     f"{wd['rss_per_lock_b']:.0f} B peak ({(wd['rss_held'] - wd['rss_before']) / wd['locks']:.0f} B "
+                     f"after acquiring); renew CPU {wd['renewal_cpu_pct']:.2f}%; round trips "
+                     f"{wd['renew_roundtrips']} in {wd['renew_rounds']} rounds; acquire {wd['acquire_s']:.1f} s, "
+                     f"release {wd['release_s']:.1f} s")
+        rounds = wd["hold_s"] / (wd["lease_ms"] / 3000.0)
+        for s_ in wd.get("servers", []):
+            share = s_["lock_keys"] / max(1, wd["locks"]) * 100
+            lines.append(f"  master {s_['addr']}: {s_['lock_keys']:>7} lock keys ({share:4.1f}%), "
+                         f"{s_['script_calls'] / rounds:8.1f} script calls per lease/3")
+    else:
+        lines.append(f"Watchdog: {short(cl['errors'].get('watchdog', 'not measured'), 150)}")
+    lines.append("")
+    ho = cl.get("handoff") or {}
+    lines.append(f"Hand-off, {HANDOFF_PROCS} processes, {HOLD_US // 1000} ms hold, queue (as (b)); the name's "
+                 f"master: {cl.get('handoff_master', '?')}")
+    lines.append(f"| {'library':<14} | {'topology':<34} | {'hand-offs/s':>11} | {'p50 ms':>8} | {'p99 ms':>8} | "
+                 f"{'max ms':>8} | {'mutex viol.':>11} |")
+    lines.append(f"|{'-' * 16}|{'-' * 36}|{'-' * 13}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 13}|")
+    labels = dict(CLUSTER_TOPOLOGIES)
+    for lib, by in ho.items():
+        for key in ("single", "cluster_3_3"):
+            r = by.get(key)
+            if r is None:
+                why = cl["errors"].get(f"handoff:{lib}:{key}", "n/a")
+                lines.append(f"| {lib:<14} | {labels[key]:<34} | {'n/a':>11} | {'n/a':>8} | {'n/a':>8} | "
+                             f"{'n/a':>8} | {'n/a':>11} |  {short(why)}")
+                continue
+            lines.append(f"| {lib:<14} | {labels[key]:<34} | {r['handoffs_per_s']:>11.1f} | {r['p50_ms']:>8.3f} | "
+                         f"{r['p99_ms']:>8.3f} | {r['max_ms']:>8.2f} | {r['mutual_exclusion_violations']:>11} |")
+    if not ho:
+        lines.append("  not measured")
+    return lines + [""]
+
+
 def table(res: dict) -> str:
     st = res["status"]
     lines = []
@@ -813,8 +1199,8 @@ def table(res: dict) -> str:
     for when in ("before", "after"):
         if res.get(f"load_{when}"):
             lines.append(f"Machine load {when} the run: {fmt_load(res[f'load_{when}'])}")
-    cpu = res["cycle"].get("pinned_cpu")
-    lines.append("Client and server pinned to core %s for (a) and (d)" % cpu if cpu is not None
+    cpu = res["cycle"].get("pinned_cpu", res.get("pinned_cpu", (res.get("cluster") or {}).get("pinned_cpu")))
+    lines.append("Client and server pinned to core %s for (a), (d) and (f)'s cycle" % cpu if cpu is not None
                  else "Not pinned (taskset missing, one core, or --no-pin)")
     if res.get("redis_py_hiredis") is not None:
         lines.append(f"redis-py reply parser: {'hiredis' if res['redis_py_hiredis'] else 'pure Python'}")
@@ -849,7 +1235,8 @@ def table(res: dict) -> str:
         lines.append("")
         lines.append(f"(b) Hand-off, {HANDOFF_PROCS} processes, {HOLD_US // 1000} ms hold, {mode}: {desc}")
         if mode not in res["handoff"]:
-            lines.append(f"not run in {res.get('mode', 'this')} mode")
+            lines.append("not run (--only)" if res["handoff"].get("not_run")
+                         else f"not run in {res.get('mode', 'this')} mode")
             continue
         lines.append(f"| {'library':<18} | {'hand-offs/s':>11} | {'turns/s':>8} | {'p50 ms':>8} | {'p99 ms':>8} | "
                      f"{'max ms':>8} | {'mutex viol.':>11} |")
@@ -917,9 +1304,11 @@ def table(res: dict) -> str:
     else:
         lines.append("  not measured" + (f": {short(str(sc['errors']))}" if sc.get("errors") else ""))
     lines.append("")
+    lines += cluster_table(res)
     smoke = res.get("mode") == "smoke"
     note = " (smoke run: tiny samples on a shared machine; the verdicts say nothing about speed)" if smoke else ""
-    for title, key in (("Issue 13 targets", "targets13"), ("Other targets", "targets")):
+    for title, key in (("Issue 13 targets", "targets13"), ("Issue 12 targets (Cluster)", "targets12"),
+                       ("Other targets", "targets")):
         lines.append(title + note)
         lines.append(f"| {'target':<72} | {'measured':<52} | {'verdict':<7} |")
         lines.append(f"|{'-' * 74}|{'-' * 54}|{'-' * 9}|")
@@ -989,11 +1378,29 @@ def readme_table(res: dict) -> str:
         if r:
             lines.append(f"| {r['locks']:,} locks on one watchdog, {r['lease_ms'] // 1000} s lease, "
                          f"{r['hold_s']:.0f} s | {cell_wd_run(r)} | (same core) | | | | |")
+    cl = res.get("cluster") or {}
+    one, base = cl.get("cycle", {}).get("cluster_3:one"), cl.get("cycle", {}).get("single:one")
+    if one and base:
+        lines.append("| uncontended acquire+release through a 3-master Cluster (one core) | "
+                     f"{one['us_per_op']:.0f} µs ({one['us_per_op'] / base['us_per_op']:.2f}x one server) "
+                     "| (same core) | | | | |")
+    wd = cl.get("watchdog")
+    if wd:
+        lines.append(f"| {wd['locks']:,} locks on one Cluster watchdog (3 masters), {wd['lease_ms'] // 1000} s lease, "
+                     f"{wd['hold_s']:.0f} s | {cell_wd_run(wd)} | (same core) | | | | |")
+    ho_c = cl.get("handoff") or {}
+    if ho_c:
+        def cell_cl(lib: str) -> str:
+            r = ho_c.get(lib, {}).get("cluster_3_3")
+            return f"{r['p50_ms']:.2g} / {r['p99_ms']:.2g} ms" if r else "n/a"
+        lines.append("| hand-off latency p50 / p99 on a Cluster | " + " | ".join(
+            cell_cl(lib) if lib.startswith("watchlock") else "" for _, lib in cols) + " |")
     out = "\n".join(lines) + "\n"
-    t13 = res.get("targets13") or []
-    if t13:
-        out += "\nIssue 13 targets, same run:\n\n| target | measured | |\n|---|---|---|\n"
-        out += "".join(f"| {name} | {measured} | {v} |\n" for name, measured, v in t13)
+    for title, key in (("Issue 13", "targets13"), ("Issue 12 (Cluster)", "targets12")):
+        rows = res.get(key) or []
+        if rows:
+            out += f"\n{title} targets, same run:\n\n| target | measured | |\n|---|---|---|\n"
+            out += "".join(f"| {name} | {measured} | {v} |\n" for name, measured, v in rows)
     return out
 
 
@@ -1018,6 +1425,10 @@ def machine() -> dict:
     return info
 
 
+SCENARIOS = {"cycle": scenario_cycle, "handoff": scenario_handoff, "watchdog": scenario_watchdog,
+             "many": scenario_many, "cluster": scenario_cluster}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     g = ap.add_mutually_exclusive_group()
@@ -1027,6 +1438,9 @@ def main() -> int:
     ap.add_argument("--out", help="output directory (default bench/results, smoke: bench/.peers/smoke)")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--no-pin", action="store_true", help="do not pin client and server to one core")
+    ap.add_argument("--only", metavar="SCENARIOS",
+                    help="run only these scenarios (comma-separated: " + ",".join(SCENARIOS) + "); the others "
+                         "show as not run")
     ap.add_argument("--readme", metavar="JSON", help="only print the README's performance table of a results file")
     ap.add_argument("--report", metavar="JSON", help="only print the table and redraw the plots of a results file")
     args = ap.parse_args()
@@ -1034,12 +1448,14 @@ def main() -> int:
         res = json.load(open(args.readme))
         res.setdefault("many", {})
         res["targets13"] = evaluate13(res)
+        res["targets12"] = evaluate12(res)
         print(readme_table(res), end="")
         return 0
     if args.report:
         res = json.load(open(args.report))
         res.setdefault("many", {})
         res["targets13"] = evaluate13(res)
+        res["targets12"] = evaluate12(res)
         res["targets"] = evaluate(res)
         print(table(res), end="")
         out_dir = os.path.dirname(os.path.abspath(args.report))
@@ -1054,6 +1470,10 @@ def main() -> int:
                 log(f"plots failed: {one_line(out)} (log: {path})")
         return 0
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    only = [x.strip() for x in args.only.split(",") if x.strip()] if args.only else list(SCENARIOS)
+    unknown = [x for x in only if x not in SCENARIOS]
+    if unknown:
+        ap.error(f"--only: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
     scale = SCALES[mode]
     out_dir = args.out or (os.path.join(PEERS_DIR, "smoke") if mode == "smoke" else os.path.join(BENCH, "results"))
     os.makedirs(out_dir, exist_ok=True)
@@ -1075,7 +1495,8 @@ def main() -> int:
         log(f"{', '.join(names)}: {v}")
     res: dict = {"mode": mode, "scale": scale, "status": status, "machine": machine(),
                  "handoff_processes": HANDOFF_PROCS, "hold_us": HOLD_US, "watchdog_lease_ms": WD_LEASE_MS,
-                 "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "load_before": load_before}
+                 "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "load_before": load_before,
+                 "pinned_cpu": PIN["cpu"]}
     res["versions"] = versions(status)
     if "redis-py" not in status:
         r = run([VPY, PY_WORKER, "probe", "redis-py"], timeout=60, cwd=BENCH)
@@ -1091,8 +1512,10 @@ def main() -> int:
 
     with RedisServer() as srv:
         res["redis_port"] = srv.port
-        for name, fn in (("cycle", scenario_cycle), ("handoff", scenario_handoff), ("watchdog", scenario_watchdog),
-                         ("many", scenario_many)):
+        for name, fn in SCENARIOS.items():
+            if name not in only:
+                res[name] = {"errors": {}, "not_run": True}
+                continue
             log(f"scenario {name} ({time.monotonic() - t_start:.0f} s)")
             try:
                 res[name] = fn(srv, scale, status)
@@ -1105,16 +1528,19 @@ def main() -> int:
     res["handoff"].setdefault("errors", {})
     res["watchdog"].setdefault("errors", {})
     res["many"].setdefault("errors", {})
+    res["cluster"].setdefault("errors", {})
+    res["only"] = only
     res["targets13"] = evaluate13(res)
+    res["targets12"] = evaluate12(res)
     res["targets"] = evaluate(res)
     log("recording the machine's load")
     res["load_after"] = machine_load()
     res["elapsed_s"] = time.monotonic() - t_start
 
     # watchlock failures: any error in its own measurements, lost locks, overlaps.
-    for section in ("cycle", "handoff", "watchdog", "many"):
+    for section in SCENARIOS:
         for key, err in res[section].get("errors", {}).items():
-            if "watchlock" in key or key == "floor:c" or key == "all" or section == "many":
+            if "watchlock" in key or key == "floor:c" or key == "all" or section in ("many", "cluster"):
                 failed = True
                 log(f"watchlock failure in {section} {key}: {err}")
     for m in ("queue", "greedy"):
@@ -1127,11 +1553,16 @@ def main() -> int:
     if wd and (wd["lost"] or wd["release_failures"]):
         log(f"watchlock lost {wd['lost']} locks in the watchdog run")
         failed = True
-    for key in ("big", "held_small", "held_large"):
-        r = res["many"].get(key)
+    for key, r in [(k, res["many"].get(k)) for k in ("big", "held_small", "held_large")] + [
+            ("cluster", res["cluster"].get("watchdog"))]:
         if r and (r["lost"] or r["release_failures"]):
             log(f"watchlock lost {r['lost']} locks ({r['release_failures']} release failures) in the {key} run")
             failed = True
+    for lib, by in (res["cluster"].get("handoff") or {}).items():
+        for key, r in by.items():
+            if r["mutual_exclusion_violations"]:
+                log(f"{lib} (cluster hand-off, {key}): {r['mutual_exclusion_violations']} mutual exclusion violations")
+                failed = True
 
     text = table(res)
     print(text, end="")
