@@ -4,8 +4,9 @@
  * Each script touches one name's keys only (one hash tag, one slot), checks
  * the hold identity where it must, and never writes before a command that
  * could fail (Redis does not roll back a script that errors halfway).
- * Fencing tokens are kept as decimal strings: max(counter + 1, server time in
- * microseconds), so they keep increasing after the counter key expires.
+ * Fencing tokens come from a per-name counter (INCR) that is seeded with the
+ * server's time in microseconds whenever it does not exist, so they keep
+ * increasing after the counter key expires.
  */
 #include "internal.h"
 
@@ -15,12 +16,20 @@
 /* KEYS: lock, fence[, owner]. ARGV: hold identity "<token>.1", lease ms,
  * fence ttl ms[, host, pid, label].
  * -> {1, fence} acquired, {0, pttl} held by someone else.
- * The key already holding this very identity is a retry of an acquire
- * whose reply was lost: it counts as acquired, with a fresh fencing token
- * (never the stored one, which may be gone: tokens never repeat or go
- * back). Fence = max(counter + 1, server TIME in us). GET and TIME, the
- * commands that can fail (a wrong type, an ACL without TIME), run before
- * the lock's SET, so a failing acquire never leaves a key held.
+ * SET NX PX comes first, so a name held by someone else costs one write
+ * attempt and a PTTL, and the fence is touched only by a hold that begins.
+ * The fence is INCR of the counter (which keeps the counter's TTL). A
+ * counter that did not exist (INCR gave 1: first use, or it expired) is
+ * seeded with the server's TIME in microseconds and given its TTL, so
+ * tokens keep increasing after the counter expires (docs/design.md,
+ * "Fencing"); the TTL is set once, at seeding, and never refreshed, so no
+ * counter outlives it. The key already holding this very identity is a
+ * retry of an acquire whose reply was lost: it counts as acquired, with a
+ * fresh fencing token (never the stored one). The commands that can fail
+ * after the SET (INCR of a counter of another type or not a number, TIME
+ * denied by an ACL) run under pcall and undo this script's writes before
+ * the error is returned: a failing acquire never leaves a key held nor a
+ * counter without TTL.
  * With the owner key (only when the handle has an owner label), the hold
  * also writes its owner record: a hash {token = "<token>.", host, pid,
  * label} with the fence's TTL. The record is best effort, so every write
@@ -29,19 +38,26 @@
  * a failing script would leave it held unreported); a record whose TTL
  * could not be set is deleted rather than kept forever. */
 static const char acquire_lua[] =
-    "local c = redis.call('GET', KEYS[2])\n"
-    "local t = redis.call('TIME')\n"
-    "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-    "  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
-    "    return {0, redis.call('PTTL', KEYS[1])}\n"
-    "  end\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "local set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
+    "if not set and redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+    "  return {0, redis.call('PTTL', KEYS[1])}\n"
     "end\n"
-    "local n = (tonumber(c) or 0) + 1\n"
-    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "if now > n then n = now end\n"
-    "local s = string.format('%.0f', n)\n"
-    "redis.call('SET', KEYS[2], s, 'PX', ARGV[3])\n"
+    "local n = redis.pcall('INCR', KEYS[2])\n"
+    "if n == 1 then\n"
+    "  local t = redis.pcall('TIME')\n"
+    "  if type(t) == 'table' and t[2] then\n"
+    "    n = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "    redis.call('SET', KEYS[2], string.format('%.0f', n), 'PX', ARGV[3])\n"
+    "  else\n"
+    "    redis.call('DEL', KEYS[2])\n"
+    "    n = t\n"
+    "  end\n"
+    "end\n"
+    "if type(n) ~= 'number' then\n"
+    "  if set then redis.call('DEL', KEYS[1]) end\n"
+    "  return n\n"
+    "end\n"
+    "if not set then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
     "if KEYS[3] then\n"
     "  redis.pcall('DEL', KEYS[3])\n"
     "  local w = redis.pcall('HSET', KEYS[3], 'token', string.match(ARGV[1], '^.*%.'), 'host', ARGV[4],\n"
@@ -50,7 +66,7 @@ static const char acquire_lua[] =
     "    redis.pcall('DEL', KEYS[3])\n"
     "  end\n"
     "end\n"
-    "return {1, s}\n";
+    "return {1, n}\n";
 
 /* KEYS: lock. ARGV: "<token>." (the hold, any epoch), channel.
  * -> 1 released, 0 no key, -1 another owner (or not a string).
