@@ -6,6 +6,12 @@
  *   wlbench handoff  URL SHM ID HOLD_US POLITE  one of the contending processes
  *   wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S
  *                                               one client holding many locks
+ *   wlbench ratio    HOST PORT URL BLOCKS NAME_LEN
+ *                                               cycle / two PINGs, interleaved
+ *   wlbench threads  URL THREADS MAX_S          cycles/s of THREADS threads, one client
+ *   wlbench acqscale URL LOCKS LEASE_MS SAMPLE  cycle cost as the locks held grow
+ *
+ * (bench/NOTES-core.md lists the command line behind each target.)
  *
  * Every mode prints one JSON object on stdout and exits 0, or prints the
  * failing call on stderr and exits 1. The shared-memory layout used by
@@ -21,6 +27,7 @@
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,12 +363,248 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     return 0;
 }
 
+/* ---- ratio: cycle vs. two PINGs, interleaved in blocks ------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Alternates blocks of 200 PING pairs and 200 cycles on one name of
+ * NAME_LEN bytes, so that a machine shared with other work slows both
+ * alike; prints the ratio of the sums and the median of the block ratios. */
+static int cmd_ratio(const char *host, int port, const char *url, long blocks, long name_len)
+{
+    enum { PER_BLOCK = 200 };
+    redisContext *rc_ping = redisConnect(host, port);
+    if (rc_ping == NULL || rc_ping->err) {
+        fprintf(stderr, "wlbench: connect %s:%d failed\n", host, port);
+        return 1;
+    }
+    watchlock_client *client = NULL;
+    watchlock_lock *lock = NULL;
+    int rc = watchlock_client_open(&client, url);
+    if (rc != WATCHLOCK_OK)
+        return fail("watchlock_client_open", rc);
+    if (name_len < 16)
+        name_len = 16;
+    char *name = malloc((size_t)name_len);
+    if (name == NULL)
+        return 1;
+    memset(name, 'n', (size_t)name_len);
+    int pre = snprintf(name, (size_t)name_len, "bench:ratio:%d:", (int)getpid());
+    name[pre] = 'n';
+    if ((rc = watchlock_lock_new(&lock, client, name, (size_t)name_len)) != WATCHLOCK_OK)
+        return fail("watchlock_lock_new", rc);
+    watchlock_lock_set_lease(lock, 10000);
+    double *ratios = calloc((size_t)blocks, sizeof *ratios);
+    if (ratios == NULL)
+        return 1;
+    int64_t ping_ns = 0, cycle_ns = 0;
+    for (long b = -5; b < blocks; b++) { /* 5 warm-up blocks */
+        int64_t t0 = now_ns();
+        for (int i = 0; i < 2 * PER_BLOCK; i++) {
+            redisReply *r = redisCommand(rc_ping, "PING");
+            if (r == NULL) {
+                fprintf(stderr, "wlbench: PING failed\n");
+                return 1;
+            }
+            freeReplyObject(r);
+        }
+        int64_t t1 = now_ns();
+        for (int i = 0; i < PER_BLOCK; i++) {
+            if ((rc = watchlock_lock_acquire(lock, 0)) != WATCHLOCK_OK)
+                return fail("watchlock_lock_acquire", rc);
+            if ((rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
+                return fail("watchlock_lock_release", rc);
+        }
+        int64_t t2 = now_ns();
+        if (b < 0)
+            continue;
+        ping_ns += t1 - t0;
+        cycle_ns += t2 - t1;
+        ratios[b] = (double)(t2 - t1) / (double)(t1 - t0);
+    }
+    qsort(ratios, (size_t)blocks, sizeof *ratios, cmp_double);
+    long n = blocks * PER_BLOCK;
+    printf("{\"name_len\": %ld, \"cycles\": %ld, \"two_pings_us\": %.2f, \"cycle_us\": %.2f, "
+           "\"ratio\": %.3f, \"ratio_median_block\": %.3f}\n",
+           name_len, n, (double)ping_ns / n / 1e3, (double)cycle_ns / n / 1e3,
+           (double)cycle_ns / (double)ping_ns, ratios[blocks / 2]);
+    free(ratios);
+    free(name);
+    watchlock_lock_free(lock);
+    watchlock_client_close(client);
+    redisFree(rc_ping);
+    return 0;
+}
+
+/* ---- threads: many threads cycling on one client ------------------------- */
+
+typedef struct thread_job {
+    watchlock_client *client;
+    int id;
+    int64_t stop_ns;
+    _Atomic int64_t *start_ns;
+    long done;
+    int rc;
+} thread_job;
+
+static void *thread_main(void *arg)
+{
+    thread_job *j = arg;
+    char name[64];
+    int len = snprintf(name, sizeof name, "bench:threads:%d:%d", (int)getpid(), j->id);
+    watchlock_lock *lock = NULL;
+    if ((j->rc = watchlock_lock_new(&lock, j->client, name, (size_t)len)) != WATCHLOCK_OK)
+        return NULL;
+    watchlock_lock_set_lease(lock, 10000);
+    while (atomic_load(j->start_ns) == 0)
+        sleep_ns(100000);
+    while (now_ns() < j->stop_ns) {
+        if ((j->rc = watchlock_lock_acquire(lock, 0)) != WATCHLOCK_OK ||
+            (j->rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
+            break;
+        j->done++;
+    }
+    watchlock_lock_free(lock);
+    return NULL;
+}
+
+/* THREADS threads, each with its own name, share one client for MAX_S s
+ * (after a 0.5 s warm-up with one thread); prints cycles per second. */
+static int cmd_threads(const char *url, int threads, double max_s)
+{
+    watchlock_client *client = NULL;
+    int rc = watchlock_client_open(&client, url);
+    if (rc != WATCHLOCK_OK)
+        return fail("watchlock_client_open", rc);
+    thread_job *jobs = calloc((size_t)threads, sizeof *jobs);
+    pthread_t *tids = calloc((size_t)threads, sizeof *tids);
+    _Atomic int64_t start = 0;
+    if (jobs == NULL || tids == NULL)
+        return 1;
+    {
+        thread_job warm = {.client = client, .id = -1, .start_ns = &start};
+        atomic_store(&start, 1);
+        warm.stop_ns = now_ns() + 500000000;
+        thread_main(&warm);
+        atomic_store(&start, 0);
+    }
+    for (int i = 0; i < threads; i++) {
+        jobs[i] = (thread_job){.client = client, .id = i, .start_ns = &start};
+        if (pthread_create(&tids[i], NULL, thread_main, &jobs[i]) != 0)
+            return 1;
+    }
+    sleep_ns(100000000);
+    int64_t t0 = now_ns();
+    for (int i = 0; i < threads; i++)
+        jobs[i].stop_ns = t0 + (int64_t)(max_s * 1e9);
+    atomic_store(&start, t0);
+    long done = 0;
+    int bad = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(tids[i], NULL);
+        done += jobs[i].done;
+        if (jobs[i].rc != WATCHLOCK_OK)
+            bad = jobs[i].rc;
+    }
+    int64_t t1 = now_ns();
+    if (bad != 0)
+        return fail("thread cycle", bad);
+    printf("{\"threads\": %d, \"cycles\": %ld, \"seconds\": %.3f, \"cycles_per_s\": %.1f}\n", threads, done,
+           (double)(t1 - t0) / 1e9, (double)done / ((double)(t1 - t0) / 1e9));
+    free(jobs);
+    free(tids);
+    watchlock_client_close(client);
+    return 0;
+}
+
+/* ---- acqscale: does acquiring cost more as more locks are held? ---------- */
+
+/* Acquires LOCKS locks (LEASE_MS each, renewed by the watchdog); whenever
+ * the number held reaches 10^k (from 10,000), times SAMPLE acquire+release
+ * cycles of one extra handle and the next SAMPLE acquires of new locks.
+ * Prints one row per checkpoint. */
+static int cmd_acqscale(const char *url, long n, int64_t lease_ms, long sample)
+{
+    watchlock_client *client = NULL;
+    int rc = watchlock_client_open(&client, url);
+    if (rc != WATCHLOCK_OK)
+        return fail("watchlock_client_open", rc);
+    watchlock_lock **locks = calloc((size_t)n, sizeof *locks);
+    watchlock_lock *probe = NULL;
+    if (locks == NULL)
+        return 1;
+    if ((rc = watchlock_lock_new(&probe, client, "bench:acqscale:probe", 20)) != WATCHLOCK_OK)
+        return fail("watchlock_lock_new", rc);
+    long rss0 = rss_bytes();
+    long next_cp = 10000;
+    printf("{\"locks\": %ld, \"lease_ms\": %" PRId64 ", \"checkpoints\": [", n, lease_ms);
+    int64_t t_fill = now_ns();
+    for (long i = 0; i < n; i++) {
+        if (i == next_cp || i == n - sample) {
+            int64_t t0 = now_ns();
+            for (long k = 0; k < sample; k++) {
+                if ((rc = watchlock_lock_acquire(probe, 0)) != WATCHLOCK_OK ||
+                    (rc = watchlock_lock_release(probe)) != WATCHLOCK_OK)
+                    return fail("probe cycle", rc);
+            }
+            int64_t t1 = now_ns();
+            long upto = i + sample < n ? i + sample : n, lost = 0;
+            for (long k = i; k < upto; k++) {
+                char name[64];
+                int len = snprintf(name, sizeof name, "bench:acqscale:%ld", k);
+                if ((rc = watchlock_lock_new(&locks[k], client, name, (size_t)len)) != WATCHLOCK_OK)
+                    return fail("watchlock_lock_new", rc);
+                watchlock_lock_set_lease(locks[k], lease_ms);
+                if ((rc = watchlock_lock_acquire(locks[k], 0)) != WATCHLOCK_OK)
+                    return fail("watchlock_lock_acquire", rc);
+            }
+            int64_t t2 = now_ns();
+            for (long k = 0; k < i; k += 97)
+                lost += watchlock_lock_state(locks[k]) != WATCHLOCK_HELD;
+            printf("%s{\"held\": %ld, \"cycle_us\": %.2f, \"acquire_us\": %.2f, \"rss_per_lock\": %.0f, "
+                   "\"lost_in_sample\": %ld}",
+                   next_cp == 10000 && i == 10000 ? "" : ", ", i, (double)(t1 - t0) / sample / 1e3,
+                   (double)(t2 - t1) / (double)(upto - i) / 1e3, i ? (double)(rss_bytes() - rss0) / (double)i : 0.0,
+                   lost);
+            fflush(stdout);
+            i = upto - 1;
+            while (next_cp <= i)
+                next_cp *= 10;
+            continue;
+        }
+        char name[64];
+        int len = snprintf(name, sizeof name, "bench:acqscale:%ld", i);
+        if ((rc = watchlock_lock_new(&locks[i], client, name, (size_t)len)) != WATCHLOCK_OK)
+            return fail("watchlock_lock_new", rc);
+        watchlock_lock_set_lease(locks[i], lease_ms);
+        if ((rc = watchlock_lock_acquire(locks[i], 0)) != WATCHLOCK_OK)
+            return fail("watchlock_lock_acquire", rc);
+    }
+    long lost = 0;
+    for (long i = 0; i < n; i++)
+        lost += watchlock_lock_state(locks[i]) != WATCHLOCK_HELD;
+    printf("], \"fill_s\": %.1f, \"lost\": %ld}\n", (double)(now_ns() - t_fill) / 1e9, lost);
+    for (long i = 0; i < n; i++)
+        watchlock_lock_free(locks[i]);
+    watchlock_lock_free(probe);
+    free(locks);
+    watchlock_client_close(client);
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: wlbench ping HOST PORT N MAX_S\n"
                     "       wlbench cycle URL N MAX_S\n"
                     "       wlbench handoff URL SHM ID HOLD_US POLITE\n"
-                    "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S\n");
+                    "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S\n"
+                    "       wlbench ratio HOST PORT URL BLOCKS NAME_LEN\n"
+                    "       wlbench threads URL THREADS MAX_S\n"
+                    "       wlbench acqscale URL LOCKS LEASE_MS SAMPLE\n");
 }
 
 int main(int argc, char **argv)
@@ -376,6 +619,12 @@ int main(int argc, char **argv)
     if (argc == 8 && strcmp(argv[1], "watchdog") == 0)
         return cmd_watchdog(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoll(argv[6]),
                             atof(argv[7]));
+    if (argc == 7 && strcmp(argv[1], "ratio") == 0)
+        return cmd_ratio(argv[2], atoi(argv[3]), argv[4], atol(argv[5]), atol(argv[6]));
+    if (argc == 5 && strcmp(argv[1], "threads") == 0)
+        return cmd_threads(argv[2], atoi(argv[3]), atof(argv[4]));
+    if (argc == 6 && strcmp(argv[1], "acqscale") == 0)
+        return cmd_acqscale(argv[2], atol(argv[3]), atoll(argv[4]), atol(argv[5]));
     usage();
     return 2;
 }
