@@ -311,11 +311,23 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     long long cmds0 = server_script_calls(admin);
     int64_t t0 = now_ns();
     long rss_max = rss_held;
+    /* The smallest remaining local lease seen, as a fraction of the lease,
+     * over 500 locks sampled every 100 ms (the local deadline is the lease
+     * minus the safety margin, so it reads a little below the server's). */
+    double min_left = 1.0;
+    unsigned seed = 12345;
     while (now_ns() - t0 < (int64_t)(hold_s * 1e9)) {
         sleep_ns(100000000);
         long r = rss_bytes();
         if (r > rss_max)
             rss_max = r;
+        for (int k = 0; k < 500; k++) {
+            seed = seed * 1103515245u + 12345u;
+            long i = (long)((seed >> 8) % (unsigned long)n);
+            double left = (double)watchlock_lock_remaining_ms(locks[i]) / (double)lease_ms;
+            if (left < min_left)
+                min_left = left;
+        }
     }
     int64_t t1 = now_ns();
     long long cmds = server_script_calls(admin) - cmds0;
@@ -353,10 +365,14 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
            ", \"renewals\": %" PRId64 ", \"watchdog_cpu_us\": %" PRId64
            ", \"process_cpu_us\": %" PRId64 ", \"held_stat\": %" PRId64
            ", \"lost_local\": %ld, \"lost_server\": %ld, \"lost_callbacks\": %ld, "
-           "\"release_failures\": %ld, \"server_script_calls\": %lld}\n",
+           "\"release_failures\": %ld, \"server_script_calls\": %lld, "
+           "\"renewals_per_interval\": %.3f, \"min_remaining_fraction\": %.3f, \"rss_per_lock\": %.0f}\n",
            n, lease_ms, (double)(t1 - t0) / 1e9, (double)(t_acq1 - t_acq0) / 1e9, rss0,
            rss_held, rss_max, rounds, rtts, renewals, cpu, pcpu, held_stat, lost_local,
-           lost_server, atomic_load(&lost_callbacks), release_fail, cmds);
+           lost_server, atomic_load(&lost_callbacks), release_fail, cmds,
+           /* renewals per lock per default interval (lease/3): 1.0 = on time */
+           (double)renewals / ((double)n * ((double)(t1 - t0) / 1e6) / (double)(lease_ms / 3)), min_left,
+           (double)(rss_held - rss0) / (double)n);
     redisFree(admin);
     free(locks);
     watchlock_client_close(client);

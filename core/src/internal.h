@@ -182,9 +182,16 @@ typedef struct wl_lost_event {
     struct wl_lost_event *next;
 } wl_lost_event;
 
-/* Min-heap of lock handles on an int64_t field (heap.c); callers hold client->mu. */
+/* Min-heap of lock handles on an int64_t field (heap.c); callers hold client->mu.
+ * Each slot keeps a copy of its lock's key, so sifting compares keys in the
+ * array instead of reading a lock struct per level (a cache miss each with
+ * a million locks held). */
+typedef struct wl_heap_item {
+    int64_t key;
+    watchlock_lock *lock;
+} wl_heap_item;
 typedef struct wl_heap {
-    watchlock_lock **items;
+    wl_heap_item *items;
     size_t len, cap;
     size_t key_off, idx_off; /* offsetof the key and of the handle's index in this heap */
 } wl_heap;

@@ -820,19 +820,18 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
         l->lease_ms = lease_ms;
     wl_write w;
     wl_write_prepare(c, l, l->lease_ms, wl_now_us(), &w);
-    char prefix[WL_IDENT_SIZE], from_s[24], to_s[24], ms_s[24];
-    size_t prefix_len = wl_ident(l, -1, prefix);
+    char ident[WL_IDENT_SIZE], from_s[24], ms_s[24];
+    size_t ident_len = wl_ident(l, w.to, ident);
     snprintf(from_s, sizeof from_s, "%" PRId64, w.from);
-    snprintf(to_s, sizeof to_s, "%" PRId64, w.to);
     snprintf(ms_s, sizeof ms_s, "%" PRId64, w.ms);
     pthread_mutex_unlock(&c->mu);
 
-    const char *argv[5] = {l->keys.lock, prefix, from_s, to_s, ms_s};
-    size_t lens[5] = {l->keys.lock_len, prefix_len, strlen(from_s), strlen(to_s), strlen(ms_s)};
+    const char *argv[4] = {l->keys.lock, ident, from_s, ms_s};
+    size_t lens[4] = {l->keys.lock_len, ident_len, strlen(from_s), strlen(ms_s)};
     char what[160];
     snprintf(what, sizeof what, "extend %s", l->quoted);
     redisReply *r;
-    rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 4, argv, lens, &r, what);
+    rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, what);
     int result = WL_WRITE_FAILED;
     if (rc == WATCHLOCK_OK) {
         result = wl_reply_renew(r, 1, 0);

@@ -82,11 +82,13 @@ static const char release_lua[] =
     "return 1\n";
 
 /* Renewal and extend, for n holds at once. KEYS: n lock keys. ARGV per
- * key: "<token>.", from epoch, to epoch, lease ms.
+ * key: "<token>.<to>" (the hold's identity at the epoch this write
+ * installs), from epoch, lease ms.
  * -> {r1, r2, ...}: 1 renewed (the key now holds "<token>.<to>" with the
  * full lease), 0 not ours (another owner, no key, or another type), 2 stale
  * (a later write of ours already installed a newer epoch: nothing done).
- * A key at epoch `to` gets PEXPIRE; one at an epoch in [from, to) is moved
+ * A key that holds exactly "<token>.<to>" gets PEXPIRE (the common case,
+ * one string comparison); one at an epoch of ours in [from, to) is moved
  * to `to`. Writes that set different leases carry different epochs, so a
  * write delayed on the wire can never shorten a lease a later write set
  * (docs/design.md, "Hold identity"). GET runs under pcall so that one key
@@ -94,20 +96,24 @@ static const char release_lua[] =
 static const char renew_lua[] =
     "local out = {}\n"
     "for i = 1, #KEYS do\n"
-    "  local p, a = ARGV[4 * i - 3], 4 * i\n"
+    "  local a = 3 * i\n"
+    "  local id = ARGV[a - 2]\n"
     "  local v = redis.pcall('GET', KEYS[i])\n"
-    "  if type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
-    "    out[i] = 0\n"
+    "  if v == id then\n"
+    "    redis.call('PEXPIRE', KEYS[i], ARGV[a])\n"
+    "    out[i] = 1\n"
     "  else\n"
-    "    local e, to = tonumber(string.sub(v, #p + 1)), tonumber(ARGV[a - 1])\n"
-    "    if e == to then\n"
-    "      redis.call('PEXPIRE', KEYS[i], ARGV[a])\n"
-    "      out[i] = 1\n"
-    "    elseif e and e >= tonumber(ARGV[a - 2]) and e < to then\n"
-    "      redis.call('SET', KEYS[i], p .. ARGV[a - 1], 'PX', ARGV[a])\n"
-    "      out[i] = 1\n"
+    "    local p = string.match(id, '^.*%.')\n"
+    "    if type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
+    "      out[i] = 0\n"
     "    else\n"
-    "      out[i] = 2\n"
+    "      local e, to = tonumber(string.sub(v, #p + 1)), tonumber(string.sub(id, #p + 1))\n"
+    "      if e and e >= tonumber(ARGV[a - 1]) and e < to then\n"
+    "        redis.call('SET', KEYS[i], id, 'PX', ARGV[a])\n"
+    "        out[i] = 1\n"
+    "      else\n"
+    "        out[i] = 2\n"
+    "      end\n"
     "    end\n"
     "  end\n"
     "end\n"
