@@ -82,7 +82,16 @@ typedef struct wl_keys {
     size_t channel_len;
     char *owner; /* watchlock:{<escaped name>}:owner (admin.c) */
     size_t owner_len;
+    char *name; /* watchlock:{%H<hex>}:name, the name itself; NULL unless the name is digested */
+    size_t name_len;
 } wl_keys;
+
+/* Names longer than this get the tag "%H" + hex SHA-256 (keys.c). */
+#define WL_DIGEST_NAME_MIN 256
+#define WL_DIGEST_TAG_LEN 66
+void wl_sha256(const void *data, size_t len, unsigned char out[32]); /* sha256.c */
+/* Whether `key` is the lock key of a digested (long) name. */
+bool wl_lock_key_is_digest(const char *key, size_t key_len);
 
 int wl_keys_make(wl_keys *keys, const void *name, size_t name_len);
 void wl_keys_clear(wl_keys *keys);

@@ -435,14 +435,23 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     int64_t fence_ttl = lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS;
     snprintf(lease_s, sizeof lease_s, "%" PRId64, lease);
     snprintf(fence_ttl_s, sizeof fence_ttl_s, "%" PRId64, fence_ttl);
-    const char *argv[9] = {l->keys.lock, l->keys.fence, ident, lease_s, fence_ttl_s};
-    size_t lens[9] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    const char *argv[11] = {l->keys.lock, l->keys.fence, ident, lease_s, fence_ttl_s};
+    size_t lens[11] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
     int nkeys = owner.set ? owner_args_add(l, &owner, argv, lens) : 2; /* + owner key, host, pid, label */
+    int nargs = nkeys == 2 ? 3 : 6;
+    if (l->keys.name != NULL) { /* a digested long name: the hold also stores the name (keys.c) */
+        memmove(argv + nkeys + 1, argv + nkeys, (size_t)nargs * sizeof *argv);
+        memmove(lens + nkeys + 1, lens + nkeys, (size_t)nargs * sizeof *lens);
+        argv[nkeys] = l->keys.name;
+        lens[nkeys++] = l->keys.name_len;
+        argv[nkeys + nargs] = l->name;
+        lens[nkeys + nargs++] = l->name_len;
+    }
     char what[160];
     snprintf(what, sizeof what, "acquire %s", l->quoted);
     int64_t sent = wl_now_us();
     redisReply *r;
-    int rc = wl_run_script(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nkeys == 2 ? 3 : 6, argv, lens, &r, what);
+    int rc = wl_run_script(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nargs, argv, lens, &r, what);
     if (rc != WATCHLOCK_OK) {
         pthread_mutex_unlock(&l->io_mu);
         return rc;

@@ -13,8 +13,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* KEYS: lock, fence[, owner]. ARGV: hold identity "<token>.1", lease ms,
- * fence ttl ms[, host, pid, label].
+/* KEYS: lock, fence[, owner][, name]. ARGV: hold identity "<token>.1",
+ * lease ms, fence ttl ms[, host, pid, label][, name] (owner fields with an
+ * owner label; the name key and the name for a digested long name).
  * -> {1, fence} acquired, {0, pttl} held by someone else.
  * SET NX PX comes first, so a name held by someone else costs one write
  * attempt and a PTTL, and the fence is touched only by a hold that begins.
@@ -36,7 +37,10 @@
  * of it runs under pcall: an ACL that denies HSET (or a key of another
  * type) costs the record, never the acquire (the lock's SET is done and
  * a failing script would leave it held unreported); a record whose TTL
- * could not be set is deleted rather than kept forever. */
+ * could not be set is deleted rather than kept forever.
+ * With the name key (a long name, whose keys carry its digest: keys.c),
+ * the hold stores the name there, with the fence's TTL, best effort (under
+ * pcall), so that listing can show it. */
 static const char acquire_lua[] =
     "local set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
     "if not set and redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
@@ -58,13 +62,16 @@ static const char acquire_lua[] =
     "  return n\n"
     "end\n"
     "if not set then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
-    "if KEYS[3] then\n"
+    "if #ARGV >= 6 then\n"
     "  redis.pcall('DEL', KEYS[3])\n"
     "  local w = redis.pcall('HSET', KEYS[3], 'token', string.match(ARGV[1], '^.*%.'), 'host', ARGV[4],\n"
     "                       'pid', ARGV[5], 'label', ARGV[6])\n"
     "  if type(w) == 'number' and type(redis.pcall('PEXPIRE', KEYS[3], ARGV[3])) ~= 'number' then\n"
     "    redis.pcall('DEL', KEYS[3])\n"
     "  end\n"
+    "end\n"
+    "if #ARGV == 4 or #ARGV == 7 then\n"
+    "  redis.pcall('SET', KEYS[#KEYS], ARGV[#ARGV], 'PX', ARGV[3])\n"
     "end\n"
     "return {1, n}\n";
 
@@ -130,7 +137,9 @@ static const char inspect_lua[] =
     "local f = redis.call('GET', KEYS[2]) or '0'\n"
     "return {redis.call('EXISTS', KEYS[1]), redis.call('PTTL', KEYS[1]), f}\n";
 
-/* KEYS: lock, fence, owner. -> {state, pttl, fence[, host, pid, label]}:
+/* KEYS: lock, fence, owner[, name]. -> {state, pttl, fence[, host, pid,
+ * label]}, or with the name key (a digested long name) always 7 entries:
+ * {state, pttl, fence, host|false, pid|false, label|false, name|false}:
  * state 0 no key, 1 a string (a hold), 2 a key of another type; the owner
  * fields only when the owner record names the current hold (its token is
  * the lock value's "<token>." prefix), so the record an earlier hold left
@@ -149,6 +158,11 @@ static const char inspect_owner_lua[] =
     "     string.sub(v, 1, #o[1]) == o[1] and o[2] and o[3] and o[4] then\n"
     "    out[4], out[5], out[6] = o[2], o[3], o[4]\n"
     "  end\n"
+    "end\n"
+    "if KEYS[4] then\n"
+    "  for i = #out + 1, 6 do out[i] = false end\n"
+    "  local nm = redis.pcall('GET', KEYS[4])\n"
+    "  out[7] = type(nm) == 'string' and nm\n"
     "end\n"
     "return out\n";
 
