@@ -303,6 +303,7 @@ struct watchlock_lock {
     /* owner record (watchlock_lock_set_owner_label), guarded by client->mu:
      * NULL = none is written at acquire */
     char *owner_label;
+    int64_t name_stored_us; /* a digested name: when an acquire last stored it (0 never); client->mu */
 };
 
 /* Checks shared by every entry point: NULL, forked, closed. */

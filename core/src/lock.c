@@ -24,6 +24,11 @@
 #define DEFAULT_LEASE_MS 30000
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
 #define NO_TTL_POLL_US 1000000   /* a key without expiry (not ours): re-check this often */
+/* A digested long name's ":name" key is written by the first acquire of a
+ * handle and again once this much time has passed (it has the fence's TTL,
+ * at least a day): a 10 KiB name sent with every acquire cost the server
+ * more than the rest of the cycle (Lua hashes every byte of an argument). */
+#define NAME_REFRESH_US (INT64_C(3600) * 1000000)
 
 static atomic_uint_fast64_t next_lock_id = 1;
 
@@ -424,6 +429,8 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     size_t ident_len = wl_ident(l, 1, ident);
     owner_args owner;
     owner_args_take(l, &owner);
+    bool store_name = l->keys.name != NULL &&
+                      (l->name_stored_us == 0 || wl_now_us() - l->name_stored_us >= NAME_REFRESH_US);
     pthread_mutex_unlock(&c->mu);
     if (drop_old) {
         redisReply *r;
@@ -439,7 +446,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     size_t lens[11] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
     int nkeys = owner.set ? owner_args_add(l, &owner, argv, lens) : 2; /* + owner key, host, pid, label */
     int nargs = nkeys == 2 ? 3 : 6;
-    if (l->keys.name != NULL) { /* a digested long name: the hold also stores the name (keys.c) */
+    if (store_name) { /* a digested long name: the hold also stores the name (keys.c) */
         memmove(argv + nkeys + 1, argv + nkeys, (size_t)nargs * sizeof *argv);
         memmove(lens + nkeys + 1, lens + nkeys, (size_t)nargs * sizeof *lens);
         argv[nkeys] = l->keys.name;
@@ -471,6 +478,8 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     }
     pthread_mutex_lock(&c->mu);
     l->token_used = true;
+    if (store_name)
+        l->name_stored_us = sent;
     if (atomic_load(&c->closed)) {
         /* Closed while our script was in flight: close has already released
          * what it knew of, so give this one back too (best effort, on a
