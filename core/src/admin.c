@@ -79,18 +79,30 @@ typedef struct inspected {
     int64_t remaining_ms;
     int64_t fence;
     watchlock_owner *owner; /* NULL: none recorded for the current hold */
+    const redisReply *name; /* a digested name's stored name (borrowed from the reply), or NULL */
 } inspected;
 
 static int parse_inspected(const redisReply *r, inspected *out, const char *what)
 {
     memset(out, 0, sizeof *out);
-    if (r->type != REDIS_REPLY_ARRAY || (r->elements != 3 && r->elements != 6))
+    if (r->type != REDIS_REPLY_ARRAY || (r->elements != 3 && r->elements != 6 && r->elements != 7))
         return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+    if (r->elements == 7) { /* with a digested name's name key: owner fields may be nil */
+        if (r->element[6]->type == REDIS_REPLY_STRING)
+            out->name = r->element[6];
+        if (r->element[3]->type != REDIS_REPLY_STRING) {
+            out->state = (int)wl_reply_i64(r->element[0]);
+            int64_t ttl = wl_reply_i64(r->element[1]);
+            out->remaining_ms = out->state == 0 ? 0 : ttl < 0 ? -1 : ttl;
+            out->fence = wl_reply_i64(r->element[2]);
+            return WATCHLOCK_OK;
+        }
+    }
     out->state = (int)wl_reply_i64(r->element[0]);
     int64_t pttl = wl_reply_i64(r->element[1]);
     out->remaining_ms = out->state == 0 ? 0 : pttl < 0 ? -1 : pttl;
     out->fence = wl_reply_i64(r->element[2]);
-    if (r->elements == 6) {
+    if (r->elements >= 6) {
         for (size_t i = 3; i < 6; i++)
             if (r->element[i]->type != REDIS_REPLY_STRING)
                 return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected owner record from server", what);
@@ -343,6 +355,7 @@ typedef struct page_key {
     char *name;
     size_t name_len;
     char *fence, *owner; /* the name's other keys: key + ":fence" / ":owner" */
+    char *name_key;      /* a digested name's key + ":name"; NULL for names read from the key */
 } page_key;
 
 static void page_keys_free(page_key *keys, size_t n)
@@ -351,6 +364,7 @@ static void page_keys_free(page_key *keys, size_t n)
         free(keys[i].name);
         free(keys[i].fence);
         free(keys[i].owner);
+        free(keys[i].name_key);
     }
     free(keys);
 }
@@ -366,10 +380,32 @@ static char *with_suffix(const char *key, size_t len, const char *suffix)
     return s;
 }
 
+/* A digested (long) name's entry: its name as stored by the acquire (the
+ * key cannot be read backwards), matched against the pattern here since
+ * SCAN could not. A name key that is gone (it has the fence's TTL, and a
+ * hold can outlast it) leaves the name unknown: such an entry is listed,
+ * under the key's tag "%H<hex>", only when listing everything. */
+static bool digest_entry_name(const page_key *k, const inspected *got, const unsigned char *pat, size_t pat_len,
+                              const char **name, size_t *name_len)
+{
+    if (got->name != NULL) {
+        *name = got->name->str;
+        *name_len = got->name->len;
+    } else {
+        *name = k->key + 11; /* the tag: after "watchlock:{", before '}' */
+        *name_len = k->key_len - 12;
+        if (pat_len > 0)
+            return false;
+    }
+    bool give_up = false;
+    return pat_len == 0 || glob_match(pat, pat_len, (const unsigned char *)*name, *name_len, &give_up);
+}
+
 /* Runs the inspect-owner script for every key of the page, pipelined
  * (EVALSHA; those that meet NOSCRIPT again with EVAL), and adds the held
  * ones to the list. */
-static int inspect_page(wl_server *srv, wl_conn *ctx, page_key *keys, size_t n, watchlock_lock_list *list)
+static int inspect_page(wl_server *srv, wl_conn *ctx, page_key *keys, size_t n, watchlock_lock_list *list,
+                        const unsigned char *pat, size_t pat_len)
 {
     bool *again = calloc(n ? n : 1, sizeof *again);
     if (again == NULL)
@@ -380,9 +416,10 @@ static int inspect_page(wl_server *srv, wl_conn *ctx, page_key *keys, size_t n, 
         for (size_t i = 0; i < n; i++) {
             if (use_body && !again[i])
                 continue;
-            const char *argv[3] = {keys[i].key, keys[i].fence, keys[i].owner};
-            size_t lens[3] = {keys[i].key_len, keys[i].key_len + 6, keys[i].key_len + 6};
-            if (wl_append_script(ctx, WL_SCRIPT_INSPECT_OWNER, use_body, 3, 0, argv, lens) != 0) {
+            const char *argv[4] = {keys[i].key, keys[i].fence, keys[i].owner, keys[i].name_key};
+            size_t lens[4] = {keys[i].key_len, keys[i].key_len + 6, keys[i].key_len + 6, keys[i].key_len + 5};
+            int nkeys = keys[i].name_key != NULL ? 4 : 3;
+            if (wl_append_script(ctx, WL_SCRIPT_INSPECT_OWNER, use_body, nkeys, 0, argv, lens) != 0) {
                 free(again);
                 return wl_conn_error(srv, ctx, "list");
             }
@@ -404,8 +441,12 @@ static int inspect_page(wl_server *srv, wl_conn *ctx, page_key *keys, size_t n, 
             } else if (rc == WATCHLOCK_OK && (rc = wl_reply_error(srv, r, "list")) == WATCHLOCK_OK) {
                 inspected got;
                 rc = parse_inspected(r, &got, "list");
-                if (rc == WATCHLOCK_OK && got.state == 1) {
-                    rc = list_add(list, keys[i].name, keys[i].name_len, &got);
+                const char *name = keys[i].name;
+                size_t name_len = keys[i].name_len;
+                bool wanted = keys[i].name_key == NULL ||
+                              (rc == WATCHLOCK_OK && digest_entry_name(&keys[i], &got, pat, pat_len, &name, &name_len));
+                if (rc == WATCHLOCK_OK && got.state == 1 && wanted) {
+                    rc = list_add(list, name, name_len, &got);
                     if (rc != WATCHLOCK_OK)
                         watchlock_owner_free(got.owner);
                 } else {
@@ -459,9 +500,10 @@ static int scan_page(wl_server *srv, wl_conn *ctx, const char *cursor, char next
             break;
         }
         bool give_up = false;
-        if (wl_name_from_lock_key(k->str, k->len, pk->name, &pk->name_len) != 0 ||
-            (pat_len > 0 &&
-             !glob_match(pat, pat_len, (const unsigned char *)pk->name, pk->name_len, &give_up))) {
+        bool digest = wl_lock_key_is_digest(k->str, k->len); /* its name is matched once read */
+        if (!digest && (wl_name_from_lock_key(k->str, k->len, pk->name, &pk->name_len) != 0 ||
+                        (pat_len > 0 &&
+                         !glob_match(pat, pat_len, (const unsigned char *)pk->name, pk->name_len, &give_up)))) {
             free(pk->name);
             pk->name = NULL;
             continue;
@@ -470,12 +512,13 @@ static int scan_page(wl_server *srv, wl_conn *ctx, const char *cursor, char next
         pk->key_len = k->len;
         pk->fence = with_suffix(k->str, k->len, ":fence");
         pk->owner = with_suffix(k->str, k->len, ":owner");
+        pk->name_key = digest ? with_suffix(k->str, k->len, ":name") : NULL;
         n++;
-        if (pk->fence == NULL || pk->owner == NULL)
+        if (pk->fence == NULL || pk->owner == NULL || (digest && pk->name_key == NULL))
             rc = wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
     if (rc == WATCHLOCK_OK && n > 0)
-        rc = inspect_page(srv, ctx, keys, n, list);
+        rc = inspect_page(srv, ctx, keys, n, list, pat, pat_len);
     page_keys_free(keys, n);
     freeReplyObject(r);
     return rc;
@@ -542,15 +585,22 @@ int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const 
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
 
-    if (c->server.cluster == NULL) {
-        rc = scan_node(&c->server, kglob, kglob_len, pat, pattern_len, list);
-    } else {
-        /* Cluster: every master, from a fresh slot map. */
-        wl_server *masters[256];
+    /* With a pattern, a second pass finds the digested (long) names, whose
+     * keys the pattern's key glob cannot match (keys.c). Under Cluster:
+     * every master, from a fresh slot map. */
+    static const char digests[] = "watchlock:{%H*}";
+    wl_server *nodes[256];
+    size_t n_nodes = 1;
+    nodes[0] = &c->server;
+    if (c->server.cluster != NULL) {
         rc = wl_cluster_refresh(c->server.cluster, true);
-        size_t n = rc == WATCHLOCK_OK ? wl_cluster_masters(c->server.cluster, masters, 256) : 0;
-        for (size_t i = 0; i < n && rc == WATCHLOCK_OK; i++)
-            rc = scan_node(masters[i], kglob, kglob_len, pat, pattern_len, list);
+        n_nodes = rc == WATCHLOCK_OK ? wl_cluster_masters(c->server.cluster, nodes, 256) : 0;
+    }
+    for (int pass = 0; pass < (pattern_len > 0 ? 2 : 1) && rc == WATCHLOCK_OK; pass++) {
+        const char *glob = pass == 0 ? kglob : digests;
+        size_t glob_len = pass == 0 ? kglob_len : sizeof digests - 1;
+        for (size_t i = 0; i < n_nodes && rc == WATCHLOCK_OK; i++)
+            rc = scan_node(nodes[i], glob, glob_len, pat, pattern_len, list);
     }
     free(kglob);
     if (rc != WATCHLOCK_OK) {

@@ -21,42 +21,40 @@ static size_t *idx_of(const wl_heap *h, watchlock_lock *l)
     return (size_t *)((char *)l + h->idx_off);
 }
 
-static void put(wl_heap *h, size_t i, watchlock_lock *l)
+static void put(wl_heap *h, size_t i, wl_heap_item it)
 {
-    h->items[i] = l;
-    *idx_of(h, l) = i;
+    h->items[i] = it;
+    *idx_of(h, it.lock) = i;
 }
 
 static void sift_up(wl_heap *h, size_t i)
 {
-    watchlock_lock *l = h->items[i];
-    int64_t k = key_of(h, l);
+    wl_heap_item it = h->items[i];
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (key_of(h, h->items[parent]) <= k)
+        if (h->items[parent].key <= it.key)
             break;
         put(h, i, h->items[parent]);
         i = parent;
     }
-    put(h, i, l);
+    put(h, i, it);
 }
 
 static void sift_down(wl_heap *h, size_t i)
 {
-    watchlock_lock *l = h->items[i];
-    int64_t k = key_of(h, l);
+    wl_heap_item it = h->items[i];
     for (;;) {
         size_t child = 2 * i + 1;
         if (child >= h->len)
             break;
-        if (child + 1 < h->len && key_of(h, h->items[child + 1]) < key_of(h, h->items[child]))
+        if (child + 1 < h->len && h->items[child + 1].key < h->items[child].key)
             child++;
-        if (key_of(h, h->items[child]) >= k)
+        if (h->items[child].key >= it.key)
             break;
         put(h, i, h->items[child]);
         i = child;
     }
-    put(h, i, l);
+    put(h, i, it);
 }
 
 void wl_heap_init(wl_heap *h, size_t key_off, size_t idx_off)
@@ -82,9 +80,15 @@ bool wl_heap_contains(const wl_heap *h, const watchlock_lock *l)
 int wl_heap_update(wl_heap *h, watchlock_lock *l)
 {
     size_t *idx = idx_of(h, l);
+    int64_t key = key_of(h, l);
     if (*idx != WL_NOT_IN_HEAP) {
-        sift_down(h, *idx);
-        sift_up(h, *idx);
+        size_t i = *idx;
+        int64_t old = h->items[i].key;
+        h->items[i].key = key;
+        if (key > old)
+            sift_down(h, i);
+        else if (key < old)
+            sift_up(h, i);
         return 0;
     }
     void *items = h->items;
@@ -92,7 +96,7 @@ int wl_heap_update(wl_heap *h, watchlock_lock *l)
     h->items = items;
     if (grown != 0)
         return -1;
-    put(h, h->len, l);
+    put(h, h->len, (wl_heap_item){key, l});
     h->len++;
     sift_up(h, h->len - 1);
     return 0;
@@ -108,13 +112,13 @@ void wl_heap_remove(wl_heap *h, watchlock_lock *l)
     h->len--;
     if (i == h->len)
         return;
-    watchlock_lock *moved = h->items[h->len];
+    wl_heap_item moved = h->items[h->len];
     put(h, i, moved);
     sift_down(h, i);
-    sift_up(h, *idx_of(h, moved));
+    sift_up(h, *idx_of(h, moved.lock));
 }
 
 watchlock_lock *wl_heap_top(const wl_heap *h)
 {
-    return h->len > 0 ? h->items[0] : NULL;
+    return h->len > 0 ? h->items[0].lock : NULL;
 }

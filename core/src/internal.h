@@ -103,7 +103,16 @@ typedef struct wl_keys {
     size_t channel_len;
     char *owner; /* watchlock:{<escaped name>}:owner (admin.c) */
     size_t owner_len;
+    char *name; /* watchlock:{%H<hex>}:name, the name itself; NULL unless the name is digested */
+    size_t name_len;
 } wl_keys;
+
+/* Names longer than this get the tag "%H" + hex SHA-256 (keys.c). */
+#define WL_DIGEST_NAME_MIN 256
+#define WL_DIGEST_TAG_LEN 66
+void wl_sha256(const void *data, size_t len, unsigned char out[32]); /* sha256.c */
+/* Whether `key` is the lock key of a digested (long) name. */
+bool wl_lock_key_is_digest(const char *key, size_t key_len);
 
 int wl_keys_make(wl_keys *keys, const void *name, size_t name_len);
 void wl_keys_clear(wl_keys *keys);
@@ -295,9 +304,16 @@ typedef struct wl_lost_event {
     struct wl_lost_event *next;
 } wl_lost_event;
 
-/* Min-heap of lock handles on an int64_t field (heap.c); callers hold client->mu. */
+/* Min-heap of lock handles on an int64_t field (heap.c); callers hold client->mu.
+ * Each slot keeps a copy of its lock's key, so sifting compares keys in the
+ * array instead of reading a lock struct per level (a cache miss each with
+ * a million locks held). */
+typedef struct wl_heap_item {
+    int64_t key;
+    watchlock_lock *lock;
+} wl_heap_item;
 typedef struct wl_heap {
-    watchlock_lock **items;
+    wl_heap_item *items;
     size_t len, cap;
     size_t key_off, idx_off; /* offsetof the key and of the handle's index in this heap */
 } wl_heap;
@@ -400,6 +416,7 @@ struct watchlock_lock {
     /* owner record (watchlock_lock_set_owner_label), guarded by client->mu:
      * NULL = none is written at acquire */
     char *owner_label;
+    int64_t name_stored_us; /* a digested name: when an acquire last stored it (0 never); client->mu */
 };
 
 /* Checks shared by every entry point: NULL, forked, closed. */

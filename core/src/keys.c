@@ -6,11 +6,22 @@
  * '}' -> "%7D"; every other byte, NUL included, is kept. The escaped name
  * is the whole hash tag, so all of a name's keys share one Cluster slot, and
  * since the tag has no '}', the suffix after it (":fence", ":released",
- * ":owner") is unambiguous: no name's lock key can equal another name's
- * fence key. The same argument makes the mapping invertible on lock keys
- * (wl_name_from_lock_key, for listing): a key that starts with the prefix,
- * ends with the tag's '}' and has no other brace is some name's lock key,
- * and only one name's.
+ * ":owner", ":name") is unambiguous: no name's lock key can equal another
+ * name's fence key. The same argument makes the mapping invertible on lock
+ * keys (wl_name_from_lock_key, for listing): a key that starts with the
+ * prefix, ends with the tag's '}' and has no other brace is some name's lock
+ * key, and only one name's.
+ *
+ * Long names (more than WL_DIGEST_NAME_MIN bytes) get the tag "%H" + the
+ * SHA-256 of the name in hex (66 bytes) instead, so a key's size is bounded
+ * whatever the name's length: Redis hashes and compares every key it
+ * touches, and a 10 KiB name made a cycle 3.3x slower. "%H" is an escape
+ * the escaping above never writes (it writes only %25, %7B, %7D), so a
+ * digested tag can equal no short name's tag; two long names share keys
+ * only if their SHA-256 collide (collision resistance: injective in
+ * practice). A digest cannot be read backwards, so a long name's hold also
+ * stores the name itself in "watchlock:{%H<hex>}:name" (written by the
+ * acquire script, TTL as the fence's) for `watchlock list`.
  */
 #include "internal.h"
 
@@ -18,22 +29,7 @@
 #include <string.h>
 
 static const char prefix[] = "watchlock:{";
-
-static char *make_key(const char *esc, size_t esc_len, const char *suffix, size_t *out_len)
-{
-    size_t pre = sizeof prefix - 1, suf = strlen(suffix);
-    size_t len = pre + esc_len + 1 + suf;
-    char *key = malloc(len + 1);
-    if (key == NULL)
-        return NULL;
-    memcpy(key, prefix, pre);
-    memcpy(key + pre, esc, esc_len);
-    key[pre + esc_len] = '}';
-    memcpy(key + pre + esc_len + 1, suffix, suf);
-    key[len] = '\0';
-    *out_len = len;
-    return key;
-}
+static const char *const suffixes[] = {"", ":fence", ":released", ":owner", ":name"};
 
 size_t wl_escape_byte(unsigned char ch, char *out)
 {
@@ -45,35 +41,76 @@ size_t wl_escape_byte(unsigned char ch, char *out)
     }
 }
 
+/* The hash tag's content for a name into out (3 x name_len or
+ * WL_DIGEST_TAG_LEN bytes at most); returns its length. */
+static size_t make_tag(const unsigned char *p, size_t name_len, char *out)
+{
+    if (name_len > WL_DIGEST_NAME_MIN) {
+        static const char hex[] = "0123456789abcdef";
+        unsigned char d[32];
+        wl_sha256(p, name_len, d);
+        out[0] = '%';
+        out[1] = 'H';
+        for (int i = 0; i < 32; i++) {
+            out[2 + 2 * i] = hex[d[i] >> 4];
+            out[3 + 2 * i] = hex[d[i] & 15];
+        }
+        return WL_DIGEST_TAG_LEN;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < name_len; i++)
+        n += wl_escape_byte(p[i], out + n);
+    return n;
+}
+
+/* All of a name's keys live in one allocation (keys->lock is its start):
+ * one malloc per handle instead of four or five, which a million held
+ * locks notice. */
 int wl_keys_make(wl_keys *keys, const void *name, size_t name_len)
 {
     memset(keys, 0, sizeof *keys);
-    const unsigned char *p = name;
-    char *esc = malloc(name_len * 3 + 1);
-    if (esc == NULL)
+    char tag_buf[3 * WL_DIGEST_NAME_MIN + 1];
+    size_t tag_len = make_tag(name, name_len, tag_buf);
+    bool digest = name_len > WL_DIGEST_NAME_MIN;
+    size_t count = digest ? 5 : 4, pre = sizeof prefix - 1, total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += pre + tag_len + 1 + strlen(suffixes[i]) + 1;
+    char *block = malloc(total);
+    if (block == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-    size_t n = 0;
-    for (size_t i = 0; i < name_len; i++)
-        n += wl_escape_byte(p[i], esc + n);
-    keys->lock = make_key(esc, n, "", &keys->lock_len);
-    keys->fence = make_key(esc, n, ":fence", &keys->fence_len);
-    keys->channel = make_key(esc, n, ":released", &keys->channel_len);
-    keys->owner = make_key(esc, n, ":owner", &keys->owner_len);
-    free(esc);
-    if (keys->lock == NULL || keys->fence == NULL || keys->channel == NULL || keys->owner == NULL) {
-        wl_keys_clear(keys);
-        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    char **slots[] = {&keys->lock, &keys->fence, &keys->channel, &keys->owner, &keys->name};
+    size_t *lens[] = {&keys->lock_len, &keys->fence_len, &keys->channel_len, &keys->owner_len, &keys->name_len};
+    char *p = block;
+    for (size_t i = 0; i < count; i++) {
+        size_t suf = strlen(suffixes[i]);
+        memcpy(p, prefix, pre);
+        memcpy(p + pre, tag_buf, tag_len);
+        p[pre + tag_len] = '}';
+        memcpy(p + pre + tag_len + 1, suffixes[i], suf);
+        p[pre + tag_len + 1 + suf] = '\0';
+        *slots[i] = p;
+        *lens[i] = pre + tag_len + 1 + suf;
+        p += *lens[i] + 1;
     }
     return WATCHLOCK_OK;
 }
 
 void wl_keys_clear(wl_keys *keys)
 {
-    free(keys->lock);
-    free(keys->fence);
-    free(keys->channel);
-    free(keys->owner);
+    free(keys->lock); /* the one allocation all keys live in */
     memset(keys, 0, sizeof *keys);
+}
+
+bool wl_lock_key_is_digest(const char *key, size_t key_len)
+{
+    size_t pre = sizeof prefix - 1;
+    if (key_len != pre + WL_DIGEST_TAG_LEN + 1 || memcmp(key, prefix, pre) != 0 || key[key_len - 1] != '}' ||
+        key[pre] != '%' || key[pre + 1] != 'H')
+        return false;
+    for (size_t i = pre + 2; i < key_len - 1; i++)
+        if (!((key[i] >= '0' && key[i] <= '9') || (key[i] >= 'a' && key[i] <= 'f')))
+            return false;
+    return true;
 }
 
 int wl_name_from_lock_key(const char *key, size_t key_len, char *out, size_t *out_len)
@@ -96,7 +133,7 @@ int wl_name_from_lock_key(const char *key, size_t key_len, char *out, size_t *ou
             else if (key[i + 1] == '7' && key[i + 2] == 'D')
                 ch = '}';
             else
-                return -1;
+                return -1; /* "%H<hex>" too: a digest, see wl_lock_key_is_digest */
             i += 2;
         }
         out[n++] = ch;

@@ -24,6 +24,11 @@
 #define DEFAULT_LEASE_MS 30000
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
 #define NO_TTL_POLL_US 1000000   /* a key without expiry (not ours): re-check this often */
+/* A digested long name's ":name" key is written by the first acquire of a
+ * handle and again once this much time has passed (it has the fence's TTL,
+ * at least a day): a 10 KiB name sent with every acquire cost the server
+ * more than the rest of the cycle (Lua hashes every byte of an argument). */
+#define NAME_REFRESH_US (INT64_C(3600) * 1000000)
 
 static atomic_uint_fast64_t next_lock_id = 1;
 
@@ -454,6 +459,8 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     size_t ident_len = wl_ident(l, 1, ident);
     owner_args owner;
     owner_args_take(l, &owner);
+    bool store_name = l->keys.name != NULL &&
+                      (l->name_stored_us == 0 || wl_now_us() - l->name_stored_us >= NAME_REFRESH_US);
     pthread_mutex_unlock(&c->mu);
     if (drop_old) {
         redisReply *r;
@@ -465,15 +472,24 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     int64_t fence_ttl = lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS;
     snprintf(lease_s, sizeof lease_s, "%" PRId64, lease);
     snprintf(fence_ttl_s, sizeof fence_ttl_s, "%" PRId64, fence_ttl);
-    const char *argv[9] = {l->keys.lock, l->keys.fence, ident, lease_s, fence_ttl_s};
-    size_t lens[9] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    const char *argv[11] = {l->keys.lock, l->keys.fence, ident, lease_s, fence_ttl_s};
+    size_t lens[11] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
     int nkeys = owner.set ? owner_args_add(l, &owner, argv, lens) : 2; /* + owner key, host, pid, label */
+    int nargs = nkeys == 2 ? 3 : 6;
+    if (store_name) { /* a digested long name: the hold also stores the name (keys.c) */
+        memmove(argv + nkeys + 1, argv + nkeys, (size_t)nargs * sizeof *argv);
+        memmove(lens + nkeys + 1, lens + nkeys, (size_t)nargs * sizeof *lens);
+        argv[nkeys] = l->keys.name;
+        lens[nkeys++] = l->keys.name_len;
+        argv[nkeys + nargs] = l->name;
+        lens[nkeys + nargs++] = l->name_len;
+    }
     char what[160];
     snprintf(what, sizeof what, "acquire %s", l->quoted);
     int64_t sent = wl_now_us();
     redisReply *r;
     wl_conn *wrote = NULL; /* kept for WAIT when min_replicas is set */
-    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nkeys == 2 ? 3 : 6, argv, lens, &r, what,
+    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nargs, argv, lens, &r, what,
                                 c->server.ep.min_replicas > 0 ? &wrote : NULL);
     if (rc != WATCHLOCK_OK) {
         pthread_mutex_unlock(&l->io_mu);
@@ -512,6 +528,8 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(rc, "%s", msg);
     }
+    if (store_name)
+        l->name_stored_us = sent;
     if (atomic_load(&c->closed)) {
         /* Closed while our script was in flight: close has already released
          * what it knew of, so give this one back too (best effort, on a
@@ -899,19 +917,18 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
         l->lease_ms = lease_ms;
     wl_write w;
     wl_write_prepare(c, l, l->lease_ms, wl_now_us(), &w);
-    char prefix[WL_IDENT_SIZE], from_s[24], to_s[24], ms_s[24];
-    size_t prefix_len = wl_ident(l, -1, prefix);
+    char ident[WL_IDENT_SIZE], from_s[24], ms_s[24];
+    size_t ident_len = wl_ident(l, w.to, ident);
     snprintf(from_s, sizeof from_s, "%" PRId64, w.from);
-    snprintf(to_s, sizeof to_s, "%" PRId64, w.to);
     snprintf(ms_s, sizeof ms_s, "%" PRId64, w.ms);
     pthread_mutex_unlock(&c->mu);
 
-    const char *argv[5] = {l->keys.lock, prefix, from_s, to_s, ms_s};
-    size_t lens[5] = {l->keys.lock_len, prefix_len, strlen(from_s), strlen(to_s), strlen(ms_s)};
+    const char *argv[4] = {l->keys.lock, ident, from_s, ms_s};
+    size_t lens[4] = {l->keys.lock_len, ident_len, strlen(from_s), strlen(ms_s)};
     char what[160];
     snprintf(what, sizeof what, "extend %s", l->quoted);
     redisReply *r;
-    rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 4, argv, lens, &r, what);
+    rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, what);
     int result = WL_WRITE_FAILED;
     if (rc == WATCHLOCK_OK) {
         result = wl_reply_renew(r, 1, 0);

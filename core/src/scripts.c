@@ -4,45 +4,65 @@
  * Each script touches one name's keys only (one hash tag, one slot), checks
  * the hold identity where it must, and never writes before a command that
  * could fail (Redis does not roll back a script that errors halfway).
- * Fencing tokens are kept as decimal strings: max(counter + 1, server time in
- * microseconds), so they keep increasing after the counter key expires.
+ * Fencing tokens come from a per-name counter (INCR) that is seeded with the
+ * server's time in microseconds whenever it does not exist, so they keep
+ * increasing after the counter key expires.
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* KEYS: lock, fence[, owner]. ARGV: hold identity "<token>.1", lease ms,
- * fence ttl ms[, host, pid, label].
+/* KEYS: lock, fence[, owner][, name]. ARGV: hold identity "<token>.1",
+ * lease ms, fence ttl ms[, host, pid, label][, name] (owner fields with an
+ * owner label; the name key and the name for a digested long name).
  * -> {1, fence} acquired, {0, pttl} held by someone else.
- * The key already holding this very identity is a retry of an acquire
- * whose reply was lost: it counts as acquired, with a fresh fencing token
- * (never the stored one, which may be gone: tokens never repeat or go
- * back). Fence = max(counter + 1, server TIME in us). GET and TIME, the
- * commands that can fail (a wrong type, an ACL without TIME), run before
- * the lock's SET, so a failing acquire never leaves a key held.
+ * SET NX PX comes first, so a name held by someone else costs one write
+ * attempt and a PTTL, and the fence is touched only by a hold that begins.
+ * The fence is INCR of the counter (which keeps the counter's TTL). A
+ * counter that did not exist (INCR gave 1: first use, or it expired) is
+ * seeded with the server's TIME in microseconds and given its TTL, so
+ * tokens keep increasing after the counter expires (docs/design.md,
+ * "Fencing"); the TTL is set once, at seeding, and never refreshed, so no
+ * counter outlives it. The key already holding this very identity is a
+ * retry of an acquire whose reply was lost: it counts as acquired, with a
+ * fresh fencing token (never the stored one). The commands that can fail
+ * after the SET (INCR of a counter of another type or not a number, TIME
+ * denied by an ACL) run under pcall and undo this script's writes before
+ * the error is returned: a failing acquire never leaves a key held nor a
+ * counter without TTL.
  * With the owner key (only when the handle has an owner label), the hold
  * also writes its owner record: a hash {token = "<token>.", host, pid,
  * label} with the fence's TTL. The record is best effort, so every write
  * of it runs under pcall: an ACL that denies HSET (or a key of another
  * type) costs the record, never the acquire (the lock's SET is done and
  * a failing script would leave it held unreported); a record whose TTL
- * could not be set is deleted rather than kept forever. */
+ * could not be set is deleted rather than kept forever.
+ * With the name key (a long name, whose keys carry its digest: keys.c),
+ * the hold stores the name there, with the fence's TTL, best effort (under
+ * pcall), so that listing can show it. */
 static const char acquire_lua[] =
-    "local c = redis.call('GET', KEYS[2])\n"
-    "local t = redis.call('TIME')\n"
-    "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-    "  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
-    "    return {0, redis.call('PTTL', KEYS[1])}\n"
-    "  end\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "local set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
+    "if not set and redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+    "  return {0, redis.call('PTTL', KEYS[1])}\n"
     "end\n"
-    "local n = (tonumber(c) or 0) + 1\n"
-    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "if now > n then n = now end\n"
-    "local s = string.format('%.0f', n)\n"
-    "redis.call('SET', KEYS[2], s, 'PX', ARGV[3])\n"
-    "if KEYS[3] then\n"
+    "local n = redis.pcall('INCR', KEYS[2])\n"
+    "if n == 1 then\n"
+    "  local t = redis.pcall('TIME')\n"
+    "  if type(t) == 'table' and t[2] then\n"
+    "    n = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "    redis.call('SET', KEYS[2], string.format('%.0f', n), 'PX', ARGV[3])\n"
+    "  else\n"
+    "    redis.call('DEL', KEYS[2])\n"
+    "    n = t\n"
+    "  end\n"
+    "end\n"
+    "if type(n) ~= 'number' then\n"
+    "  if set then redis.call('DEL', KEYS[1]) end\n"
+    "  return n\n"
+    "end\n"
+    "if not set then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+    "if #ARGV >= 6 then\n"
     "  redis.pcall('DEL', KEYS[3])\n"
     "  local w = redis.pcall('HSET', KEYS[3], 'token', string.match(ARGV[1], '^.*%.'), 'host', ARGV[4],\n"
     "                       'pid', ARGV[5], 'label', ARGV[6])\n"
@@ -50,7 +70,10 @@ static const char acquire_lua[] =
     "    redis.pcall('DEL', KEYS[3])\n"
     "  end\n"
     "end\n"
-    "return {1, s}\n";
+    "if #ARGV == 4 or #ARGV == 7 then\n"
+    "  redis.pcall('SET', KEYS[#KEYS], ARGV[#ARGV], 'PX', ARGV[3])\n"
+    "end\n"
+    "return {1, n}\n";
 
 /* KEYS: lock. ARGV: "<token>." (the hold, any epoch), channel, the
  * publish command (PUBLISH, or SPUBLISH: sharded pub/sub under Cluster).
@@ -67,32 +90,40 @@ static const char release_lua[] =
     "return 1\n";
 
 /* Renewal and extend, for n holds at once. KEYS: n lock keys. ARGV per
- * key: "<token>.", from epoch, to epoch, lease ms.
+ * key: "<token>.<to>" (the hold's identity at the epoch this write
+ * installs), from epoch, lease ms.
  * -> {r1, r2, ...}: 1 renewed (the key now holds "<token>.<to>" with the
  * full lease), 0 not ours (another owner, no key, or another type), 2 stale
  * (a later write of ours already installed a newer epoch: nothing done).
- * A key at epoch `to` gets PEXPIRE; one at an epoch in [from, to) is moved
+ * A key that holds exactly "<token>.<to>" gets PEXPIRE (the common case,
+ * one string comparison); one at an epoch of ours in [from, to) is moved
  * to `to`. Writes that set different leases carry different epochs, so a
  * write delayed on the wire can never shorten a lease a later write set
- * (docs/design.md, "Hold identity"). GET runs under pcall so that one key
- * of another type fails only its own entry. All keys live on one server. */
+ * (docs/design.md, "Hold identity"). One MGET reads every key (a key of
+ * another type reads as nil there: "not ours" for that entry only); one
+ * redis.call per key instead of two halves the script's per-call overhead.
+ * All keys live on one server (and, under Cluster, must share a slot). */
 static const char renew_lua[] =
-    "local out = {}\n"
+    "local out, vs = {}, redis.call('MGET', unpack(KEYS))\n"
     "for i = 1, #KEYS do\n"
-    "  local p, a = ARGV[4 * i - 3], 4 * i\n"
-    "  local v = redis.pcall('GET', KEYS[i])\n"
-    "  if type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
-    "    out[i] = 0\n"
+    "  local a = 3 * i\n"
+    "  local id = ARGV[a - 2]\n"
+    "  local v = vs[i]\n"
+    "  if v == id then\n"
+    "    redis.call('PEXPIRE', KEYS[i], ARGV[a])\n"
+    "    out[i] = 1\n"
     "  else\n"
-    "    local e, to = tonumber(string.sub(v, #p + 1)), tonumber(ARGV[a - 1])\n"
-    "    if e == to then\n"
-    "      redis.call('PEXPIRE', KEYS[i], ARGV[a])\n"
-    "      out[i] = 1\n"
-    "    elseif e and e >= tonumber(ARGV[a - 2]) and e < to then\n"
-    "      redis.call('SET', KEYS[i], p .. ARGV[a - 1], 'PX', ARGV[a])\n"
-    "      out[i] = 1\n"
+    "    local p = string.match(id, '^.*%.')\n"
+    "    if type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
+    "      out[i] = 0\n"
     "    else\n"
-    "      out[i] = 2\n"
+    "      local e, to = tonumber(string.sub(v, #p + 1)), tonumber(string.sub(id, #p + 1))\n"
+    "      if e and e >= tonumber(ARGV[a - 1]) and e < to then\n"
+    "        redis.call('SET', KEYS[i], id, 'PX', ARGV[a])\n"
+    "        out[i] = 1\n"
+    "      else\n"
+    "        out[i] = 2\n"
+    "      end\n"
     "    end\n"
     "  end\n"
     "end\n"
@@ -110,7 +141,9 @@ static const char inspect_lua[] =
     "local f = redis.call('GET', KEYS[2]) or '0'\n"
     "return {redis.call('EXISTS', KEYS[1]), redis.call('PTTL', KEYS[1]), f}\n";
 
-/* KEYS: lock, fence, owner. -> {state, pttl, fence[, host, pid, label]}:
+/* KEYS: lock, fence, owner[, name]. -> {state, pttl, fence[, host, pid,
+ * label]}, or with the name key (a digested long name) always 7 entries:
+ * {state, pttl, fence, host|false, pid|false, label|false, name|false}:
  * state 0 no key, 1 a string (a hold), 2 a key of another type; the owner
  * fields only when the owner record names the current hold (its token is
  * the lock value's "<token>." prefix), so the record an earlier hold left
@@ -129,6 +162,11 @@ static const char inspect_owner_lua[] =
     "     string.sub(v, 1, #o[1]) == o[1] and o[2] and o[3] and o[4] then\n"
     "    out[4], out[5], out[6] = o[2], o[3], o[4]\n"
     "  end\n"
+    "end\n"
+    "if KEYS[4] then\n"
+    "  for i = #out + 1, 6 do out[i] = false end\n"
+    "  local nm = redis.pcall('GET', KEYS[4])\n"
+    "  out[7] = type(nm) == 'string' and nm\n"
     "end\n"
     "return out\n";
 

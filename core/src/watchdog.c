@@ -3,12 +3,17 @@
  *
  * What it does: every lock being renewed sits in client->renew_heap, keyed
  * on its next renewal (the newest confirmed write's send time + interval).
- * The thread sleeps on wd_cond until the top entry is due (or a quarter
- * interval before it), then takes every lock that is due, or whose renewal
- * is due within half its interval (early renewal is harmless: it sets, never
- * adds; and it makes locks acquired at different moments converge into one
- * round), and sends all their renewals in one pipeline on its own
- * connection: one round trip per round.
+ * The thread sleeps on wd_cond until the top entry is due, then takes every
+ * lock that is due, or due within 1/PIGGYBACK_DIV of its interval (so that
+ * locks due a moment apart share a round without shortening anyone's
+ * interval by more than 2%), at most ROUND_MAX of them, and sends their
+ * renewals in one pipeline on its own connection: one round trip per round.
+ * A lock is renewed at its interval, not before: each renewal costs server
+ * time, and with a million locks held, renewing early is what the server
+ * pays for. ROUND_MAX bounds how long the thread holds client->mu while it
+ * collects and applies a round, so acquires and releases on other threads
+ * wait for a few milliseconds at most, however many locks are held; what is
+ * still due is taken by the next round at once.
  *
  * Each renewal is a hold write (lock.c): it names the hold's token and the
  * epochs it accepts, and wl_write_applied() takes its reply: a confirmed
@@ -37,6 +42,8 @@
 
 #define RETRY_US 100000      /* retry a failed renewal this soon (capped by the interval) */
 #define IDLE_TICK_US 1000000 /* with no lock held, look at the heap this often */
+#define ROUND_MAX 4000       /* locks renewed by one round */
+#define PIGGYBACK_DIV 50     /* renew up to interval/50 early to share a round */
 
 static int64_t interval_us(const watchlock_lock *l)
 {
@@ -49,14 +56,10 @@ static bool renewing(const watchlock_lock *l)
     return l->auto_renew && l->stop_reason == WATCHLOCK_LOST_NONE && !l->releasing;
 }
 
-/* When the thread must look at l next: its wake-up, or a quarter interval
- * before its renewal (the start of the batching window). */
+/* When the thread must look at l next: when its renewal is due. */
 static int64_t trigger_us(const watchlock_lock *l)
 {
-    if (!renewing(l))
-        return l->wake_us;
-    int64_t early = l->renew_at_us - interval_us(l) / 4;
-    return early < l->wake_us ? early : l->wake_us;
+    return l->wake_us;
 }
 
 void wl_watchdog_unschedule(watchlock_client *c, watchlock_lock *l)
@@ -134,11 +137,12 @@ static void update_cpu(watchlock_client *c)
 /* With mu held: pops what is due now and prepares its renewals. */
 static void collect(watchlock_client *c, int64_t now, vec *batch)
 {
-    for (;;) {
+    while (batch->len < ROUND_MAX) {
         watchlock_lock *l = wl_heap_top(&c->renew_heap);
-        /* Piggyback renewals due within half an interval on this round, so
-         * locks acquired at different moments converge into one pipeline. */
-        if (l == NULL || !(l->wake_us <= now || l->renew_at_us - interval_us(l) / 2 <= now))
+        /* Piggyback renewals due within a 50th of their interval on this
+         * round: locks due a moment apart share a pipeline, and nobody's
+         * interval shrinks by more than 2%. */
+        if (l == NULL || !(l->wake_us <= now || l->renew_at_us - interval_us(l) / PIGGYBACK_DIV <= now))
             break;
         wl_heap_remove(&c->renew_heap, l);
         if (!renewing(l))
@@ -169,9 +173,8 @@ static void collect(watchlock_client *c, int64_t now, vec *batch)
         l->renew_inflight = true;
         *e = (round_entry){.lock = l, .final_hold = final_hold};
         wl_write_prepare(c, l, ms, now, &e->w);
-        wl_ident(l, -1, e->prefix);
+        wl_ident(l, e->w.to, e->ident);
         snprintf(e->from_s, sizeof e->from_s, "%" PRId64, e->w.from);
-        snprintf(e->to_s, sizeof e->to_s, "%" PRId64, e->w.to);
         snprintf(e->ms_s, sizeof e->ms_s, "%" PRId64, e->w.ms);
     }
 }

@@ -452,6 +452,104 @@ static void test_list_patterns(void)
     watchlock_client_close(c);
 }
 
+/* Long names (more than 256 bytes) have digested keys (keys.c): bounded,
+ * not readable backwards. Their holds store the name in a ":name" key, so
+ * list shows the full name, matched against patterns like any other;
+ * inspect (status) and force-release find them by name. A name key that
+ * is gone leaves the name unknown: listed under the digest tag when
+ * listing everything, and not matched by a pattern. */
+static void test_list_long_names(void)
+{
+    rh_server *srv = test_server();
+    watchlock_client *c = open_client(test_url(""));
+    enum { LEN = 10 * 1024 };
+    char *a = malloc(LEN), *b = malloc(LEN);
+    CHECK(a != NULL && b != NULL);
+    for (size_t i = 0; i < LEN; i++)
+        a[i] = b[i] = "long{}\0%"[i % 8];
+    memcpy(a, "job:long-a:", 11);
+    memcpy(b, "zzz:long-b:", 11);
+    watchlock_lock *la = new_lock_n(c, a, LEN), *lb = new_lock_n(c, b, LEN), *ls = new_lock(c, "job:short");
+    CHECK_OK(watchlock_lock_set_owner_label(lb, "labelled"));
+    CHECK_OK(watchlock_lock_acquire(la, 0));
+    CHECK_OK(watchlock_lock_acquire(lb, 0));
+    CHECK_OK(watchlock_lock_acquire(ls, 0));
+    /* Every key is short: the longest is the name key (the name is its value). */
+    redisReply *r = rh_command(srv, "KEYS watchlock:*");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < r->elements; i++)
+        CHECK_MSG(r->element[i]->len <= 100, "key of %zu bytes", r->element[i]->len);
+    freeReplyObject(r);
+
+    watchlock_lock_list *list = NULL;
+    CHECK_OK(watchlock_client_list(&list, c, NULL, 0));
+    CHECK_EQ(watchlock_lock_list_count(list), 3);
+    int seen = 0;
+    for (size_t i = 0; i < 3; i++) {
+        size_t len;
+        const char *name = watchlock_lock_list_name(list, i, &len);
+        if (len == LEN && memcmp(name, a, LEN) == 0) {
+            seen |= 1;
+            CHECK_EQ(watchlock_lock_list_fence(list, i), watchlock_lock_fencing_token(la));
+            CHECK(watchlock_lock_list_owner(list, i) == NULL);
+        } else if (len == LEN && memcmp(name, b, LEN) == 0) {
+            seen |= 2;
+            const watchlock_owner *o = watchlock_lock_list_owner(list, i);
+            CHECK(o != NULL);
+            size_t ll;
+            CHECK(strcmp(watchlock_owner_label(o, &ll), "labelled") == 0);
+        } else {
+            CHECK(len == 9 && memcmp(name, "job:short", 9) == 0);
+            seen |= 4;
+        }
+    }
+    CHECK_EQ(seen, 7);
+    watchlock_lock_list_free(list);
+    /* A pattern matches the long names' real names. */
+    CHECK_OK(watchlock_client_list(&list, c, "job:*", 5));
+    CHECK_EQ(watchlock_lock_list_count(list), 2);
+    watchlock_lock_list_free(list);
+    CHECK_OK(watchlock_client_list(&list, c, "zzz:*", 5));
+    CHECK_EQ(watchlock_lock_list_count(list), 1);
+    size_t len;
+    CHECK(memcmp(watchlock_lock_list_name(list, 0, &len), b, LEN) == 0 && len == LEN);
+    watchlock_lock_list_free(list);
+    /* inspect by name (what `watchlock status` uses). */
+    int held = 0;
+    CHECK_OK(watchlock_client_inspect(c, a, LEN, &held, NULL, NULL));
+    CHECK_EQ(held, 1);
+    /* The name key gone: reported under the digest tag, never as a name a
+     * pattern could match. */
+    r = rh_command(srv, "KEYS watchlock:{%%H*}:name");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    for (size_t i = 0; i < r->elements; i++)
+        CHECK_EQ(rh_int(srv, "DEL %s", r->element[i]->str), 1);
+    freeReplyObject(r);
+    CHECK_OK(watchlock_client_list(&list, c, NULL, 0));
+    CHECK_EQ(watchlock_lock_list_count(list), 3);
+    int tags = 0;
+    for (size_t i = 0; i < 3; i++) {
+        const char *name = watchlock_lock_list_name(list, i, &len);
+        if (len == 66 && memcmp(name, "%H", 2) == 0)
+            tags++;
+    }
+    CHECK_EQ(tags, 2);
+    watchlock_lock_list_free(list);
+    CHECK_OK(watchlock_client_list(&list, c, "job:*", 5));
+    CHECK_EQ(watchlock_lock_list_count(list), 1);
+    watchlock_lock_list_free(list);
+    /* force-release by name. */
+    CHECK_OK(watchlock_client_force_release(c, a, LEN, NULL));
+    CHECK_OK(watchlock_client_inspect(c, a, LEN, &held, NULL, NULL));
+    CHECK_EQ(held, 0);
+    watchlock_lock_free(la);
+    watchlock_lock_free(lb);
+    watchlock_lock_free(ls);
+    free(a);
+    free(b);
+    watchlock_client_close(c);
+}
+
 static void test_list_empty_db_and_errors(void)
 {
     watchlock_client *c = open_client(test_url(""));
@@ -546,6 +644,7 @@ int main(int argc, char **argv)
         {"owner_label_limits", test_owner_label_limits, 0},
         {"owner_record_denied_by_acl", test_owner_record_denied_by_acl, 0},
         {"list_patterns", test_list_patterns, 0},
+        {"list_long_names", test_list_long_names, 0},
         {"list_empty_db_and_errors", test_list_empty_db_and_errors, 0},
         {"list_many_pages", test_list_many_pages, 0},
         {"list_server_gone", test_list_server_gone, 0},

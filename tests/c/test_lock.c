@@ -604,6 +604,55 @@ static void test_wrong_type_key(void)
     watchlock_client_close(c);
 }
 
+/* The acquire script writes the lock key before it bumps the fence counter
+ * (so a name held by someone else never touches the counter). A counter
+ * that cannot be incremented (another type, not a number) must fail the
+ * acquire and take the lock key back: nothing is left held. */
+static void test_broken_fence_counter(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "badfence");
+    CHECK(rh_ok(test_server(), "SET watchlock:{badfence}:fence notanumber"));
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(l, 0), WATCHLOCK_ESERVER);
+    testing_note("fence counter not a number: %s", watchlock_last_error());
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{badfence}"), 0);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{badfence}:fence"), 1);
+    CHECK_EQ(rh_int(test_server(), "RPUSH watchlock:{badfence}:fence x"), 1);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(l, 0), WATCHLOCK_ESERVER);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{badfence}"), 0);
+    /* Repaired, it works again, and the new counter has a TTL. */
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{badfence}:fence"), 1);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_INT(pttl("watchlock:{badfence}:fence"), >, 0);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
+/* A name held by someone else does not bump the fence counter: the
+ * acquire script touches the counter only for a hold that begins. */
+static void test_contended_attempt_leaves_fence(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *a = new_lock(c, "fencequiet");
+    watchlock_lock *b = new_lock(c, "fencequiet");
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    int64_t f = watchlock_lock_fencing_token(a);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(watchlock_lock_acquire(b, 0), WATCHLOCK_ETIMEDOUT);
+    redisReply *r = rh_command(test_server(), "GET watchlock:{fencequiet}:fence");
+    CHECK(r != NULL && r->type == REDIS_REPLY_STRING && strtoll(r->str, NULL, 10) == f);
+    freeReplyObject(r);
+    CHECK_OK(watchlock_lock_release(a));
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    CHECK_EQ(watchlock_lock_fencing_token(b), f + 1);
+    CHECK_OK(watchlock_lock_release(b));
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(c);
+}
+
 static void test_double_release(void)
 {
     watchlock_client *c = open_client(test_url(""));
@@ -682,6 +731,8 @@ int main(int argc, char **argv)
         {"long_names", test_long_names, 0},
         {"invalid_arguments", test_invalid_arguments, 0},
         {"wrong_type_key", test_wrong_type_key, 0},
+        {"broken_fence_counter", test_broken_fence_counter, 0},
+        {"contended_attempt_leaves_fence", test_contended_attempt_leaves_fence, 0},
         {"double_release", test_double_release, 0},
         {"state_and_remaining", test_state_and_remaining, 0},
         {NULL, NULL, 0},

@@ -110,6 +110,49 @@ static void test_renewals_pipelined(void)
     watchlock_client_close(c);
 }
 
+/* Each lock is renewed at its interval, not earlier: rounds do not start
+ * ahead of the first renewal due, and a round takes along only renewals due
+ * within 2% of their interval (so locks acquired at different moments do
+ * not drag each other's renewals forward). Counted, not timed: over a
+ * window of W ms a lock renewed every `interval` ms or later gets at most
+ * W / (0.98 x interval) + 1 renewals, whatever the machine's load (load can
+ * only delay renewals). Renewing a quarter interval early, or pulling
+ * renewals up to half an interval to share a round, gives about 13-20. */
+static void test_renewals_not_early(void)
+{
+    enum { N = 8, LEASE = 900, INTERVAL = 300, WINDOW = 3000 };
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *locks[N];
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "exact-%d", i);
+        locks[i] = new_lock(c, name);
+        CHECK_OK(watchlock_lock_set_lease(locks[i], LEASE));
+        CHECK_OK(watchlock_lock_acquire(locks[i], 0));
+        sleep_ms(INTERVAL / N); /* staggered: due at different moments */
+    }
+    int64_t before[N];
+    for (int i = 0; i < N; i++)
+        before[i] = watchlock_lock_renewals(locks[i]);
+    int64_t t0 = now_ms();
+    sleep_ms(WINDOW);
+    int64_t window = now_ms() - t0;
+    int64_t most = window * 100 / (INTERVAL * 98) + 1, total = 0;
+    for (int i = 0; i < N; i++) {
+        int64_t n = watchlock_lock_renewals(locks[i]) - before[i];
+        total += n;
+        CHECK_MSG(n <= most, "lock %d: %lld renewals in %lld ms at a %d ms interval (at most %lld)", i,
+                  (long long)n, (long long)window, INTERVAL, (long long)most);
+    }
+    testing_note("%d locks, %d ms interval, %lld ms: %lld renewals (at most %lld each)", N, INTERVAL,
+                 (long long)window, (long long)total, (long long)most);
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(watchlock_lock_release(locks[i]));
+        watchlock_lock_free(locks[i]);
+    }
+    watchlock_client_close(c);
+}
+
 static void test_renew_interval(void)
 {
     watchlock_client *c = open_client(test_url(""));
@@ -155,8 +198,8 @@ static void test_max_renewals(void)
     CHECK_EQ(atomic_load(&log.state_in_cb), WATCHLOCK_LOST);
     int64_t after = atomic_load(&log.at_ms) - t0;
     testing_note("max_renewals=3 (interval 150, lease 600): lost after %lld ms", (long long)after);
-    /* Three renewals (each may go out up to a quarter interval early), then
-     * a full lease: clearly later than one unrenewed lease. */
+    /* Three renewals (one per interval), then a full lease: clearly later
+     * than one unrenewed lease. */
     CHECK_INT(after, >=, 600 + 3 * 150 / 2);
     CHECK_EQ(watchlock_lock_renewals(l), 3);
     CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
@@ -562,6 +605,7 @@ int main(int argc, char **argv)
     static const test_case tests[] = {
         {"scenario_a_keeps_short_lease", test_scenario_a_keeps_short_lease, 0},
         {"renewals_pipelined", test_renewals_pipelined, 0},
+        {"renewals_not_early", test_renewals_not_early, 0},
         {"renew_interval", test_renew_interval, 0},
         {"max_renewals", test_max_renewals, 0},
         {"max_hold", test_max_hold, 0},

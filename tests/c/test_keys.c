@@ -1,0 +1,137 @@
+/*
+ * test_keys.c - the name -> key mapping itself (core/src/keys.c), without
+ * a server: SHA-256 against the FIPS 180-4 examples, short names mapped as
+ * before (escaped, readable, invertible), long names mapped to a bounded
+ * digest tag that no short name can produce, and two long names that
+ * differ only in their last byte mapped to different keys. Links the
+ * static library for the internal functions.
+ */
+#include "testing.h"
+
+#include "internal.h"
+
+#include <stdlib.h>
+
+static void hex(const unsigned char *d, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void check_sha(const void *data, size_t len, const char *want)
+{
+    unsigned char d[32];
+    char got[65];
+    wl_sha256(data, len, d);
+    hex(d, 32, got);
+    CHECK_MSG(strcmp(got, want) == 0, "sha256 of %zu bytes: %s, want %s", len, got, want);
+}
+
+static void test_sha256_vectors(void)
+{
+    check_sha("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    check_sha("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    check_sha(two, strlen(two), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    const char *four = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrs"
+                       "mnopqrstnopqrstu";
+    check_sha(four, strlen(four), "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+    size_t n = 1000000;
+    char *a = malloc(n);
+    CHECK(a != NULL);
+    memset(a, 'a', n);
+    check_sha(a, n, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    /* Every padding boundary: 55, 56, 63, 64, 65 bytes (one or two blocks). */
+    check_sha(a, 55, "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
+    check_sha(a, 56, "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
+    check_sha(a, 64, "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+    free(a);
+}
+
+static void test_short_names_unchanged(void)
+{
+    wl_keys k;
+    CHECK_OK(wl_keys_make(&k, "orders:42", 9));
+    CHECK(strcmp(k.lock, "watchlock:{orders:42}") == 0);
+    CHECK(strcmp(k.fence, "watchlock:{orders:42}:fence") == 0);
+    CHECK(strcmp(k.channel, "watchlock:{orders:42}:released") == 0);
+    CHECK(strcmp(k.owner, "watchlock:{orders:42}:owner") == 0);
+    CHECK(k.name == NULL);
+    CHECK_EQ(k.lock_len, strlen(k.lock));
+    wl_keys_clear(&k);
+    /* Up to the threshold a name is escaped, not digested, and reads back. */
+    char name[WL_DIGEST_NAME_MIN];
+    for (size_t i = 0; i < sizeof name; i++)
+        name[i] = "a{}%\0"[i % 5];
+    CHECK_OK(wl_keys_make(&k, name, sizeof name));
+    CHECK(k.name == NULL);
+    char back[4 * WL_DIGEST_NAME_MIN];
+    size_t back_len = 0;
+    CHECK_EQ(wl_name_from_lock_key(k.lock, k.lock_len, back, &back_len), 0);
+    CHECK_EQ(back_len, sizeof name);
+    CHECK(memcmp(back, name, sizeof name) == 0);
+    CHECK(!wl_lock_key_is_digest(k.lock, k.lock_len));
+    wl_keys_clear(&k);
+}
+
+static void test_long_names_digested(void)
+{
+    size_t sizes[] = {WL_DIGEST_NAME_MIN + 1, 10 * 1024, WATCHLOCK_MAX_NAME};
+    char *name = malloc(WATCHLOCK_MAX_NAME);
+    CHECK(name != NULL);
+    for (size_t i = 0; i < WATCHLOCK_MAX_NAME; i++)
+        name[i] = "ab{}\0%:"[i % 7];
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t len = sizes[s];
+        wl_keys k;
+        CHECK_OK(wl_keys_make(&k, name, len));
+        /* watchlock:{%H<64 hex>}: bounded whatever the name's length. */
+        CHECK_EQ(k.lock_len, strlen("watchlock:{}") + WL_DIGEST_TAG_LEN);
+        unsigned char d[32];
+        char want[128] = "watchlock:{%H";
+        wl_sha256(name, len, d);
+        hex(d, 32, want + strlen(want));
+        strcat(want, "}");
+        CHECK_MSG(strcmp(k.lock, want) == 0, "%s != %s", k.lock, want);
+        CHECK(wl_lock_key_is_digest(k.lock, k.lock_len));
+        /* All keys share the tag (one Cluster slot); the name key exists. */
+        CHECK(strncmp(k.fence, k.lock, k.lock_len) == 0 && strcmp(k.fence + k.lock_len, ":fence") == 0);
+        CHECK(strncmp(k.owner, k.lock, k.lock_len) == 0 && strcmp(k.owner + k.lock_len, ":owner") == 0);
+        CHECK(strncmp(k.channel, k.lock, k.lock_len) == 0 && strcmp(k.channel + k.lock_len, ":released") == 0);
+        CHECK(k.name != NULL && strncmp(k.name, k.lock, k.lock_len) == 0 && strcmp(k.name + k.lock_len, ":name") == 0);
+        /* The digest is not read backwards as a name. */
+        char back[256];
+        size_t back_len;
+        CHECK_EQ(wl_name_from_lock_key(k.lock, k.lock_len, back, &back_len), -1);
+        /* A name that differs only in its last byte gets other keys. */
+        wl_keys k2;
+        name[len - 1] ^= 1;
+        CHECK_OK(wl_keys_make(&k2, name, len));
+        name[len - 1] ^= 1;
+        CHECK(strcmp(k.lock, k2.lock) != 0);
+        CHECK(strcmp(k.fence, k2.fence) != 0);
+        wl_keys_clear(&k2);
+        /* A short name spelled like the digest tag is escaped ("%25H..."),
+         * so it never meets a long name's keys. */
+        const char *tag = k.lock + strlen("watchlock:{");
+        CHECK_OK(wl_keys_make(&k2, tag, WL_DIGEST_TAG_LEN));
+        CHECK(k2.name == NULL);
+        CHECK(strcmp(k.lock, k2.lock) != 0);
+        CHECK(strncmp(k2.lock, "watchlock:{%25H", 15) == 0);
+        CHECK(!wl_lock_key_is_digest(k2.lock, k2.lock_len));
+        wl_keys_clear(&k2);
+        wl_keys_clear(&k);
+    }
+    free(name);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case tests[] = {
+        {"sha256_vectors", test_sha256_vectors, 0},
+        {"short_names_unchanged", test_short_names_unchanged, 0},
+        {"long_names_digested", test_long_names_digested, 0},
+        {NULL, NULL, 0},
+    };
+    return testing_main(argc, argv, tests, TESTING_NO_SERVER);
+}
