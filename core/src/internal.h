@@ -256,6 +256,9 @@ typedef struct wl_redirect {
 } wl_redirect;
 /* Whether an error reply is a cluster redirect or a retry-later. */
 bool wl_parse_redirect(const redisReply *r, wl_redirect *rd);
+/* Cluster: the last MOVED a subscriber's SSUBSCRIBE got, taken once (the
+ * waiter applies it to the slot map: no I/O on the subscriber thread). */
+bool wl_sub_take_redirect(wl_subscriber *sub, wl_redirect *out);
 
 /* Sentinel topology (sentinel.c). */
 /* Asks the sentinels, in turn, where the master is. */
@@ -485,8 +488,8 @@ typedef struct round_entry {
     watchlock_lock *lock;
     wl_write w;
     bool final_hold;            /* the last renewal allowed by max_hold */
-    char prefix[WL_IDENT_SIZE]; /* "<token>." of the hold */
-    char from_s[24], to_s[24], ms_s[24];
+    char ident[WL_IDENT_SIZE]; /* "<token>.<to>": the hold at the epoch this write installs */
+    char from_s[24], ms_s[24];
     int result; /* WL_WRITE_* */
     /* renew_round.c's own */
     bool need_eval;   /* the node had no script: EVAL in the second pass */

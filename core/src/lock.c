@@ -690,10 +690,14 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
                         (c->server.cluster != NULL && wl_client_sub(c, l->keys.channel, l->keys.channel_len) != sub))) {
             /* Cluster: the channel's slot moved (or its node failed over);
              * follow it. */
+            wl_redirect rd;
+            bool redirected = wl_sub_take_redirect(sub, &rd);
             wl_sub_leave(sub, entry);
             entry = NULL;
-            if (c->server.cluster != NULL)
-                wl_cluster_refresh(c->server.cluster, false);
+            if (c->server.cluster != NULL && redirected)
+                wl_cluster_moved(c->server.cluster, rd.slot, rd.host, rd.port);
+            else if (c->server.cluster != NULL)
+                wl_cluster_refresh(c->server.cluster, true); /* the slot moved: a fresh map */
             if ((rc = join_channel(l, &sub, &entry)) != WATCHLOCK_OK)
                 return rc;
         }

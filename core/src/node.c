@@ -92,8 +92,11 @@ wl_server *wl_server_any(wl_server *srv)
     wl_server *node;
     if (wl_cluster_masters(srv->cluster, &node, 1) == 1)
         return node;
-    if (wl_cluster_refresh(srv->cluster, true) == WATCHLOCK_OK && wl_cluster_masters(srv->cluster, &node, 1) == 1)
+    int rc = wl_cluster_refresh(srv->cluster, true);
+    if (rc == WATCHLOCK_OK && wl_cluster_masters(srv->cluster, &node, 1) == 1)
         return node;
+    if (rc == WATCHLOCK_OK)
+        wl_fail(WATCHLOCK_ECONN, "no cluster node serves any slot (%s)", srv->ep.label);
     return NULL;
 }
 
@@ -280,9 +283,8 @@ int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out)
 {
     *out = NULL;
     if (srv->cluster != NULL) { /* no key to route by: any master */
-        wl_server *node = wl_server_any(srv);
-        return node ? wl_server_connect(node, timeout_cap_ms, out)
-                    : wl_fail(WATCHLOCK_ECONN, "no cluster node serves any slot (%s)", srv->ep.label);
+        wl_server *node = wl_server_any(srv); /* NULL: it said why (refused, TLS, no slots) */
+        return node ? wl_server_connect(node, timeout_cap_ms, out) : WATCHLOCK_ECONN;
     }
     const wl_endpoint *ep = &srv->ep;
     int64_t ct = ep->connect_timeout_ms, cmd = ep->command_timeout_ms;
@@ -510,7 +512,11 @@ int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const c
             return wl_fail(rc, "%s (key %.*s)", msg, (int)(argvlen[0] < 200 ? argvlen[0] : 200), argv[0]);
         }
         bool in_time = deadline < 0 || wl_now_us() < deadline;
-        if (rd.kind != WL_REDIRECT_NONE && srv->cluster != NULL && in_time && redirects++ < MAX_REDIRECTS) {
+        /* MOVED at most MAX_REDIRECTS times (a map in flux); ASK and
+         * TRYAGAIN go back and forth while a slot migrates: until the
+         * deadline. */
+        if (rd.kind != WL_REDIRECT_NONE && srv->cluster != NULL && in_time &&
+            (rd.kind != WL_REDIRECT_MOVED || redirects++ < MAX_REDIRECTS)) {
             asking = rd.kind == WL_REDIRECT_ASK;
             if (rd.kind == WL_REDIRECT_MOVED) {
                 wl_cluster_moved(srv->cluster, rd.slot, rd.host, rd.port);

@@ -51,7 +51,7 @@ static size_t chunk_end(const round_entry *es, size_t i, size_t to)
 /* Appends one batch-renewal script call for es[from, to). */
 static int append_chunk(wl_conn *conn, const round_entry *es, size_t from, size_t to, bool use_eval)
 {
-    size_t n = to - from, argc = 3 + 5 * n; /* command, script, numkeys; n keys; 4 arguments per key */
+    size_t n = to - from, argc = 3 + 4 * n; /* command, script, numkeys; n keys; 3 arguments per key */
     const char **argv = malloc(argc * sizeof *argv);
     size_t *lens = malloc(argc * sizeof *lens);
     int rc = -1;
@@ -69,13 +69,12 @@ static int append_chunk(wl_conn *conn, const round_entry *es, size_t from, size_
             const round_entry *e = &es[from + i];
             argv[3 + i] = e->lock->keys.lock;
             lens[3 + i] = e->lock->keys.lock_len;
-            const char **a = argv + 3 + n + 4 * i;
-            size_t *al = lens + 3 + n + 4 * i;
-            a[0] = e->prefix;
+            const char **a = argv + 3 + n + 3 * i;
+            size_t *al = lens + 3 + n + 3 * i;
+            a[0] = e->ident;
             a[1] = e->from_s;
-            a[2] = e->to_s;
-            a[3] = e->ms_s;
-            for (int k = 0; k < 4; k++)
+            a[2] = e->ms_s;
+            for (int k = 0; k < 3; k++)
                 al[k] = strlen(a[k]);
         }
         rc = wl_conn_append(conn, (int)argc, argv, lens);
@@ -280,11 +279,10 @@ static int by_node_then_slot(const void *a, const void *b)
 /* A redirected renewal, once more on its own, following MOVED/ASK. */
 static void renew_alone(watchlock_client *c, round_entry *e)
 {
-    const char *argv[5] = {e->lock->keys.lock, e->prefix, e->from_s, e->to_s, e->ms_s};
-    size_t lens[5] = {e->lock->keys.lock_len, strlen(e->prefix), strlen(e->from_s), strlen(e->to_s),
-                      strlen(e->ms_s)};
+    const char *argv[4] = {e->lock->keys.lock, e->ident, e->from_s, e->ms_s};
+    size_t lens[4] = {e->lock->keys.lock_len, strlen(e->ident), strlen(e->from_s), strlen(e->ms_s)};
     redisReply *r;
-    if (wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 4, argv, lens, &r, "renew") == WATCHLOCK_OK) {
+    if (wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, "renew") == WATCHLOCK_OK) {
         e->result = wl_reply_renew(r, 1, 0);
         freeReplyObject(r);
     }

@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -60,6 +61,7 @@ struct wl_subscriber {
     wl_sub_entry *entries;
     bool reconnect; /* wl_subscriber_reconnect: drop the connection and start again */
     bool sharded;   /* Cluster: SSUBSCRIBE/SUNSUBSCRIBE, messages are "smessage" */
+    wl_redirect moved_to; /* Cluster: the last MOVED an SSUBSCRIBE got (kind NONE: none) */
     wl_conn *ctx;   /* thread only */
 };
 
@@ -157,6 +159,11 @@ static void handle_reply(wl_subscriber *sub, redisReply *r)
         /* Cluster: SSUBSCRIBE on a node that does not serve the channel's
          * slot (MOVED), or not now (TRYAGAIN, CLUSTERDOWN). Its waiters are
          * woken to join again where the slot map points. */
+        if (rd.kind == WL_REDIRECT_MOVED) {
+            if (rd.host[0] == '\0')
+                snprintf(rd.host, sizeof rd.host, "%s", sub->server->host);
+            sub->moved_to = rd;
+        }
         for (wl_sub_entry *e = sub->entries; e; e = e->next) {
             if (e->requested && !e->subscribed && !e->denied) {
                 e->requested = false;
@@ -289,6 +296,15 @@ void wl_subscriber_set_sharded(wl_subscriber *sub)
     sub->sharded = true;
 }
 
+bool wl_sub_take_redirect(wl_subscriber *sub, wl_redirect *out)
+{
+    pthread_mutex_lock(&sub->mu);
+    *out = sub->moved_to;
+    sub->moved_to.kind = WL_REDIRECT_NONE;
+    pthread_mutex_unlock(&sub->mu);
+    return out->kind != WL_REDIRECT_NONE;
+}
+
 bool wl_sub_moved(wl_subscriber *sub, wl_sub_entry *entry)
 {
     pthread_mutex_lock(&sub->mu);
@@ -404,9 +420,9 @@ uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bo
 bool wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t at_us)
 {
     pthread_mutex_lock(&sub->mu);
-    while (entry->gen == gen && !sub->stop && (at_us < 0 || wl_now_us() < at_us))
+    while (entry->gen == gen && !entry->moved && !sub->stop && (at_us < 0 || wl_now_us() < at_us))
         wl_cond_wait_until(&entry->cond, &sub->mu, at_us);
-    bool woken = entry->gen != gen || sub->stop;
+    bool woken = entry->gen != gen || entry->moved || sub->stop;
     pthread_mutex_unlock(&sub->mu);
     return woken;
 }

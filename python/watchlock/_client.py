@@ -28,8 +28,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def redact_url(url: str) -> str:
     """The URL without its password, for messages."""
-    url = re.sub(r"^([a-z]+://[^/@:]*):[^@/]*@", r"\1:***@", url, flags=re.I)
-    return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.I)
+    url = re.sub(r"^([a-z][a-z0-9+.-]*://[^/@:,]*):[^@/]*@", r"\1:***@", url, flags=re.I)
+    return re.sub(r"([?&](?:sentinel_)?password=)[^&]*", r"\1***", url, flags=re.I)
 
 
 class Owner(NamedTuple):

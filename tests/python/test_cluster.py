@@ -467,13 +467,14 @@ def test_acquire_during_a_migration_retries_until_it_ends(cluster, name):
     src = cluster.master_for_key(key)
     dst = other_master(cluster, src)
     with watchlock.Client(cluster.url()) as c:
+        lk = c.lock(name, ttl=5)  # kept: a Lock that goes away gives its hold back
         cluster.begin_migration(slot, dst)
         finisher = threading.Timer(0.5, cluster.finish_migration, (slot,))
         finisher.start()
         try:
             t0 = time.monotonic()
             try:
-                got = c.lock(name, ttl=5).acquire(blocking=False)
+                got = lk.acquire(blocking=False)
             except watchlock.ConnectionError as e:
                 pytest.fail(f"acquire failed {time.monotonic() - t0:.2f} s into a 0.5 s migration "
                             f"(command timeout 2 s): {e}")
@@ -481,7 +482,7 @@ def test_acquire_during_a_migration_retries_until_it_ends(cluster, name):
             finisher.join(35)
         assert got is True
         assert cluster.master_for_key(key) is dst and dst.command("EXISTS", key) == 1
-        c.force_release(name)
+        lk.release()
 
 
 # ---- failover: keep running with the new master, or be told

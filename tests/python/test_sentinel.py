@@ -168,7 +168,7 @@ def test_bad_sentinel_urls_are_invalid(group):
 def test_cli_status_through_sentinel(group, name):
     exe = os.environ.get("WATCHLOCK_CLI") or str(REPO / "build" / "cli" / "watchlock")
     if not os.access(exe, os.X_OK):
-        pytest.skip("no watchlock CLI built")
+        pytest.fail(f"watchlock binary not found at {exe}: build it or set WATCHLOCK_CLI")
 
     def status():
         return subprocess.run([exe, "status", "--url", group.url(), name], capture_output=True, text=True,
@@ -181,15 +181,18 @@ def test_cli_status_through_sentinel(group, name):
         assert r.returncode == 0, (r.stdout, r.stderr)
 
 
-def test_cli_exits_75_when_replicas_do_not_acknowledge(redis_server, name, tmp_path):
-    """EREPLICAS is "not obtained, try again": EX_TEMPFAIL (75), as a lock held by another."""
+def test_cli_exits_69_when_replicas_do_not_acknowledge(redis_server, name, tmp_path):
+    """EREPLICAS is "Redis is not available as required" (EX_UNAVAILABLE, 69),
+    not 75: a cron job that treats 75 as "another host has it" must not skip
+    silently while replication is broken (docs/cli.md)."""
     exe = os.environ.get("WATCHLOCK_CLI") or str(REPO / "build" / "cli" / "watchlock")
     if not os.access(exe, os.X_OK):
-        pytest.skip("no watchlock CLI built")
+        pytest.fail(f"watchlock binary not found at {exe}: build it or set WATCHLOCK_CLI")
     marker = tmp_path / "ran"
     r = subprocess.run([exe, "run", "--url", redis_server.url + "?min_replicas=1&min_replicas_timeout=200ms",
                         name, "--", "touch", str(marker)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 75, (r.returncode, r.stderr)
+    assert r.returncode == 69, (r.returncode, r.stderr)
+    assert "replicas" in r.stderr, r.stderr
     assert not marker.exists()
     assert redis_server.command("EXISTS", lock_key(name)) == 0
 
