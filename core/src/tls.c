@@ -286,7 +286,11 @@ static long io_result(SSL *ssl, int ret, int *want, char *err, size_t errlen, in
             return 0;
         }
         *kind = (errno == ECONNRESET || errno == EPIPE) ? WL_CERR_RESET : WL_CERR_IO;
-        snprintf(err, errlen, "%s", strerror(errno));
+        /* TLS 1.3 finishes the handshake before the server judges our
+         * certificate: a server that wants one may just reset. */
+        snprintf(err, errlen, "%s%s", strerror(errno),
+                 *kind == WL_CERR_RESET ? " (a TLS server that requires a client certificate does this: cert= and key=?)"
+                                        : "");
         ERR_clear_error();
         return -1;
     default: {
