@@ -135,8 +135,11 @@ def build_holds(events: List[dict]) -> Tuple[Dict[Tuple[str, int], Hold], Dict[s
             h.lock = e["lock"]
         if ev == "acquired":
             h.start, h.fence = t, e.get("fence")
-            h.t_call = e.get("t_call")
+            # the CLI's job has no call time: its `watchlock run` was spawned at cli_spawn
+            h.t_call = e.get("t_call", h.t_call)
             h.pid, h.ppid = e.get("pid"), e.get("ppid")
+        elif ev == "cli_spawn":
+            h.t_call = t
         elif ev == "op":
             h.ops.append(dict(e))
         elif ev == "op_begin":
@@ -170,11 +173,14 @@ def build_holds(events: List[dict]) -> Tuple[Dict[Tuple[str, int], Hold], Dict[s
             h.in_doubt.append(b)
     offs = [w["rt_off"] for w in workers.values() if w["rt_off"] is not None]
     default_off = statistics.median(offs) if offs else None
+    # A fencing token is the server's clock only where the counter was seeded
+    # (first use, or after it expired); later ones are the seed + 1, + 2 ...
+    fences = {(h.lock, h.fence) for h in holds.values() if h.fence}
     for h in holds.values():
         info = workers.get(h.w, {})
         h.lang = info.get("lang")
         off = info.get("rt_off") if info.get("rt_off") is not None else default_off
-        if h.fence and off is not None and h.start is not None:
+        if h.fence and off is not None and h.start is not None and (h.lock, h.fence - 1) not in fences:
             srv = h.fence * 1000 - off
             lo = (h.t_call if h.t_call is not None else h.start - 10_000 * NS) - 5 * NS
             # a fencing token is the server's clock at acquire unless the
