@@ -5,6 +5,7 @@
  * replies cut across reads are exercised too. Every reply it produces, and
  * every element of it down to a few levels, is passed to the library's
  * readers: wl_reply_error (status for an error reply), wl_reply_is_noscript,
+ * wl_parse_redirect (MOVED/ASK/TRYAGAIN/CLUSTERDOWN),
  * wl_reply_i64, wl_reply_acquire (acquire script) and wl_reply_renew (renew
  * script, for several hold counts and every index). Checks that their
  * answers stay in their documented ranges.
@@ -24,13 +25,24 @@ static void interpret(const wl_server *srv, const redisReply *r, int depth)
 {
     int rc = wl_reply_error(srv, r, "fuzz");
     if (r->type == REDIS_REPLY_ERROR) {
-        if (rc != WATCHLOCK_EPERM && rc != WATCHLOCK_EAUTH && rc != WATCHLOCK_ESERVER)
+        /* READONLY / MASTERDOWN: not the master now, a connection matter */
+        if (rc != WATCHLOCK_EPERM && rc != WATCHLOCK_EAUTH && rc != WATCHLOCK_ESERVER &&
+            !(rc == WATCHLOCK_ECONN && wl_reply_is_readonly(r)))
             abort();
     } else if (rc != WATCHLOCK_OK) {
         abort();
     }
     if (wl_reply_is_noscript(r) && r->type != REDIS_REPLY_ERROR)
         abort();
+    wl_redirect rd;
+    if (wl_parse_redirect(r, &rd)) { /* cluster redirects: a slot and port in range */
+        if (r->type != REDIS_REPLY_ERROR || rd.kind == WL_REDIRECT_NONE)
+            abort();
+        if ((rd.kind == WL_REDIRECT_MOVED || rd.kind == WL_REDIRECT_ASK) &&
+            (rd.slot < 0 || rd.slot >= WL_CLUSTER_SLOTS || rd.port < 1 || rd.port > 65535 ||
+             memchr(rd.host, '\0', sizeof rd.host) == NULL))
+            abort();
+    }
     (void)wl_reply_i64(r);
 
     bool acquired = false;
