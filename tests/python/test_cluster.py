@@ -25,7 +25,7 @@ import pytest
 import watchlock
 from cluster import ClusterNode, RedisCluster, RedisError, key_slot
 from conftest import wait_for
-from helpers import lock_key
+from helpers import lock_key, watch_holder
 from redis_server import free_port
 
 
@@ -488,30 +488,6 @@ def test_acquire_during_a_migration_retries_until_it_ends(cluster, name):
 # ---- failover: keep running with the new master, or be told
 
 
-def watch_holder(lock, token, new, seconds, renew_interval):
-    """Polls for `seconds`: the holder may own the lock only while the key on
-    the new master holds its token; a mismatch must be followed by the loss
-    report within one renewal interval (+1 s). Returns "kept" or "lost"."""
-    key = lock_key(lock.name)
-    mismatch_since = None
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        value = get(new, key)
-        owned = lock.owned()  # read after the GET
-        if lock.lost or not owned:
-            return "lost"
-        if value != token:
-            mismatch_since = mismatch_since or time.monotonic()
-            late = time.monotonic() - mismatch_since
-            assert late < renew_interval + 1.0, (
-                f"the holder still owns the lock {late:.1f} s after the new master "
-                f"({new}) showed {value!r} instead of its token")
-        else:
-            mismatch_since = None
-        time.sleep(0.02)
-    return "lost" if lock.lost else "kept"
-
-
 def failover_case(cluster, name, fault, ttl):
     lost = []
     key = lock_key(name)
@@ -539,7 +515,7 @@ def failover_case(cluster, name, fault, ttl):
             # An unrenewed key had at most `ttl` left when the replica was
             # promoted: still there with our token ttl + 0.3 s later means a
             # renewal reached the new master.
-            outcome = watch_holder(lock, token, new, ttl + 0.3, ttl / 3)
+            outcome = watch_holder(lock, token, lambda: get(new, lock_key(lock.name)), ttl + 0.3, ttl / 3)
             if outcome == "kept":
                 value, left = get(new, key), pttl(new, key)
                 assert value == token and left > 0, (

@@ -23,7 +23,7 @@ import pytest
 
 import watchlock
 from conftest import wait_for
-from helpers import lock_key
+from helpers import lock_key, watch_holder
 from redis_server import _encode, _read_reply, connect, free_port
 from sentinel import SentinelGroup
 
@@ -200,30 +200,6 @@ def test_cli_exits_69_when_replicas_do_not_acknowledge(redis_server, name, tmp_p
 # ---- failover: keep running with the new master, or be told
 
 
-def watch_holder(group, lock, token, new, seconds, renew_interval):
-    """Polls for `seconds`: the holder may own the lock only while the key on
-    the new master holds its token; a mismatch must be followed by the loss
-    report within one renewal interval (+1 s). Returns "kept" or "lost"."""
-    key = lock_key(lock.name)
-    mismatch_since = None
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        value = get(new, key)
-        owned = lock.owned()  # read after the GET: see the module docstring
-        if lock.lost or not owned:
-            return "lost"
-        if value != token:
-            mismatch_since = mismatch_since or time.monotonic()
-            late = time.monotonic() - mismatch_since
-            assert late < renew_interval + 1.0, (
-                f"the holder still owns the lock {late:.1f} s after the new master "
-                f"(port {new.port}) showed {value!r} instead of its token")
-        else:
-            mismatch_since = None
-        time.sleep(0.02)
-    return "lost" if lock.lost else "kept"
-
-
 def failover_case(group, name, fault, ttl):
     lost = []
     with watchlock.Client(group.url()) as c:
@@ -247,7 +223,7 @@ def failover_case(group, name, fault, ttl):
             # An unrenewed key had at most `ttl` left when the new master was
             # promoted: still there with our token ttl + 0.3 s later means a
             # renewal reached the new master.
-            outcome = watch_holder(group, lock, token, new, ttl + 0.3, ttl / 3)
+            outcome = watch_holder(lock, token, lambda: get(new, lock_key(lock.name)), ttl + 0.3, ttl / 3)
             if outcome == "kept":
                 value, pttl = get(new, lock_key(name)), new.command("PTTL", lock_key(name))
                 assert value == token and pttl > 0, (
