@@ -222,6 +222,18 @@ int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *
  * connection that wrote (WAIT). keep NULL = wl_run_script. */
 int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
                        const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep);
+/* One plain command of a pipeline (lens may be NULL: C strings). */
+typedef struct wl_cmd {
+    int argc;
+    const char *const *argv;
+    const size_t *lens;
+} wl_cmd;
+/* Sends ncmds plain commands in one round trip on one connection of a
+ * standalone or Sentinel-followed server (not Cluster) and reads every
+ * reply into replies[] (freed by the caller, error replies included). OK,
+ * or ECONN/ENOMEM/ECLOSED with no replies. keep: as wl_run_script_keep. */
+int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies, const char *what,
+                    wl_conn **keep);
 /* Whether this thread's last wl_run_script sent its script a second time
  * (after a pooled connection failed at once). The first try may still have
  * run on the server (a reply lost on its way back looks the same), which
@@ -332,6 +344,11 @@ struct watchlock_client {
     unsigned fork_gen;
     wl_server server; /* one server today; Redlock/Sentinel will hold several */
     atomic_bool closed;
+    /* An acquire script has run for this client (not refused by an ACL):
+     * only then may acquires take the fast path (lock.c acquire_fast), so
+     * that a user who may not run scripts is refused at acquire, not left
+     * holding a key it can neither renew nor release. */
+    atomic_bool scripts_ran;
 
     pthread_mutex_t mu; /* guards everything below */
     watchlock_lock *locks; /* every live handle (doubly linked) */
@@ -407,6 +424,7 @@ struct watchlock_lock {
     bool freed;           /* watchlock_lock_free() has begun: no callback may start */
     bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */
     int64_t token_lease_ms; /* lease of the attempts made with token */
+    bool last_busy;       /* io_mu: the last attempt found the name held: the next goes to the script */
     int64_t confirmed_us; /* when the newest confirmed write of the hold was sent */
     int cb_running;       /* this lock's callbacks now running */
     size_t heap_idx;      /* index in client->renew_heap */
@@ -432,6 +450,11 @@ int wl_admin_keys(watchlock_client *c, const void *name, size_t name_len, wl_key
  * WL_RELEASE_NARGS args), made with client->mu held (it reads the token). argv points into
  * the struct: do not copy it. */
 #define WL_IDENT_SIZE 56
+/* A fence counter at or above this (2001-09-09 in microseconds) has been
+ * seeded with the server's clock; below it, it was made by INCR or by the
+ * fast acquire's "SET fence 0 NX" and is seeded before its value is used
+ * as a token (scripts.c, lock.c acquire_fast). */
+#define WL_FENCE_SEEDED INT64_C(1000000000000000)
 #define WL_RELEASE_NARGS 3 /* the hold's prefix, the channel, the publish command */
 typedef struct wl_release_args {
     char prefix[WL_IDENT_SIZE];

@@ -419,6 +419,56 @@ static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what)
     return rc;
 }
 
+/* The common acquire (no owner record, no name key, not Cluster) as three
+ * plain commands in one round trip, which cost the server about half of
+ * the acquire script (docs/design.md, "Fencing"):
+ *   SET lock <ident> NX PX lease
+ *   SET fence 0 NX PX fence-ttl   a counter made here has its TTL at once
+ *   INCR fence
+ * *done: the SET took the key and INCR gave a seeded counter's next value
+ * (>= WL_FENCE_SEEDED): acquired, *fence is the token. Anything else
+ * (someone else holds it, a counter not yet seeded with the server's time,
+ * an error reply, a demoted server) leaves *done false and the acquire
+ * script decides one round trip later; it takes a key that already holds
+ * this very identity as ours, with a fresh token. The INCR runs even when
+ * the SET failed: a contended attempt spends a number, which keeps tokens
+ * increasing. It may also run a moment after the SET (other clients'
+ * commands in between): tokens still follow the order of holds because a
+ * reply later than the hold's local deadline never counts as acquired
+ * (attempt()), so the INCR ran while the key was still this hold's.
+ * A client's first acquire takes the script (client->scripts_ran). */
+static int acquire_fast(watchlock_client *c, const char *const *argv, const size_t *lens, const char *what,
+                        wl_conn **keep, bool *done, int64_t *fence)
+{
+    static const char *const set_nx[] = {"SET", NULL, NULL, "NX", "PX", NULL};
+    const char *a1[6], *a2[6], *a3[2] = {"INCR", argv[1]};
+    size_t l1[6], l2[6], l3[2] = {4, lens[1]};
+    memcpy(a1, set_nx, sizeof a1);
+    memcpy(a2, set_nx, sizeof a2);
+    a1[1] = argv[0], a1[2] = argv[2], a1[5] = argv[3];
+    a2[1] = argv[1], a2[2] = "0", a2[5] = argv[4];
+    l1[0] = l2[0] = 3, l1[3] = l2[3] = 2, l1[4] = l2[4] = 2;
+    l1[1] = lens[0], l1[2] = lens[2], l1[5] = lens[3];
+    l2[1] = lens[1], l2[2] = 1, l2[5] = lens[4];
+    const wl_cmd cmds[3] = {{6, a1, l1}, {6, a2, l2}, {2, a3, l3}};
+    redisReply *r[3];
+    *done = false;
+    int rc = wl_run_pipeline(&c->server, 3, cmds, r, what, keep);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (r[0]->type == REDIS_REPLY_STATUS && r[2]->type == REDIS_REPLY_INTEGER && r[2]->integer >= WL_FENCE_SEEDED) {
+        *done = true;
+        *fence = r[2]->integer;
+    }
+    for (int i = 0; i < 3; i++)
+        freeReplyObject(r[i]);
+    if (!*done && keep != NULL) { /* the script's own connection is the one to WAIT on */
+        wl_server_put(&c->server, *keep);
+        *keep = NULL;
+    }
+    return WATCHLOCK_OK;
+}
+
 /* One acquire round trip. OK: now held. ETIMEDOUT: someone else holds it,
  * *pttl_ms says for how long (-1 no expiry, -2 gone meanwhile). */
 static int attempt(watchlock_lock *l, int64_t *pttl_ms)
@@ -487,26 +537,36 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     char what[160];
     snprintf(what, sizeof what, "acquire %s", l->quoted);
     int64_t sent = wl_now_us();
-    redisReply *r;
     wl_conn *wrote = NULL; /* kept for WAIT when min_replicas is set */
-    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nargs, argv, lens, &r, what,
-                                c->server.ep.min_replicas > 0 ? &wrote : NULL);
+    wl_conn **keep = c->server.ep.min_replicas > 0 ? &wrote : NULL;
+    bool acquired = false;
+    int64_t value = 0;
+    int rc = WATCHLOCK_OK;
+    /* A waiter's retries (the name was held last time) go straight to the
+     * script, which answers "held" with the remaining lease in one round
+     * trip. */
+    if (nkeys == 2 && c->server.cluster == NULL && !l->last_busy && atomic_load(&c->scripts_ran))
+        rc = acquire_fast(c, argv, lens, what, keep, &acquired, &value);
+    if (rc == WATCHLOCK_OK && !acquired) {
+        redisReply *r;
+        rc = wl_run_script_keep(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nargs, argv, lens, &r, what, keep);
+        if (rc == WATCHLOCK_OK) {
+            atomic_store(&c->scripts_ran, true);
+            if (!wl_reply_acquire(r, &acquired, &value)) {
+                wl_server_put(&c->server, wrote);
+                rc = wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+            }
+            freeReplyObject(r);
+        }
+    }
     if (rc != WATCHLOCK_OK) {
         pthread_mutex_unlock(&l->io_mu);
         return rc;
     }
-    bool acquired;
-    int64_t value;
-    if (!wl_reply_acquire(r, &acquired, &value)) {
-        freeReplyObject(r);
-        wl_server_put(&c->server, wrote);
-        pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
-    }
-    freeReplyObject(r);
     if (acquired && wrote != NULL)
         rc = wait_replicas(c, wrote, what);
     wl_server_put(&c->server, wrote);
+    l->last_busy = !acquired;
     if (!acquired) {
         *pttl_ms = value;
         pthread_mutex_unlock(&l->io_mu);

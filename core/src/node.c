@@ -546,6 +546,58 @@ int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const c
     }
 }
 
+/* Plain commands, pipelined: every command is written, then every reply
+ * read, one round trip on one pooled connection of a standalone or
+ * Sentinel-followed server. A pooled connection the server dropped while
+ * idle fails at once (EOF/reset, nothing ran): one retry on a fresh one,
+ * as for scripts. A READONLY reply (a failover demoted the server) drops
+ * the connection and puts the address in doubt; the replies are the
+ * caller's to judge. Not for Cluster (a redirect of one command of a
+ * pipeline would split it): EINTERNAL there. */
+int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies, const char *what,
+                    wl_conn **keep)
+{
+    if (keep != NULL)
+        *keep = NULL;
+    for (int i = 0; i < ncmds; i++)
+        replies[i] = NULL;
+    if (srv->cluster != NULL)
+        return wl_fail(WATCHLOCK_EINTERNAL, "%s: no pipelines under Cluster", what);
+    for (int attempt = 0;; attempt++) {
+        wl_conn *conn;
+        bool reused;
+        int rc = wl_server_get(srv, &conn, &reused);
+        if (rc != WATCHLOCK_OK)
+            return rc;
+        int i = 0;
+        while (i < ncmds && wl_conn_append(conn, cmds[i].argc, cmds[i].argv, cmds[i].lens) == 0)
+            i++;
+        int got = 0;
+        if (i == ncmds)
+            while (got < ncmds && wl_conn_get_reply(conn, &replies[got]) == 0)
+                got++;
+        if (got == ncmds) {
+            for (i = 0; i < ncmds; i++)
+                if (wl_reply_is_readonly(replies[i]))
+                    wl_conn_fail(conn, "the server became a replica");
+            if (keep != NULL && wl_conn_err(conn) == WL_CERR_NONE)
+                *keep = conn;
+            else
+                wl_server_put(srv, conn);
+            return WATCHLOCK_OK;
+        }
+        for (i = 0; i < got; i++) {
+            freeReplyObject(replies[i]);
+            replies[i] = NULL;
+        }
+        rc = wl_conn_error(srv, conn, what);
+        int err = wl_conn_err(conn);
+        wl_server_put(srv, conn);
+        if (attempt > 0 || !reused || (err != WL_CERR_EOF && err != WL_CERR_RESET))
+            return rc;
+    }
+}
+
 int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv, const size_t *argvlen,
                   redisReply **out, const char *what)
 {

@@ -20,7 +20,9 @@
  * SET NX PX comes first, so a name held by someone else costs one write
  * attempt and a PTTL, and the fence is touched only by a hold that begins.
  * The fence is INCR of the counter (which keeps the counter's TTL). A
- * counter that did not exist (INCR gave 1: first use, or it expired) is
+ * counter not yet seeded (INCR gave less than WL_FENCE_SEEDED, 10^15: first
+ * use, or it expired; contended fast acquires may have counted it up from
+ * 0 meanwhile, lock.c acquire_fast) is
  * seeded with the server's TIME in microseconds and given its TTL, so
  * tokens keep increasing after the counter expires (docs/design.md,
  * "Fencing"); the TTL is set once, at seeding, and never refreshed, so no
@@ -30,7 +32,10 @@
  * after the SET (INCR of a counter of another type or not a number, TIME
  * denied by an ACL) run under pcall and undo this script's writes before
  * the error is returned: a failing acquire never leaves a key held nor a
- * counter without TTL.
+ * counter without TTL. The key is deleted also when it held this identity
+ * before the script ran (the fast acquire's SET, lock.c acquire_fast, or a
+ * lost reply): the caller is told the acquire failed, so no hold may be
+ * left behind under its identity.
  * With the owner key (only when the handle has an owner label), the hold
  * also writes its owner record: a hash {token = "<token>.", host, pid,
  * label} with the fence's TTL. The record is best effort, so every write
@@ -47,7 +52,7 @@ static const char acquire_lua[] =
     "  return {0, redis.call('PTTL', KEYS[1])}\n"
     "end\n"
     "local n = redis.pcall('INCR', KEYS[2])\n"
-    "if n == 1 then\n"
+    "if type(n) == 'number' and n < 1000000000000000 then\n"
     "  local t = redis.pcall('TIME')\n"
     "  if type(t) == 'table' and t[2] then\n"
     "    n = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
@@ -58,7 +63,7 @@ static const char acquire_lua[] =
     "  end\n"
     "end\n"
     "if type(n) ~= 'number' then\n"
-    "  if set then redis.call('DEL', KEYS[1]) end\n"
+    "  redis.call('DEL', KEYS[1])\n"
     "  return n\n"
     "end\n"
     "if not set then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"

@@ -140,12 +140,33 @@ int64_t wl_deadline_after_ms(int64_t ms)
     return now + ms * 1000;
 }
 
+/* Tokens are drawn from a per-thread buffer of getrandom() bytes: one
+ * system call per 32 tokens instead of one per acquire. Every byte is
+ * handed out once and wiped as it is taken, and a forked child drops the
+ * buffer it inherited (the fork generation moved), so no two holds, in
+ * this process or a child, ever share a token. */
+static _Thread_local struct {
+    unsigned char bytes[512];
+    size_t left;
+    unsigned gen;
+} token_pool;
+
 int wl_random_token(char out[33])
 {
     static const char hex[] = "0123456789abcdef";
     unsigned char raw[16];
-    if (wl_random_bytes(raw, sizeof raw) != 0)
-        return -1;
+    unsigned gen = wl_fork_generation();
+    if (token_pool.gen != gen || token_pool.left < sizeof raw) {
+        token_pool.left = 0;
+        if (wl_random_bytes(token_pool.bytes, sizeof token_pool.bytes) != 0)
+            return -1;
+        token_pool.left = sizeof token_pool.bytes;
+        token_pool.gen = gen;
+    }
+    unsigned char *take = token_pool.bytes + sizeof token_pool.bytes - token_pool.left;
+    memcpy(raw, take, sizeof raw);
+    memset(take, 0, sizeof raw);
+    token_pool.left -= sizeof raw;
     for (int i = 0; i < 16; i++) {
         out[2 * i] = hex[raw[i] >> 4];
         out[2 * i + 1] = hex[raw[i] & 15];

@@ -630,26 +630,67 @@ static void test_broken_fence_counter(void)
     watchlock_client_close(c);
 }
 
-/* A name held by someone else does not bump the fence counter: the
- * acquire script touches the counter only for a hold that begins. */
-static void test_contended_attempt_leaves_fence(void)
+static long long fence_value(const char *key)
+{
+    redisReply *r = rh_command(test_server(), "GET %s", key);
+    CHECK(r != NULL && r->type == REDIS_REPLY_STRING);
+    long long v = strtoll(r->str, NULL, 10);
+    freeReplyObject(r);
+    return v;
+}
+
+/* The common acquire is three plain commands in one round trip (SET NX PX,
+ * SET fence 0 NX PX, INCR: lock.c acquire_fast), no script; its INCR runs
+ * even when the name is held by someone else, so contended attempts spend
+ * numbers. Tokens must still strictly increase, the counter must always
+ * have a TTL, and a counter that such attempts counted up from 0 after it
+ * was gone must still be seeded with the server's clock before its value
+ * becomes a token (a counter re-made by a contended attempt and then taken
+ * at face value would go back below earlier tokens). */
+static void test_contended_attempts_and_fence(void)
 {
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *a = new_lock(c, "fencequiet");
     watchlock_lock *b = new_lock(c, "fencequiet");
     CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_OK(watchlock_lock_release(a));
+    long long scripts = script_calls();
+    CHECK_OK(watchlock_lock_acquire(a, 0)); /* a seeded counter: no script */
+    CHECK_EQ(script_calls(), scripts);
     int64_t f = watchlock_lock_fencing_token(a);
-    for (int i = 0; i < 5; i++)
+    CHECK_INT(f, >=, 1000000000000000LL);
+    for (int i = 0; i < 5; i++) {
+        watchlock_lock *once = new_lock(c, "fencequiet");
+        CHECK_EQ(watchlock_lock_acquire(once, 0), WATCHLOCK_ETIMEDOUT);
+        watchlock_lock_free(once);
         CHECK_EQ(watchlock_lock_acquire(b, 0), WATCHLOCK_ETIMEDOUT);
-    redisReply *r = rh_command(test_server(), "GET watchlock:{fencequiet}:fence");
-    CHECK(r != NULL && r->type == REDIS_REPLY_STRING && strtoll(r->str, NULL, 10) == f);
-    freeReplyObject(r);
+    }
+    CHECK_INT(fence_value("watchlock:{fencequiet}:fence"), >=, f);
+    CHECK_INT(pttl("watchlock:{fencequiet}:fence"), >, 0);
     CHECK_OK(watchlock_lock_release(a));
     CHECK_OK(watchlock_lock_acquire(b, 0));
-    CHECK_EQ(watchlock_lock_fencing_token(b), f + 1);
+    CHECK_INT(watchlock_lock_fencing_token(b), >, f);
+    int64_t last = watchlock_lock_fencing_token(b);
+    /* The counter goes away while b holds; contended attempts make it anew
+     * from 0 (with its TTL) and count it up. */
+    CHECK_EQ(rh_int(test_server(), "DEL watchlock:{fencequiet}:fence"), 1);
+    for (int i = 0; i < 3; i++) {
+        watchlock_lock *once = new_lock(c, "fencequiet");
+        CHECK_EQ(watchlock_lock_acquire(once, 0), WATCHLOCK_ETIMEDOUT);
+        watchlock_lock_free(once);
+    }
+    CHECK_EQ(fence_value("watchlock:{fencequiet}:fence"), 3);
+    CHECK_INT(pttl("watchlock:{fencequiet}:fence"), >, 0);
     CHECK_OK(watchlock_lock_release(b));
+    watchlock_lock *d = new_lock(c, "fencequiet");
+    CHECK_OK(watchlock_lock_acquire(d, 0));
+    CHECK_MSG(watchlock_lock_fencing_token(d) > last, "token %lld after a re-made counter, last %lld",
+              (long long)watchlock_lock_fencing_token(d), (long long)last);
+    CHECK_INT(pttl("watchlock:{fencequiet}:fence"), >, 0);
+    CHECK_OK(watchlock_lock_release(d));
     watchlock_lock_free(a);
     watchlock_lock_free(b);
+    watchlock_lock_free(d);
     watchlock_client_close(c);
 }
 
@@ -732,7 +773,7 @@ int main(int argc, char **argv)
         {"invalid_arguments", test_invalid_arguments, 0},
         {"wrong_type_key", test_wrong_type_key, 0},
         {"broken_fence_counter", test_broken_fence_counter, 0},
-        {"contended_attempt_leaves_fence", test_contended_attempt_leaves_fence, 0},
+        {"contended_attempts_and_fence", test_contended_attempts_and_fence, 0},
         {"double_release", test_double_release, 0},
         {"state_and_remaining", test_state_and_remaining, 0},
         {NULL, NULL, 0},
