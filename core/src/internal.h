@@ -53,6 +53,13 @@ int wl_grow(void **items, size_t *cap, size_t len, size_t size, size_t first);
 int64_t wl_deadline_after_ms(int64_t ms);
 /* Hex text of 16 random bytes into out[33]; -1 when getrandom fails. */
 int wl_random_token(char out[33]);
+/* The decimal digits of v into buf (at least 21 bytes), NUL-terminated;
+ * returns their number. For the hot paths' arguments (snprintf was a
+ * visible share of a lock cycle's client time). */
+size_t wl_fmt_i64(char *buf, int64_t v);
+/* "<verb> <quoted name>" into buf (size bytes, truncated): the `what` of
+ * a call's error messages. */
+void wl_what(char *buf, size_t size, const char *verb, const char *quoted);
 
 /* ---- URL (url.c) ---- */
 enum { WL_KIND_STANDALONE, WL_KIND_SENTINEL, WL_KIND_CLUSTER };

@@ -299,9 +299,14 @@ int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms)
 
 size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf)
 {
-    int n = epoch < 0 ? snprintf(buf, WL_IDENT_SIZE, "%s.", l->token)
-                      : snprintf(buf, WL_IDENT_SIZE, "%s.%" PRId64, l->token, epoch);
-    return n > 0 ? (size_t)n : 0;
+    size_t n = strlen(l->token); /* 32 hex digits */
+    memcpy(buf, l->token, n);
+    buf[n++] = '.';
+    if (epoch < 0) {
+        buf[n] = '\0';
+        return n;
+    }
+    return n + wl_fmt_i64(buf + n, epoch);
 }
 
 void wl_release_args_make(const watchlock_lock *l, wl_release_args *a)
@@ -520,8 +525,8 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
 
     char lease_s[24], fence_ttl_s[24];
     int64_t fence_ttl = lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS;
-    snprintf(lease_s, sizeof lease_s, "%" PRId64, lease);
-    snprintf(fence_ttl_s, sizeof fence_ttl_s, "%" PRId64, fence_ttl);
+    wl_fmt_i64(lease_s, lease);
+    wl_fmt_i64(fence_ttl_s, fence_ttl);
     const char *argv[11] = {l->keys.lock, l->keys.fence, ident, lease_s, fence_ttl_s};
     size_t lens[11] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
     int nkeys = owner.set ? owner_args_add(l, &owner, argv, lens) : 2; /* + owner key, host, pid, label */
@@ -535,7 +540,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         lens[nkeys + nargs++] = l->name_len;
     }
     char what[160];
-    snprintf(what, sizeof what, "acquire %s", l->quoted);
+    wl_what(what, sizeof what, "acquire", l->quoted);
     int64_t sent = wl_now_us();
     wl_conn *wrote = NULL; /* kept for WAIT when min_replicas is set */
     wl_conn **keep = c->server.ep.min_replicas > 0 ? &wrote : NULL;
@@ -847,7 +852,7 @@ static int release_hold(watchlock_lock *l, bool retry)
     pthread_mutex_unlock(&c->mu);
 
     char what[160];
-    snprintf(what, sizeof what, "release %s", l->quoted);
+    wl_what(what, sizeof what, "release", l->quoted);
     redisReply *r = NULL;
     int rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what);
     retry = retry || wl_script_was_resent();
@@ -983,14 +988,14 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     wl_write_prepare(c, l, l->lease_ms, wl_now_us(), &w);
     char ident[WL_IDENT_SIZE], from_s[24], ms_s[24];
     size_t ident_len = wl_ident(l, w.to, ident);
-    snprintf(from_s, sizeof from_s, "%" PRId64, w.from);
-    snprintf(ms_s, sizeof ms_s, "%" PRId64, w.ms);
+    wl_fmt_i64(from_s, w.from);
+    wl_fmt_i64(ms_s, w.ms);
     pthread_mutex_unlock(&c->mu);
 
     const char *argv[4] = {l->keys.lock, ident, from_s, ms_s};
     size_t lens[4] = {l->keys.lock_len, ident_len, strlen(from_s), strlen(ms_s)};
     char what[160];
-    snprintf(what, sizeof what, "extend %s", l->quoted);
+    wl_what(what, sizeof what, "extend", l->quoted);
     redisReply *r;
     rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, what);
     int result = WL_WRITE_FAILED;

@@ -386,11 +386,11 @@ int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int na
     enum { MAX_ARGS = 12 }; /* the acquire script with an owner record takes 9 */
     const char *av[3 + MAX_ARGS];
     size_t al[3 + MAX_ARGS];
-    char nk[8];
+    char nk[24];
     int total = nkeys + nargs;
     if (total > MAX_ARGS)
         return -1;
-    snprintf(nk, sizeof nk, "%d", nkeys);
+    wl_fmt_i64(nk, nkeys);
     use_body = use_body || !wl_scripts_have_sha();
     av[0] = use_body ? "EVAL" : "EVALSHA";
     av[1] = use_body ? wl_scripts[script].body : wl_scripts[script].sha;

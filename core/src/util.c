@@ -140,6 +140,39 @@ int64_t wl_deadline_after_ms(int64_t ms)
     return now + ms * 1000;
 }
 
+size_t wl_fmt_i64(char *buf, int64_t v)
+{
+    char digits[24];
+    size_t n = 0, len = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    if (v < 0)
+        buf[len++] = '-';
+    while (n > 0)
+        buf[len++] = digits[--n];
+    buf[len] = '\0';
+    return len;
+}
+
+void wl_what(char *buf, size_t size, const char *verb, const char *quoted)
+{
+    size_t a = strlen(verb), b = strlen(quoted);
+    if (size == 0)
+        return;
+    if (a > size - 1)
+        a = size - 1;
+    memcpy(buf, verb, a);
+    if (a < size - 1)
+        buf[a++] = ' ';
+    if (b > size - 1 - a)
+        b = size - 1 - a;
+    memcpy(buf + a, quoted, b);
+    buf[a + b] = '\0';
+}
+
 /* Tokens are drawn from a per-thread buffer of getrandom() bytes: one
  * system call per 32 tokens instead of one per acquire. Every byte is
  * handed out once and wiped as it is taken, and a forked child drops the
