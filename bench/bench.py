@@ -685,16 +685,27 @@ def scenario_many(srv: RedisServer, scale: dict, status: dict) -> dict:
             log(f"scale {key}: {e}")
     srv.command("FLUSHALL")
     samples: dict = {}
+    prof: dict = {}
     for _ in range(scale["repeats"]):  # interleaved
         for t in (1, THREADS):
             try:
+                s0 = run_time_ns([srv.proc.pid])[0]
                 r = run_json([str(c) for c in (WLBENCH, "threads", srv.url, t, 10 ** 9, scale["threads_s"])],
                              timeout=scale["threads_s"] * 5 + 120)
+                s1 = run_time_ns([srv.proc.pid])[0]
                 samples.setdefault(t, []).append(r["ops"] / r["seconds"])
+                # the profile of what bounds (e): CPU per cycle of the client (its
+                # measured window) and of the server (the whole worker run, its
+                # 0.2 s warm-up included), and how busy the server's core was
+                prof.setdefault(t, []).append({
+                    "client_cpu_us": r.get("cpu_us", 0) / max(r["ops"], 1),
+                    "server_cpu_us": (s1 - s0) / 1000 / max(r["ops"], 1),
+                    "server_busy": (s1 - s0) / 1e9 / (r["seconds"] + 0.2)})
             except Exception as e:  # noqa: BLE001
                 out["errors"][f"threads{t}"] = str(e)
                 log(f"threads {t}: {e}")
-    out["threads"] = {str(t): {"ops_per_s": statistics.median(v), "samples_ops_per_s": v}
+    out["threads"] = {str(t): {"ops_per_s": statistics.median(v), "samples_ops_per_s": v,
+                               **{k: statistics.median(p[k] for p in prof[t]) for k in prof[t][0]}}
                       for t, v in samples.items()}
     return out
 
@@ -1300,7 +1311,10 @@ def table(res: dict) -> str:
         one = th.get("1", {}).get("ops_per_s")
         for t in sorted(th, key=int):
             v = th[t]["ops_per_s"]
-            lines.append(f"  {t:>3} thread(s): {v:>9.0f} cycles/s" + (f"  ({v / one:.2f}x one thread)" if one else ""))
+            prof = (f"; CPU per cycle: client {th[t]['client_cpu_us']:.1f} us, server {th[t]['server_cpu_us']:.1f} us "
+                    f"(server core {th[t]['server_busy'] * 100:.0f}% busy)" if "client_cpu_us" in th[t] else "")
+            lines.append(f"  {t:>3} thread(s): {v:>9.0f} cycles/s" + (f"  ({v / one:.2f}x one thread)" if one else "")
+                         + prof)
     else:
         lines.append("  not measured" + (f": {short(str(sc['errors']))}" if sc.get("errors") else ""))
     lines.append("")

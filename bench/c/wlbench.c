@@ -383,6 +383,7 @@ static int cmd_threads(const char *url, int nthreads, long n, double max_s)
     /* Warm-up: one short round lets every thread connect (the pool grows). */
     sleep_ns(200000000);
     int64_t t0 = now_ns();
+    int64_t cpu0 = process_cpu_us();
     atomic_store(&threads_go, 1);
     while (now_ns() - t0 < (int64_t)(max_s * 1e9) && atomic_load(&threads_finished) < nthreads)
         sleep_ns(5000000);
@@ -395,8 +396,9 @@ static int cmd_threads(const char *url, int nthreads, long n, double max_s)
         total += args[i].done;
     }
     int64_t t1 = now_ns();
-    printf("{\"ops\": %ld, \"seconds\": %.6f, \"threads\": %d}\n", total, (double)(t1 - t0) / 1e9,
-           nthreads);
+    int64_t cpu = process_cpu_us() - cpu0;
+    printf("{\"ops\": %ld, \"seconds\": %.6f, \"threads\": %d, \"cpu_us\": %" PRId64 "}\n", total,
+           (double)(t1 - t0) / 1e9, nthreads, cpu);
     free(args);
     free(tids);
     watchlock_client_close(client);

@@ -154,8 +154,10 @@ WATCHLOCK_API void watchlock_client_close(watchlock_client *client);
 /*
  * Admin: reads the state of lock `name` as the server sees it, without
  * taking it. *held is 1 when some owner holds it; *remaining_ms its lease
- * left (-1 when held with no expiry, 0 when free); *fence the last fencing
- * token issued for the name (0 when none is remembered). Outputs may be NULL.
+ * left (-1 when held with no expiry, 0 when free); *fence the name's
+ * fencing counter: the last fencing token issued for the name, or a
+ * higher number an acquire attempt that found the name held spent since
+ * (tokens only grow; 0 when none is remembered). Outputs may be NULL.
  */
 WATCHLOCK_API int watchlock_client_inspect(watchlock_client *client, const void *name,
                                            size_t name_len, int *held, int64_t *remaining_ms,
@@ -489,8 +491,8 @@ typedef struct watchlock_owner watchlock_owner;
  * (no label set, or the record expired); free it with
  * watchlock_owner_free(). *held is 1 when some owner holds the lock;
  * *remaining_ms its lease left (-1 when held with no expiry, 0 when free);
- * *fence the last fencing token issued for the name (0 when none is
- * remembered). held, remaining_ms and fence may be NULL.
+ * *fence the name's fencing counter, as watchlock_client_inspect. held,
+ * remaining_ms and fence may be NULL.
  * Errors: EINVAL, ECONN, EAUTH, EPERM, ESERVER, ECLOSED, EFORKED, ENOMEM
  * (*out is NULL). Blocking (one round trip). Thread-safe.
  */
@@ -547,7 +549,7 @@ WATCHLOCK_API const char *watchlock_lock_list_name(const watchlock_lock_list *li
  * or i out of range). */
 WATCHLOCK_API int64_t watchlock_lock_list_remaining_ms(const watchlock_lock_list *list,
                                                        size_t i);
-/* Last fencing token issued for lock i's name (0: none remembered). */
+/* Lock i's fencing counter, as watchlock_client_inspect (0: none remembered). */
 WATCHLOCK_API int64_t watchlock_lock_list_fence(const watchlock_lock_list *list, size_t i);
 /* Owner record of lock i's current hold, NULL when none is recorded.
  * Borrowed: valid until watchlock_lock_list_free(); never pass it to

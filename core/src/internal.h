@@ -235,10 +235,12 @@ typedef struct wl_cmd {
     const char *const *argv;
     const size_t *lens;
 } wl_cmd;
-/* Sends ncmds plain commands in one round trip on one connection of a
- * standalone or Sentinel-followed server (not Cluster) and reads every
- * reply into replies[] (freed by the caller, error replies included). OK,
- * or ECONN/ENOMEM/ECLOSED with no replies. keep: as wl_run_script_keep. */
+/* Sends ncmds plain commands in one round trip on one connection of the
+ * node serving cmds[0]'s first key (every key must share its slot) and
+ * reads every reply into replies[] (freed by the caller, error replies and
+ * cluster redirects included: not followed). OK, or
+ * ECONN/ENOMEM/ECLOSED with no replies. keep: as wl_run_script_keep
+ * (the connection belongs to the routed node). */
 int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies, const char *what,
                     wl_conn **keep);
 /* Whether this thread's last wl_run_script sent its script a second time

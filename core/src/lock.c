@@ -424,16 +424,18 @@ static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what)
     return rc;
 }
 
-/* The common acquire (no owner record, no name key, not Cluster) as three
- * plain commands in one round trip, which cost the server about half of
- * the acquire script (docs/design.md, "Fencing"):
+/* The common acquire (no owner record, no name key) as three plain
+ * commands in one round trip, which cost the server about half of the
+ * acquire script (docs/design.md, "Fencing"):
  *   SET lock <ident> NX PX lease
  *   SET fence 0 NX PX fence-ttl   a counter made here has its TTL at once
  *   INCR fence
  * *done: the SET took the key and INCR gave a seeded counter's next value
  * (>= WL_FENCE_SEEDED): acquired, *fence is the token. Anything else
  * (someone else holds it, a counter not yet seeded with the server's time,
- * an error reply, a demoted server) leaves *done false and the acquire
+ * an error reply, a demoted server, a cluster redirect: under Cluster the
+ * three keys share a slot, but while it migrates each command may run or
+ * be redirected on its own) leaves *done false and the acquire
  * script decides one round trip later; it takes a key that already holds
  * this very identity as ours, with a fresh token. The INCR runs even when
  * the SET failed: a contended attempt spends a number, which keeps tokens
@@ -550,7 +552,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     /* A waiter's retries (the name was held last time) go straight to the
      * script, which answers "held" with the remaining lease in one round
      * trip. */
-    if (nkeys == 2 && c->server.cluster == NULL && !l->last_busy && atomic_load(&c->scripts_ran))
+    if (nkeys == 2 && !l->last_busy && atomic_load(&c->scripts_ran))
         rc = acquire_fast(c, argv, lens, what, keep, &acquired, &value);
     if (rc == WATCHLOCK_OK && !acquired) {
         redisReply *r;

@@ -547,13 +547,15 @@ int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const c
 }
 
 /* Plain commands, pipelined: every command is written, then every reply
- * read, one round trip on one pooled connection of a standalone or
- * Sentinel-followed server. A pooled connection the server dropped while
- * idle fails at once (EOF/reset, nothing ran): one retry on a fresh one,
- * as for scripts. A READONLY reply (a failover demoted the server) drops
- * the connection and puts the address in doubt; the replies are the
- * caller's to judge. Not for Cluster (a redirect of one command of a
- * pipeline would split it): EINTERNAL there. */
+ * read, one round trip on one pooled connection of the node that serves
+ * the first command's key (the server itself unless it is a cluster). A
+ * pooled connection the server dropped while idle fails at once
+ * (EOF/reset, nothing ran): one retry on a fresh one, as for scripts. A
+ * READONLY reply (a failover demoted the server) drops the connection and
+ * puts the address in doubt. Redirects (MOVED, ASK, TRYAGAIN) are not
+ * followed: under Cluster each command of the pipeline may have run or
+ * been redirected on its own, so the replies, redirects included, are the
+ * caller's to judge (and to repeat with a script, which follows them). */
 int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies, const char *what,
                     wl_conn **keep)
 {
@@ -561,8 +563,10 @@ int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **
         *keep = NULL;
     for (int i = 0; i < ncmds; i++)
         replies[i] = NULL;
-    if (srv->cluster != NULL)
-        return wl_fail(WATCHLOCK_EINTERNAL, "%s: no pipelines under Cluster", what);
+    const size_t *l0 = cmds[0].lens;
+    srv = wl_server_route(srv, cmds[0].argv[1], l0 ? l0[1] : strlen(cmds[0].argv[1]));
+    if (srv == NULL)
+        return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
     for (int attempt = 0;; attempt++) {
         wl_conn *conn;
         bool reused;

@@ -46,7 +46,7 @@ class LockInfo(NamedTuple):
 
     held: bool                   #: some owner holds it
     remaining: Optional[float]   #: seconds of lease left (0 when free, None when held with no expiry)
-    fencing_token: int           #: last fencing token issued for the name (0 when none remembered)
+    fencing_token: int           #: the fencing counter: the last token issued, or more (attempts that found it held spend numbers); 0 when none
     owner: Optional[Owner] = None  #: the current holder, None when free or it recorded none
 
 
