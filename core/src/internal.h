@@ -348,16 +348,23 @@ void wl_heap_remove(wl_heap *h, watchlock_lock *l);
 bool wl_heap_contains(const wl_heap *h, const watchlock_lock *l);
 watchlock_lock *wl_heap_top(const wl_heap *h);
 
+#define WL_SEEDED_SLOTS 4096 /* client->seeded: 32 KiB per client */
+
 struct watchlock_client {
     atomic_int refs;  /* the user's reference + one per lock handle */
     unsigned fork_gen;
     wl_server server; /* one server today; Redlock/Sentinel will hold several */
     atomic_bool closed;
-    /* An acquire script has run for this client (not refused by an ACL):
-     * only then may acquires take the fast path (lock.c acquire_fast), so
-     * that a user who may not run scripts is refused at acquire, not left
-     * holding a key it can neither renew nor release. */
-    atomic_bool scripts_ran;
+    /* Names this client has acquired, so their fence counters are seeded
+     * (lock.c acquire_fast): a direct-mapped set of lock keys' hashes
+     * (watchlock_lock.key_hash), relaxed atomics. Only a name found here
+     * takes the fast acquire: a name's first acquire (most acquires, when
+     * names are used once) goes to the script in one round trip instead of
+     * a fast attempt that would find the counter new, and a user whose ACL
+     * denies scripts is refused at its first acquire rather than left
+     * holding a key it could neither renew nor release. A stale or
+     * colliding entry only costs one fast attempt that falls back. */
+    atomic_uint_fast64_t seeded[WL_SEEDED_SLOTS];
 
     pthread_mutex_t mu; /* guards everything below */
     watchlock_lock *locks; /* every live handle (doubly linked) */
@@ -434,6 +441,7 @@ struct watchlock_lock {
     bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */
     int64_t token_lease_ms; /* lease of the attempts made with token */
     bool last_busy;       /* io_mu: the last attempt found the name held: the next goes to the script */
+    uint64_t key_hash;    /* of keys.lock, never 0: its slot in client->seeded */
     int64_t confirmed_us; /* when the newest confirmed write of the hold was sent */
     int cb_running;       /* this lock's callbacks now running */
     size_t heap_idx;      /* index in client->renew_heap */

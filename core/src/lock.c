@@ -81,6 +81,10 @@ int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *na
         return wl_fail(WATCHLOCK_EINTERNAL, "pthread_mutex_init failed");
     }
     atomic_init(&l->refs, 1);
+    l->key_hash = UINT64_C(14695981039346656037); /* FNV-1a */
+    for (size_t i = 0; i < l->keys.lock_len; i++)
+        l->key_hash = (l->key_hash ^ (unsigned char)l->keys.lock[i]) * UINT64_C(1099511628211);
+    l->key_hash |= 1;
     l->id = atomic_fetch_add(&next_lock_id, 1);
     l->fork_gen = c->fork_gen;
     l->client = c;
@@ -443,7 +447,8 @@ static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what)
  * commands in between): tokens still follow the order of holds because a
  * reply later than the hold's local deadline never counts as acquired
  * (attempt()), so the INCR ran while the key was still this hold's.
- * A client's first acquire takes the script (client->scripts_ran). */
+ * Only names this client has acquired before take this path
+ * (client->seeded): a name's first acquire takes the script. */
 static int acquire_fast(watchlock_client *c, const char *const *argv, const size_t *lens, const char *what,
                         wl_conn **keep, bool *done, int64_t *fence)
 {
@@ -552,13 +557,13 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     /* A waiter's retries (the name was held last time) go straight to the
      * script, which answers "held" with the remaining lease in one round
      * trip. */
-    if (nkeys == 2 && !l->last_busy && atomic_load(&c->scripts_ran))
+    atomic_uint_fast64_t *seeded = &c->seeded[l->key_hash % WL_SEEDED_SLOTS];
+    if (nkeys == 2 && !l->last_busy && atomic_load_explicit(seeded, memory_order_relaxed) == l->key_hash)
         rc = acquire_fast(c, argv, lens, what, keep, &acquired, &value);
     if (rc == WATCHLOCK_OK && !acquired) {
         redisReply *r;
         rc = wl_run_script_keep(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nargs, argv, lens, &r, what, keep);
         if (rc == WATCHLOCK_OK) {
-            atomic_store(&c->scripts_ran, true);
             if (!wl_reply_acquire(r, &acquired, &value)) {
                 wl_server_put(&c->server, wrote);
                 rc = wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
@@ -574,6 +579,8 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         rc = wait_replicas(c, wrote, what);
     wl_server_put(&c->server, wrote);
     l->last_busy = !acquired;
+    if (acquired)
+        atomic_store_explicit(seeded, l->key_hash, memory_order_relaxed);
     if (!acquired) {
         *pttl_ms = value;
         pthread_mutex_unlock(&l->io_mu);

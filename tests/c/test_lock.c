@@ -652,9 +652,15 @@ static void test_contended_attempts_and_fence(void)
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *a = new_lock(c, "fencequiet");
     watchlock_lock *b = new_lock(c, "fencequiet");
-    CHECK_OK(watchlock_lock_acquire(a, 0));
-    CHECK_OK(watchlock_lock_release(a));
+    /* A name's first acquire on this client: the script alone, one INCR
+     * (no fast attempt that would find a new counter first). */
     long long scripts = script_calls();
+    long long incrs = rh_info(test_server(), "commandstats", "cmdstat_incr");
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_EQ(script_calls(), scripts + 1);
+    CHECK_EQ(rh_info(test_server(), "commandstats", "cmdstat_incr"), incrs + 1);
+    CHECK_OK(watchlock_lock_release(a));
+    scripts = script_calls();
     CHECK_OK(watchlock_lock_acquire(a, 0)); /* a seeded counter: no script */
     CHECK_EQ(script_calls(), scripts);
     int64_t f = watchlock_lock_fencing_token(a);
