@@ -6,6 +6,12 @@
  * is lost unless renewed). Each handle stores its position in each heap so
  * that a changed key is re-sifted, or the handle removed, in O(log n).
  * Callers hold client->mu.
+ *
+ * 4-ary: every level a sift passes writes the moved handle's position into
+ * that handle, a cache miss with many locks held, and a renewal moves its
+ * lock's deadline down the loss timer's heap. Four children per node halve
+ * the levels (9 instead of 17 at 150,000 locks); the extra comparisons are
+ * within one cache line of the item array.
  */
 #include "internal.h"
 
@@ -27,11 +33,13 @@ static void put(wl_heap *h, size_t i, wl_heap_item it)
     *idx_of(h, it.lock) = i;
 }
 
+#define ARITY 4
+
 static void sift_up(wl_heap *h, size_t i)
 {
     wl_heap_item it = h->items[i];
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
+        size_t parent = (i - 1) / ARITY;
         if (h->items[parent].key <= it.key)
             break;
         put(h, i, h->items[parent]);
@@ -44,11 +52,13 @@ static void sift_down(wl_heap *h, size_t i)
 {
     wl_heap_item it = h->items[i];
     for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= h->len)
+        size_t first = ARITY * i + 1, child = first;
+        if (first >= h->len)
             break;
-        if (child + 1 < h->len && h->items[child + 1].key < h->items[child].key)
-            child++;
+        size_t end = first + ARITY < h->len ? first + ARITY : h->len;
+        for (size_t k = first + 1; k < end; k++)
+            if (h->items[k].key < h->items[child].key)
+                child = k;
         if (h->items[child].key >= it.key)
             break;
         put(h, i, h->items[child]);

@@ -511,8 +511,11 @@ bool wl_reply_acquire(const redisReply *r, bool *acquired, int64_t *value);
 int wl_reply_renew(const redisReply *r, size_t n, size_t i);
 void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w);
 /* Returns true when the hold is still HELD afterwards. Lost holds are
- * reported through wl_lose (fire = callbacks and events). */
-bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire);
+ * reported through wl_lose (fire = callbacks and events). now: a time read
+ * after the reply arrived (a round reads it once for all its replies),
+ * judged against the hold's deadline. */
+bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire,
+                      int64_t now);
 /* The margin taken off a lease for the local deadline, in us. */
 int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms);
 /* Sets deadline_us and keeps the deadline heap in order. */
@@ -530,6 +533,7 @@ typedef struct round_entry {
     bool final_hold;            /* the last renewal allowed by max_hold */
     char ident[WL_IDENT_SIZE]; /* "<token>.<to>": the hold at the epoch this write installs */
     char from_s[24], ms_s[24];
+    unsigned char ident_len, from_len, ms_len;
     int result; /* WL_WRITE_* */
     /* renew_round.c's own */
     bool need_eval;   /* the node had no script: EVAL in the second pass */

@@ -339,11 +339,12 @@ void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_
         wl_set_deadline(c, l, d);
 }
 
-bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire)
+bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire,
+                      int64_t now)
 {
     if (l->hold_gen != w->gen || l->state != WATCHLOCK_HELD)
         return false; /* that hold is over */
-    if (wl_now_us() >= l->deadline_us) {
+    if (now >= l->deadline_us) {
         /* Too late: the hold was LOST at its deadline (state() may already
          * have said so), and LOST stays LOST whatever the reply says. */
         wl_lose(c, l, wl_lock_expiry_reason(l), fire);
@@ -1015,7 +1016,7 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
             rc = wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
     }
     pthread_mutex_lock(&c->mu);
-    bool held = wl_write_applied(c, l, &w, result, false);
+    bool held = wl_write_applied(c, l, &w, result, false, wl_now_us());
     if (held && result == WL_WRITE_OK)
         wl_watchdog_schedule(c, l);
     pthread_mutex_unlock(&c->mu);

@@ -57,7 +57,7 @@ static int append_chunk(wl_conn *conn, const round_entry *es, size_t from, size_
     int rc = -1;
     if (argv != NULL && lens != NULL) {
         char nkeys[24];
-        snprintf(nkeys, sizeof nkeys, "%zu", n);
+        wl_fmt_i64(nkeys, (int64_t)n);
         const wl_script *script = &wl_scripts[WL_SCRIPT_RENEW];
         use_eval = use_eval || !wl_scripts_have_sha();
         argv[0] = use_eval ? "EVAL" : "EVALSHA";
@@ -74,8 +74,9 @@ static int append_chunk(wl_conn *conn, const round_entry *es, size_t from, size_
             a[0] = e->ident;
             a[1] = e->from_s;
             a[2] = e->ms_s;
-            for (int k = 0; k < 3; k++)
-                al[k] = strlen(a[k]);
+            al[0] = e->ident_len;
+            al[1] = e->from_len;
+            al[2] = e->ms_len;
         }
         rc = wl_conn_append(conn, (int)argc, argv, lens);
     }
@@ -280,7 +281,7 @@ static int by_node_then_slot(const void *a, const void *b)
 static void renew_alone(watchlock_client *c, round_entry *e)
 {
     const char *argv[4] = {e->lock->keys.lock, e->ident, e->from_s, e->ms_s};
-    size_t lens[4] = {e->lock->keys.lock_len, strlen(e->ident), strlen(e->from_s), strlen(e->ms_s)};
+    size_t lens[4] = {e->lock->keys.lock_len, e->ident_len, e->from_len, e->ms_len};
     redisReply *r;
     if (wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, "renew") == WATCHLOCK_OK) {
         e->result = wl_reply_renew(r, 1, 0);

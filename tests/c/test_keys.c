@@ -3,8 +3,10 @@
  * a server: SHA-256 against the FIPS 180-4 examples, short names mapped as
  * before (escaped, readable, invertible), long names mapped to a bounded
  * digest tag that no short name can produce, and two long names that
- * differ only in their last byte mapped to different keys. Links the
- * static library for the internal functions.
+ * differ only in their last byte mapped to different keys. Also the
+ * deadline/renewal heap (core/src/heap.c): random inserts, key changes
+ * and removals against a model. Links the static library for the internal
+ * functions.
  */
 #include "testing.h"
 
@@ -125,12 +127,74 @@ static void test_long_names_digested(void)
     free(name);
 }
 
+/* The heap's invariant (every parent <= its children, every handle's
+ * stored position right) and its minimum, after every operation. */
+static void check_heap(const wl_heap *h, watchlock_lock *ls, const bool *in, size_t n)
+{
+    size_t count = 0;
+    int64_t min = INT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ(wl_heap_contains(h, &ls[i]), in[i]);
+        if (in[i]) {
+            count++;
+            CHECK_EQ(h->items[ls[i].dl_idx].lock == &ls[i], 1);
+            if (ls[i].deadline_us < min)
+                min = ls[i].deadline_us;
+        }
+    }
+    CHECK_EQ(h->len, count);
+    for (size_t i = 1; i < h->len; i++)
+        CHECK_MSG(h->items[(i - 1) / 4].key <= h->items[i].key, "item %zu below its parent", i);
+    if (count > 0)
+        CHECK_EQ(wl_heap_top(h)->deadline_us, min);
+    else
+        CHECK(wl_heap_top(h) == NULL);
+}
+
+static void test_heap_order(void)
+{
+    enum { N = 300 };
+    static watchlock_lock ls[N];
+    bool in[N] = {0};
+    wl_heap h;
+    wl_heap_init(&h, offsetof(watchlock_lock, deadline_us), offsetof(watchlock_lock, dl_idx));
+    for (size_t i = 0; i < N; i++)
+        ls[i].dl_idx = WL_NOT_IN_HEAP;
+    srand(7);
+    for (int step = 0; step < 20000; step++) {
+        size_t i = (size_t)rand() % N;
+        int op = rand() % 3;
+        if (op < 2) { /* insert, or move its key up or down */
+            ls[i].deadline_us = rand() % 1000;
+            CHECK_EQ(wl_heap_update(&h, &ls[i]), 0);
+            in[i] = true;
+        } else {
+            wl_heap_remove(&h, &ls[i]);
+            in[i] = false;
+        }
+        if (step % 97 == 0 || step > 19900)
+            check_heap(&h, ls, in, N);
+    }
+    /* Draining it gives the keys in order. */
+    int64_t last = INT64_MIN;
+    while (wl_heap_top(&h) != NULL) {
+        watchlock_lock *top = wl_heap_top(&h);
+        CHECK_INT(top->deadline_us, >=, last);
+        last = top->deadline_us;
+        wl_heap_remove(&h, top);
+        in[top - ls] = false;
+    }
+    check_heap(&h, ls, in, N);
+    wl_heap_free(&h);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
         {"sha256_vectors", test_sha256_vectors, 0},
         {"short_names_unchanged", test_short_names_unchanged, 0},
         {"long_names_digested", test_long_names_digested, 0},
+        {"heap_order", test_heap_order, 0},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_NO_SERVER);
