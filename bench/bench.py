@@ -1352,6 +1352,9 @@ def readme_table(res: dict) -> str:
             return f"{us(lib)} (`with`: {us('watchlock-py-with')})"
         return us(lib)
 
+    def ms(v: float) -> str:  # 0.45, 1.3, 63, 101 (not 1e+02)
+        return f"{v:.0f}" if v >= 10 else f"{v:.2g}"
+
     def cell_ho(lib: str, what: str) -> str:
         r = ho.get(lib)
         if r is None:
@@ -1359,7 +1362,7 @@ def readme_table(res: dict) -> str:
         if what == "rate":
             return f"{r['handoffs_per_s']:.0f}"
         p50, p99 = r["p50_ms"], r["p99_ms"]
-        return f"{p50:.2g} / {p99:.2g} ms"
+        return f"{ms(p50)} / {ms(p99)} ms"
 
     def cell_wd(lib: str) -> str:
         r = wd.get(lib)
