@@ -564,15 +564,18 @@ int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **
     for (int i = 0; i < ncmds; i++)
         replies[i] = NULL;
     const size_t *l0 = cmds[0].lens;
-    srv = wl_server_route(srv, cmds[0].argv[1], l0 ? l0[1] : strlen(cmds[0].argv[1]));
-    if (srv == NULL)
+    wl_server *node = wl_server_route(srv, cmds[0].argv[1], l0 ? l0[1] : strlen(cmds[0].argv[1]));
+    if (node == NULL)
         return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
     for (int attempt = 0;; attempt++) {
         wl_conn *conn;
         bool reused;
-        int rc = wl_server_get(srv, &conn, &reused);
-        if (rc != WATCHLOCK_OK)
+        int rc = wl_server_get(node, &conn, &reused);
+        if (rc != WATCHLOCK_OK) {
+            if (srv->cluster != NULL && rc == WATCHLOCK_ECONN)
+                wl_cluster_refresh(srv->cluster, false); /* as wl_run_script_keep: where are its slots now? */
             return rc;
+        }
         int i = 0;
         while (i < ncmds && wl_conn_append(conn, cmds[i].argc, cmds[i].argv, cmds[i].lens) == 0)
             i++;
@@ -587,16 +590,16 @@ int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **
             if (keep != NULL && wl_conn_err(conn) == WL_CERR_NONE)
                 *keep = conn;
             else
-                wl_server_put(srv, conn);
+                wl_server_put(node, conn);
             return WATCHLOCK_OK;
         }
         for (i = 0; i < got; i++) {
             freeReplyObject(replies[i]);
             replies[i] = NULL;
         }
-        rc = wl_conn_error(srv, conn, what);
+        rc = wl_conn_error(node, conn, what);
         int err = wl_conn_err(conn);
-        wl_server_put(srv, conn);
+        wl_server_put(node, conn);
         if (attempt > 0 || !reused || (err != WL_CERR_EOF && err != WL_CERR_RESET))
             return rc;
     }
