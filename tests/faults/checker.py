@@ -43,7 +43,7 @@ What it reports, per lock name:
     learning is caught as a violation.
   - killed holder (SIGKILL): takeover_ms = next acquire - kill.
   - let go: it was told, then released, and the next hold got the key
-    because that release deleted it (from the server's MONITOR stream when
+    because that release deleted it (from the server-side audit when
     given, else judged by the times): not a takeover, no margin counted.
 
 Usage as a program: ``checker.py DIR`` reads DIR/*.jsonl and DIR/resource.json
@@ -106,9 +106,11 @@ def _fault_events(events: Iterable[dict]) -> List[dict]:
     return [e for e in events if e.get("ev") == "fault"]
 
 
-def build_holds(events: List[dict]) -> Tuple[Dict[Tuple[str, int], Hold], Dict[str, dict]]:
+def build_holds(events: List[dict], grants: Optional[Dict[int, int]] = None
+                ) -> Tuple[Dict[Tuple[str, int], Hold], Dict[str, dict]]:
     """Groups events into holds. Returns (holds, workers) where workers maps
-    w -> {"rt_off", "lang", "last_t"}."""
+    w -> {"rt_off", "lang", "last_t"}. grants: {fence: the server's clock
+    (realtime ns) when it granted that hold}, from the server-side audit."""
     workers: Dict[str, dict] = {}
     holds: Dict[Tuple[str, int], Hold] = {}
     begins: Dict[Tuple[str, int], Dict[Tuple[str, int], dict]] = {}
@@ -173,19 +175,25 @@ def build_holds(events: List[dict]) -> Tuple[Dict[Tuple[str, int], Hold], Dict[s
             h.in_doubt.append(b)
     offs = [w["rt_off"] for w in workers.values() if w["rt_off"] is not None]
     default_off = statistics.median(offs) if offs else None
-    # A fencing token is the server's clock only where the counter was seeded
-    # (first use, or after it expired); later ones are the seed + 1, + 2 ...
-    fences = {(h.lock, h.fence) for h in holds.values() if h.fence}
+    # When the server granted a hold: from the audit where there is one (the
+    # time MONITOR showed the write that took the key). Otherwise the
+    # fencing token, which is the server's clock only where the counter was
+    # seeded (first use, or after it expired); later ones are the seed plus
+    # the numbers spent since (holds and contended fast attempts), which read
+    # as a time fall before the grant; so a token counts only inside the
+    # acquire call and within 1 s of its return (as run's srv_time), and a
+    # hold without either keeps its start (the reply: after the grant).
     for h in holds.values():
         info = workers.get(h.w, {})
         h.lang = info.get("lang")
         off = info.get("rt_off") if info.get("rt_off") is not None else default_off
-        if h.fence and off is not None and h.start is not None and (h.lock, h.fence - 1) not in fences:
+        if h.fence and off is not None and h.start is not None:
+            if grants is not None:
+                if h.fence in grants:
+                    h.srv_start = int(grants[h.fence] - off)
+                continue
             srv = h.fence * 1000 - off
-            lo = (h.t_call if h.t_call is not None else h.start - 10_000 * NS) - 5 * NS
-            # a fencing token is the server's clock at acquire unless the
-            # counter ran ahead of it; only trust it when it falls in the
-            # acquire call (or shortly before its return)
+            lo = max(h.t_call if h.t_call is not None else h.start, h.start - 1000 * NS) - 5 * NS
             if lo <= srv <= h.start + 5 * NS:
                 h.srv_start = int(srv)
         ends = [o["t1"] for o in _acts(h)] + [b["t_end"] for b in h.in_doubt]
@@ -235,16 +243,19 @@ def _fault_on(faults: List[dict], kind: str, h: Hold) -> List[dict]:
 
 
 def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[dict]] = None,
-          handoffs: Optional[Dict[int, Tuple[str, Optional[int]]]] = None) -> dict:
+          handoffs: Optional[Dict[int, Tuple[str, Optional[int]]]] = None,
+          grants: Optional[Dict[int, int]] = None) -> dict:
     """Checks a merged history. resource: {lock: {"counter": int|None,
     "fence_log": ["<token> <1|0> <w:hold> <max before>", ...]}}.
     faults: the runner's fault events (default: those found in events).
-    handoffs: from the server's MONITOR stream (audit.handoffs_by_fence):
+    handoffs: from the server-side audit (audit.handoffs_by_fence):
     {fence of a hold: (how it got the key, fence of the previous owner)},
-    "release" when the previous hold's own release deleted the key."""
+    "release" when the previous hold's own release deleted the key.
+    grants: from the audit too (audit.grants_by_fence): {fence: realtime ns
+    of the grant on the server}."""
     if faults is None:
         faults = _fault_events(events)
-    holds, workers = build_holds(events)
+    holds, workers = build_holds(events, grants)
     report: Dict[str, Any] = {"locks": {}, "violations": [], "acted_after_told": [], "lost_updates": 0,
                               "stale_accepted": 0, "stale_rejected": 0, "fence_order_errors": [],
                               "losses": [], "anomalies": [], "notes": []}

@@ -1,9 +1,11 @@
 """Self-test of the history checker: it must find what is planted, and
 nothing in a clean history. Run: python3 -m pytest tests/faults/test_checker.py"""
+import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import audit  # noqa: E402
 import checker  # noqa: E402
 
 MS = 1_000_000
@@ -255,63 +257,244 @@ def test_cli_exit_79_counts_as_told():
     assert loss["how"] == "exit79" and loss["told_before"] and abs(loss["margin_ms"] - 40) < 0.01
 
 
-# ---- the MONITOR audit (audit.py)
+# ---- the server-side audit (audit.py): MONITOR aligned with the replication stream
 
-def _acquire_lines(ts, ident, fence, ok=True):
-    out = [f'{ts} [0 127.0.0.1:5001] "EVALSHA" "sha1" "3" "watchlock:{{L}}" "watchlock:{{L}}:fence" '
-           f'"watchlock:{{L}}:owner" "{ident}" "1000" "86400000" "host" "1" "label"',
-           f'{ts} [0 lua] "GET" "watchlock:{{L}}:fence"',
-           f'{ts} [0 lua] "TIME"',
-           f'{ts} [0 lua] "SET" "watchlock:{{L}}" "{ident}" "NX" "PX" "1000"']
-    if not ok:
-        return out + [f'{ts} [0 lua] "GET" "watchlock:{{L}}"', f'{ts} [0 lua] "PTTL" "watchlock:{{L}}"']
-    return out + [f'{ts} [0 lua] "SET" "watchlock:{{L}}:fence" "{fence}" "PX" "86400000"',
-                  f'{ts} [0 lua] "DEL" "watchlock:{{L}}:owner"',
-                  f'{ts} [0 lua] "HSET" "watchlock:{{L}}:owner" "token" "x." "host" "h" "pid" "1" "label" "l"']
+K, F = "watchlock:{L}", "watchlock:{L}:fence"
+SEED = 1_000_000_000_000_100
 
 
-def _renew_lines(ts, prefix, wrote):
-    out = [f'{ts} [0 127.0.0.1:5002] "EVALSHA" "sha2" "1" "watchlock:{{L}}" "{prefix}" "1" "1" "1000"',
-           f'{ts} [0 lua] "GET" "watchlock:{{L}}"']
-    if wrote:
-        out.append(f'{ts} [0 lua] "PEXPIRE" "watchlock:{{L}}" "1000"')
-    return out
+class Streams:
+    """Builds an audit directory: what MONITOR showed, what was replicated
+    (the writes that took effect, as Redis rewrites them) and the markers."""
 
+    def __init__(self, snapshot=None):
+        self.ts = 1.0
+        self.mon = ["# connect"]
+        self.rep = ["# connect"]
+        self.markers = []
+        self.marker(snapshot or {})
 
-def _release_lines(ts, prefix, deleted):
-    out = [f'{ts} [0 127.0.0.1:5003] "EVALSHA" "sha3" "1" "watchlock:{{L}}" "{prefix}" "watchlock:{{L}}:released"',
-           f'{ts} [0 lua] "GET" "watchlock:{{L}}"']
-    if deleted:
-        out += [f'{ts} [0 lua] "DEL" "watchlock:{{L}}"', f'{ts} [0 lua] "PUBLISH" "watchlock:{{L}}:released" ""']
-    return out
+    def _m(self, src, *args):
+        self.ts += 0.001
+        self.mon.append(f"{self.ts:.6f} [0 {src}] " + " ".join(f'"{a}"' for a in args))
+
+    def _r(self, *args):
+        self.rep.append(json.dumps([str(a) for a in args]))
+
+    def at(self, px, back=0):
+        """The replicated absolute expiry of a command back lines ago with a lease of px ms."""
+        ts = float(self.mon[-1 - back].split(" ", 1)[0])
+        return int(ts * 1000) + px
+
+    def marker(self, snapshot):
+        n = str(len(self.markers) + 1)
+        self._m("127.0.0.1:9", "EVAL", "body", "1", audit.MARKER_KEY, n)
+        self._m("lua", "SET", audit.MARKER_KEY, n)
+        self._r("SET", audit.MARKER_KEY, n)
+        self.markers.append({"n": n, "keys": dict(snapshot)})
+
+    def fast(self, src, ident, got, fence_set=False):
+        """The fast acquire's pipeline: SET NX, SET fence 0 NX, INCR."""
+        self._m(src, "SET", K, ident, "NX", "PX", "1000")
+        if got:
+            self._r("SET", K, ident, "PXAT", self.at(1000))
+        self._m(src, "SET", F, "0", "NX", "PX", "86400000")
+        if fence_set:
+            self._r("SET", F, "0", "PXAT", self.at(86400000))
+        self._m(src, "INCR", F)
+        self._r("INCR", F)
+
+    def acquire_script(self, src, ident, got):
+        self._m(src, "EVALSHA", "sha1", "2", K, F, ident, "1000", "86400000")
+        self._m("lua", "SET", K, ident, "NX", "PX", "1000")
+        if not got:
+            self._m("lua", "GET", K)
+            self._m("lua", "PTTL", K)
+            return
+        self._m("lua", "INCR", F)
+        self._r("MULTI")
+        self._r("SET", K, ident, "PXAT", self.at(1000, 1))
+        self._r("INCR", F)
+        self._r("EXEC")
+
+    def renew(self, src, ident, wrote):
+        self._m(src, "EVALSHA", "sha2", "1", K, ident, "1", "1000")
+        self._m("lua", "MGET", K)
+        if wrote:
+            self._m("lua", "PEXPIRE", K, "1000")
+            self._r("PEXPIREAT", K, self.at(1000))
+
+    def release(self, src, prefix, deleted):
+        self._m(src, "EVALSHA", "sha3", "1", K, prefix, "watchlock:{L}:released", "PUBLISH")
+        self._m("lua", "GET", K)
+        if deleted:
+            self._m("lua", "DEL", K)
+            self._m("lua", "PUBLISH", "watchlock:{L}:released", "")
+            self._r("MULTI")
+            self._r("DEL", K)
+            self._r("PUBLISH", "watchlock:{L}:released", "")
+            self._r("EXEC")
+
+    def expired(self, key=K):
+        self._r("DEL", key)
+
+    def write(self, d):
+        self.marker({})                              # Auditor.stop's last marker
+        (d / "monitor.log").write_text("\n".join(self.mon) + "\n")
+        (d / "replica.log").write_text("\n".join(self.rep) + "\n")
+        (d / "markers.jsonl").write_text("".join(json.dumps(m) + "\n" for m in self.markers))
+        return audit.audit(str(d))
 
 
 def test_audit_finds_a_late_renewal_that_touched_the_next_hold(tmp_path):
-    import audit
-    lines = (_acquire_lines(1.0, "aaa.1", 100) + _renew_lines(1.3, "aaa.", True)
-             + _acquire_lines(2.0, "bbb.1", 150, ok=False)  # held by aaa: refused
-             + _acquire_lines(3.0, "bbb.1", 200)          # aaa's key expired (no DEL seen)
-             + _renew_lines(3.1, "aaa.", False)           # late, did nothing: fine
-             + _renew_lines(3.2, "aaa.", True)            # late, and it wrote: the bug
-             + _release_lines(3.3, "aaa.", False)         # late release, nothing deleted
-             + _release_lines(3.5, "bbb.", True)
-             + _acquire_lines(3.6, "ccc.1", 300))
-    p = tmp_path / "monitor.log"
-    p.write_text("\n".join(lines) + "\n")
-    r = audit.audit(str(p))
+    s = Streams({F: str(SEED)})
+    s.fast("a:1", "aaa.1", got=True)                 # fence SEED+1
+    s.renew("a:2", "aaa.1", wrote=True)
+    s.fast("b:1", "bbb.1", got=False)                # held by aaa: its SET NX did nothing (SEED+2 spent)
+    s.acquire_script("b:1", "bbb.1", got=False)
+    s.expired()                                      # aaa's key ran out
+    s.acquire_script("b:1", "bbb.1", got=True)       # fence SEED+3
+    s.renew("a:2", "aaa.1", wrote=False)             # late, did nothing: fine
+    s.renew("a:2", "aaa.1", wrote=True)              # late, and it wrote: the bug
+    s.release("a:3", "aaa.", deleted=False)          # late release, nothing deleted
+    s.release("b:2", "bbb.", deleted=True)
+    s.fast("c:1", "ccc.1", got=True)                 # fence SEED+4
+    r = s.write(tmp_path)
+    assert r["errors"] == [] and r["overwrites"] == [] and r["segments"] == 2
     assert r["acquires"] == 3
-    assert len(r["touches"]) == 1 and r["touches"][0]["prefix"] == "aaa."
+    assert len(r["touches"]) == 1 and r["touches"][0]["prefix"] == "aaa." and r["touches"][0]["kind"] == "renew"
     assert len(r["late_writes"]) == 3
+    assert r["fence_of"] == {"aaa.": SEED + 1, "bbb.": SEED + 3, "ccc.": SEED + 4}
     h = audit.handoffs_by_fence(r)
-    assert h[200] == ("expiry", 100)
-    assert h[300] == ("release", 200)
+    assert h[SEED + 3] == ("expiry", SEED + 1)
+    assert h[SEED + 4] == ("release", SEED + 3)
+
+
+def test_audit_tells_a_fast_acquire_that_got_the_key_from_one_that_did_not(tmp_path):
+    # the same MONITOR lines; only the replication stream differs
+    for got in (True, False):
+        s = Streams({F: str(SEED)})
+        s.fast("a:1", "aaa.1", got=got)
+        s.release("a:1", "aaa.", deleted=got)
+        d = tmp_path / str(got)
+        d.mkdir()
+        r = s.write(d)
+        assert r["errors"] == [] and r["touches"] == []
+        assert r["acquires"] == (1 if got else 0)
+        assert r["fence_of"] == ({"aaa.": SEED + 1} if got else {})
+
+
+def test_audit_tells_a_retry_from_the_attempt_that_found_the_key_held(tmp_path):
+    """A waiter's attempts carry the same identity; only the replicated
+    absolute expiry (the server's clock) tells which one took the key."""
+    s = Streams({F: str(SEED)})
+    s.fast("a:1", "aaa.1", got=True)                 # SEED+1
+    s.acquire_script("b:1", "bbb.1", got=False)      # held: nothing replicated
+    s.ts += 1.0                                      # aaa's holder is frozen: nothing else happens
+    s.expired()
+    t_retry = s.ts + 0.001
+    s.acquire_script("b:1", "bbb.1", got=True)       # the same command, 1 s later: SEED+2
+    r = s.write(tmp_path)
+    assert r["errors"] == [] and r["overwrites"] == []
+    g = audit.grants_by_fence(r)
+    assert abs(g[SEED + 2] / 1e9 - t_retry) < 1e-6  # the retry's time
+    assert g[SEED + 2] - g[SEED + 1] > 0.9e9
+    assert audit.handoffs_by_fence(r)[SEED + 2] == ("expiry", SEED + 1)
+
+
+def test_audit_finds_a_release_of_another_hold(tmp_path):
+    s = Streams({F: str(SEED)})
+    s.fast("a:1", "aaa.1", got=True)
+    s.release("b:1", "bbb.", deleted=True)           # bbb never held it: must not delete
+    r = s.write(tmp_path)
+    assert [(t["prefix"], t["kind"]) for t in r["touches"]] == [("bbb.", "release")]
+
+
+def test_audit_finds_an_acquire_over_a_held_key_and_its_own_loss_of_track(tmp_path):
+    s = Streams({F: str(SEED)})
+    s.fast("a:1", "aaa.1", got=True)
+    s.fast("b:1", "bbb.1", got=True)                 # a SET NX that took a held key
+    s._r("SET", "other", "x")                        # a write no command explains
+    r = s.write(tmp_path)
+    assert len(r["overwrites"]) == 1 and r["overwrites"][0]["by"] == "bbb.1"
+    assert len(r["errors"]) == 1 and "other" in r["errors"][0]
+
+
+def test_audit_checks_its_model_against_the_next_marker(tmp_path):
+    s = Streams({F: str(SEED)})
+    s.fast("a:1", "aaa.1", got=True)
+    s.marker({K: "aaa.1", F: str(SEED + 1)})         # agrees
+    s.renew("a:2", "aaa.1", wrote=True)
+    s.marker({K: "zzz.1", F: str(SEED + 1)})         # the server says otherwise
+    r = s.write(tmp_path)
+    assert r["segments"] == 4
+    assert len(r["errors"]) == 1 and "zzz.1" in r["errors"][0]
+
+
+def test_audit_starts_afresh_after_a_gap(tmp_path):
+    s = Streams({F: str(SEED)})
+    s.fast("a:1", "aaa.1", got=True)
+    s.mon.append("# connect")                        # the server restarted: both streams reconnect
+    s.rep.append("# connect")
+    s.mon.append('0.5 [0 127.0.0.1:7] "GET" "x"')   # before the next marker: not audited
+    s.marker({K: "aaa.1", F: str(SEED + 1)})         # the hold survived (AOF)
+    s.renew("a:2", "aaa.1", wrote=True)
+    s.release("a:2", "aaa.", deleted=True)
+    s.fast("b:1", "bbb.1", got=True)
+    r = s.write(tmp_path)
+    assert r["errors"] == [] and r["touches"] == [] and r["segments"] == 3 and r["unaudited"] == 1
+    assert audit.handoffs_by_fence(r)[SEED + 2] == ("release", SEED + 1)
 
 
 def test_audit_clean_stream_has_no_touch(tmp_path):
-    import audit
-    lines = (_acquire_lines(1.0, "aaa.1", 100) + _renew_lines(1.3, "aaa.", True) + _release_lines(1.5, "aaa.", True)
-             + _acquire_lines(1.6, "bbb.1", 200) + _renew_lines(1.9, "bbb.", True))
-    p = tmp_path / "monitor.log"
-    p.write_text("\n".join(lines) + "\n")
-    r = audit.audit(str(p))
-    assert r["touches"] == [] and r["late_writes"] == []
+    s = Streams({F: str(SEED)})
+    s.fast("a:1", "aaa.1", got=True)
+    s.renew("a:2", "aaa.1", wrote=True)
+    s.release("a:1", "aaa.", deleted=True)
+    s.fast("b:1", "bbb.1", got=True)
+    s.renew("b:2", "bbb.1", wrote=True)
+    s.marker({K: "bbb.1", F: str(SEED + 2)})
+    r = s.write(tmp_path)
+    assert r["touches"] == [] and r["late_writes"] == [] and r["errors"] == [] and r["overwrites"] == []
+    assert r["acquires"] == 2 and r["renewals"] == 2 and r["releases"] == 1
+
+
+def test_audit_follows_a_real_server(tmp_path):
+    """The streams of a real redis-server: fast and scripted acquires of the
+    library, an expiry, and a planted buggy renewal (no identity check) that
+    extends the next holder's key."""
+    import watchlock
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+    from redis_server import RedisServer
+    from common import Redis
+    srv = RedisServer().start()
+    au = None
+    try:
+        au = audit.Auditor(srv.port, str(tmp_path)).start()
+        with watchlock.Client(srv.url) as c:
+            for _ in range(3):                       # the first acquire of a name is scripted, then fast
+                with c.lock("L"):
+                    pass
+            a = c.lock("L", ttl=0.2, auto_renew=False)
+            assert a.acquire()                       # left to run out
+            b = c.lock("L", ttl=5)
+            assert b.acquire(timeout=5)              # gets in after the expiry
+            ident = Redis(srv.port).call("GET", K)
+            # a renewal without the identity check, by a hold that is not the owner
+            buggy = ("local v = redis.call('MGET', KEYS[1]) redis.call('PEXPIRE', KEYS[1], ARGV[3]) return 1")
+            Redis(srv.port).call("EVAL", buggy, 1, K, "f" * 32 + ".1", 1, 5000)
+            b.release()
+        au.stop()
+        au = None
+        r = audit.audit(str(tmp_path))
+    finally:
+        if au is not None:
+            au.close()
+        srv.stop()
+    assert r["errors"] == [] and r["overwrites"] == [] and r["unaudited"] == 0, r
+    assert r["acquires"] == 5 and r["releases"] == 4
+    assert [(t["prefix"], t["owner"]) for t in r["touches"]] == [("f" * 32 + ".", ident)]
+    h = audit.handoffs_by_fence(r)
+    fences = sorted(h)
+    assert len(fences) == 5 and all(f >= 10 ** 15 for f in fences)
+    assert [h[f][0] for f in fences] == ["first", "release", "release", "release", "expiry"]
