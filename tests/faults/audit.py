@@ -79,10 +79,6 @@ IDENT = re.compile(r"^(.+\.)(\d+)$")
 _REPL_SKIP = {"MULTI", "EXEC", "PING", "REPLCONF"}
 _EXPIRES = {"PEXPIRE", "EXPIRE", "EXPIREAT", "PEXPIREAT"}
 _DELS = ("DEL", "UNLINK")
-# how much earlier than MONITOR's time of a command its replicated absolute
-# expiry may place it (ms rounded down, the time the server read its clock
-# before MONITOR's): a process descheduled mid-command needs more
-TIME_SLACK_MS = 10
 
 
 def hold_of(value: Optional[str]) -> Optional[str]:
@@ -511,10 +507,13 @@ def _px(args: List[str], opt: str) -> Optional[int]:
 def _same_time(c: List[str], ts: float, w: List[str]) -> bool:
     """A command with a relative expiry (SET ... PX, PEXPIRE) is replicated
     with the absolute one (PXAT, PEXPIREAT): the server's clock in ms when
-    it ran plus the lease, so it must agree with MONITOR's time of the
-    command. This tells a retry with the very same arguments (a waiter's
-    next attempt with the same identity) from the attempt that found the
-    key held."""
+    it ran plus the lease, which cannot be later than MONITOR's time of the
+    command (taken after it ran; 2 ms for rounding). So an attempt that found
+    the key held is never matched to the effect of a later retry with the
+    very same arguments (a waiter's next attempt with the same identity),
+    unless they ran within 2 ms of each other. (No lower bound: a server
+    descheduled between running a command and showing it in MONITOR would
+    break one, and the order of the candidates makes it unnecessary.)"""
     name = c[0].upper()
     if name == "SET":
         px, at = _px(c[3:], "PX"), _px(w[3:], "PXAT")
@@ -527,7 +526,7 @@ def _same_time(c: List[str], ts: float, w: List[str]) -> bool:
         return True
     if px is None or at is None:
         return True
-    return -TIME_SLACK_MS <= at - (ts * 1000 + px) <= 2
+    return at - (ts * 1000 + px) <= 2
 
 
 def align(execs: List[_Exec], writes: List[List[str]]) -> Tuple[List[tuple], List[List[str]]]:
