@@ -47,7 +47,8 @@ What it reports, per lock name:
     given, else judged by the times): not a takeover, no margin counted.
 
 Usage as a program: ``checker.py DIR`` reads DIR/*.jsonl and DIR/resource.json
-(written by tests/faults/run) and prints the report; exit 1 when it finds a
+(written by tests/faults/run), and the audit's logs when kept there, and
+prints the report; exit 1 when it finds a
 violation, lost update, stale fenced write accepted or a loss told late.
 """
 from __future__ import annotations
@@ -459,7 +460,13 @@ def main(argv: List[str]) -> int:
         print("usage: checker.py HISTORY_DIR", file=sys.stderr)
         return 2
     events, resource = load_dir(argv[0])
-    report = check(events, resource)
+    import audit  # the server-side audit's logs, when the run kept them
+    au = audit.audit(argv[0])
+    if au.get("missing"):
+        report = check(events, resource)
+    else:
+        report = check(events, resource, handoffs=audit.handoffs_by_fence(au), grants=audit.grants_by_fence(au))
+        print("audit:", json.dumps({k: v if not isinstance(v, (list, dict)) else len(v) for k, v in au.items()}))
     print(json.dumps(report["summary"], indent=2))
     for v in report["violations"][:20]:
         print("violation:", json.dumps(v))
