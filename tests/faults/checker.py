@@ -53,6 +53,7 @@ violation, lost update, stale fenced write accepted or a loss told late.
 """
 from __future__ import annotations
 
+import bisect
 import glob
 import json
 import os
@@ -61,6 +62,9 @@ import sys
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 NS = 1_000_000  # ns per ms
+# fewer fencing numbers than this are spent between two holds of a lock (holds
+# and contended fast attempts): a token closer above another is not a seed
+SPENT_MAX = 100_000
 
 
 def ms(ns: Optional[float]) -> Optional[float]:
@@ -181,9 +185,17 @@ def build_holds(events: List[dict], grants: Optional[Dict[int, int]] = None
     # fencing token, which is the server's clock only where the counter was
     # seeded (first use, or after it expired); later ones are the seed plus
     # the numbers spent since (holds and contended fast attempts), which read
-    # as a time fall before the grant; so a token counts only inside the
-    # acquire call and within 1 s of its return (as run's srv_time), and a
-    # hold without either keeps its start (the reply: after the grant).
+    # as a time fall at an earlier grant. So a token counts only when no
+    # other hold's token is less than SPENT_MAX below it (it would be that
+    # seed plus numbers spent) and it falls inside the acquire call and
+    # within 1 s of its return (as run's srv_time); a hold without either
+    # keeps its start (the reply: after the grant).
+    by_lock_fences: Dict[str, List[int]] = {}
+    for h in holds.values():
+        if h.fence:
+            by_lock_fences.setdefault(h.lock or "?", []).append(h.fence)
+    for fs in by_lock_fences.values():
+        fs.sort()
     for h in holds.values():
         info = workers.get(h.w, {})
         h.lang = info.get("lang")
@@ -192,6 +204,10 @@ def build_holds(events: List[dict], grants: Optional[Dict[int, int]] = None
             if grants is not None:
                 if h.fence in grants:
                     h.srv_start = int(grants[h.fence] - off)
+                continue
+            fs = by_lock_fences[h.lock or "?"]
+            i = bisect.bisect_left(fs, h.fence)
+            if i > 0 and h.fence - fs[i - 1] < SPENT_MAX:
                 continue
             srv = h.fence * 1000 - off
             lo = max(h.t_call if h.t_call is not None else h.start, h.start - 1000 * NS) - 5 * NS

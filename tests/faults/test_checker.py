@@ -257,6 +257,29 @@ def test_cli_exit_79_counts_as_told():
     assert loss["how"] == "exit79" and loss["told_before"] and abs(loss["margin_ms"] - 40) < 0.01
 
 
+def test_a_token_a_few_numbers_above_a_seed_is_no_clock():
+    """Without an audit, a token is read as the server's clock only where it
+    seeded the counter. A waiter that called at 50 ms and got in at 300 ms,
+    after c1's release, has c1's seed + 3 (numbers spent by contended
+    attempts): read as a clock it is c1's grant time, inside the waiter's
+    call, which would make c1 "taken over" at its own start."""
+    a, b = H("c1"), H("c2")
+    h1, f1 = a.acquire(100)
+    a.rmw(h1, 110, 0, f1)
+    a.release(h1, 290)
+    b.hold += 1
+    b.ev("acquired", 300, hold=b.hold, lock=LOCK, fence=f1 + 3, t_call=int(50 * MS))
+    b.rmw(b.hold, 310, 1, f1 + 3)
+    b.release(b.hold, 400)
+    r = run(a, b, counter=2, fence_log=log((f1, True, "c1:1"), (f1 + 3, True, "c2:1")))
+    assert checker.failures(r) == [] and r["losses"] == [], r["losses"]
+    # with the audit's grant time (after c1's release), the same
+    r = checker.check(a.events + b.events, {LOCK: {"counter": 2, "fence_log": log((f1, True, "c1:1"),
+                                                                                   (f1 + 3, True, "c2:1"))}},
+                      grants={f1 + 3: int(295 * MS) + RT_OFF, f1: int(99.8 * MS) + RT_OFF})
+    assert checker.failures(r) == [] and r["losses"] == [], r["losses"]
+
+
 # ---- the server-side audit (audit.py): MONITOR aligned with the replication stream
 
 K, F = "watchlock:{L}", "watchlock:{L}:fence"
