@@ -343,6 +343,8 @@ static void test_lost_taken_lost_handle_reacquires(void)
     CHECK_INT(watchlock_lock_fencing_token(l), >, f1);
     CHECK_OK(watchlock_lock_release(l));
     CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    /* on_lost runs on its own thread: the state is LOST before it is called */
+    WAIT_FOR(atomic_load(&log.count) > 0, 5000);
     CHECK_EQ(atomic_load(&log.count), 1);
     watchlock_lock_free(l);
     watchlock_client_close(c);
