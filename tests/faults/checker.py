@@ -53,7 +53,6 @@ violation, lost update, stale fenced write accepted or a loss told late.
 """
 from __future__ import annotations
 
-import bisect
 import glob
 import json
 import os
@@ -181,21 +180,13 @@ def build_holds(events: List[dict], grants: Optional[Dict[int, int]] = None
     offs = [w["rt_off"] for w in workers.values() if w["rt_off"] is not None]
     default_off = statistics.median(offs) if offs else None
     # When the server granted a hold: from the audit where there is one (the
-    # time MONITOR showed the write that took the key). Otherwise the
-    # fencing token, which is the server's clock only where the counter was
-    # seeded (first use, or after it expired); later ones are the seed plus
-    # the numbers spent since (holds and contended fast attempts), which read
-    # as a time fall at an earlier grant. So a token counts only when no
-    # other hold's token is less than SPENT_MAX below it (it would be that
-    # seed plus numbers spent) and it falls inside the acquire call and
-    # within 1 s of its return (as run's srv_time); a hold without either
-    # keeps its start (the reply: after the grant).
-    by_lock_fences: Dict[str, List[int]] = {}
+    # time MONITOR showed the write that took the key); else its token where
+    # that reads as the server's clock (token_as_clock); else none, and the
+    # hold's start (the reply: after the grant) stands for it.
+    fences_of: Dict[str, List[int]] = {}
     for h in holds.values():
         if h.fence:
-            by_lock_fences.setdefault(h.lock or "?", []).append(h.fence)
-    for fs in by_lock_fences.values():
-        fs.sort()
+            fences_of.setdefault(h.lock or "?", []).append(h.fence)
     for h in holds.values():
         info = workers.get(h.w, {})
         h.lang = info.get("lang")
@@ -204,20 +195,31 @@ def build_holds(events: List[dict], grants: Optional[Dict[int, int]] = None
             if grants is not None:
                 if h.fence in grants:
                     h.srv_start = int(grants[h.fence] - off)
-                continue
-            fs = by_lock_fences[h.lock or "?"]
-            i = bisect.bisect_left(fs, h.fence)
-            if i > 0 and h.fence - fs[i - 1] < SPENT_MAX:
-                continue
-            srv = h.fence * 1000 - off
-            lo = max(h.t_call if h.t_call is not None else h.start, h.start - 1000 * NS) - 5 * NS
-            if lo <= srv <= h.start + 5 * NS:
-                h.srv_start = int(srv)
+            else:
+                h.srv_start = token_as_clock(h.fence, h.t_call, h.start, off, fences_of[h.lock or "?"])
         ends = [o["t1"] for o in _acts(h)] + [b["t_end"] for b in h.in_doubt]
         h.end = max(ends) if ends else None
         seqs = [o["seq"] for o in _acts(h) if o.get("seq") is not None]
         h.max_seq = max(seqs) if seqs else None
     return holds, workers
+
+
+def token_as_clock(fence: int, t_call: Optional[int], t: int, off: int, fences: Iterable[int]) -> Optional[int]:
+    """The server's grant time (CLOCK_MONOTONIC ns; off = realtime - monotonic)
+    read from a fencing token returned at t by an acquire called at t_call,
+    or None where the token cannot be read so. A token is the server's clock
+    in us only where it seeded the counter (first use, or after it expired);
+    later ones are the seed plus the numbers spent since (holds and
+    contended fast attempts), which read as a time fall at an earlier grant.
+    So it counts only when no other hold's token (fences, of the same lock)
+    is less than SPENT_MAX below it, and it falls inside the acquire call
+    and within 1 s of its return (a 10 s window made takeovers after a
+    SIGKILL come out negative, so their check could not fail)."""
+    if any(0 < fence - g < SPENT_MAX for g in fences):
+        return None
+    srv = fence * 1000 - off
+    lo = max(t_call if t_call is not None else t, t - 1000 * NS) - 5 * NS
+    return int(srv) if lo <= srv <= t + 5 * NS else None
 
 
 def _acts(h: Hold) -> List[dict]:

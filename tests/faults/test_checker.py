@@ -119,7 +119,13 @@ def test_planted_violation_is_found():
     a.rmw(h1, 520, 2, f1, accepted=False)  # GET and SET act; the fence rejects its write
     b.release(h2, 600)
     a.release(h1, 700, result="lost")
-    r = run(a, b, counter=3, fence_log=log((f1, True, "c1:1"), (f2, True, "py1:1"), (f1, False, "c1:1")))
+    fence_log = log((f1, True, "c1:1"), (f2, True, "py1:1"), (f1, False, "c1:1"))
+    # with the audit's grant times, or with tokens read as the clock, the same
+    events = a.events + b.events
+    audited = checker.check(events, {LOCK: {"counter": 3, "fence_log": fence_log}},
+                            grants={f1: int(99.8 * MS) + RT_OFF, f2: int(499.8 * MS) + RT_OFF})
+    assert audited["summary"]["violations"] == 1
+    r = run(a, b, counter=3, fence_log=fence_log)
     fails = checker.failures(r)
     assert r["summary"]["violations"] == 1
     v = r["violations"][0]
@@ -467,6 +473,20 @@ def test_audit_starts_afresh_after_a_gap(tmp_path):
     r = s.write(tmp_path)
     assert r["errors"] == [] and r["touches"] == [] and r["segments"] == 3 and r["unaudited"] == 1
     assert audit.handoffs_by_fence(r)[SEED + 2] == ("release", SEED + 1)
+
+
+def test_audit_hand_off_unseen_in_a_gap(tmp_path):
+    s = Streams({F: str(SEED)})
+    s.fast("a:1", "aaa.1", got=True)                 # SEED+1
+    s.mon.append("# connect")
+    s.rep.append("# connect")
+    s.marker({K: "bbb.1", F: str(SEED + 2)})         # bbb got in while the audit was away
+    s.release("b:1", "bbb.", deleted=True)
+    s.fast("c:1", "ccc.1", got=True)                 # SEED+3
+    r = s.write(tmp_path)
+    assert r["errors"] == [] and r["touches"] == []
+    assert r["handoffs"]["bbb."] == ("aaa.", "gap")
+    assert audit.handoffs_by_fence(r)[SEED + 3] == ("release", None)  # bbb's fence was not seen
 
 
 def test_audit_clean_stream_has_no_touch(tmp_path):
