@@ -56,7 +56,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from common import Redis, RedisError
+from common import Redis, RedisError, encode
 
 MARKER_KEY = "watchlock-audit:marker"
 # writes the marker, then returns {key, value, ...} of every string key: the
@@ -226,6 +226,9 @@ def _read_bulk_raw(f) -> bytes:
     return f.read(n + 2)[:-2]
 
 
+_ACK = encode(("REPLCONF", "ACK", "0"))
+
+
 class _Replica(_Stream):
     """Attaches as a replica (diskless SYNC); writes each replicated command as
     a JSON list of strings (latin-1, as MONITOR's escapes decode)."""
@@ -234,7 +237,7 @@ class _Replica(_Stream):
         s.settimeout(10)
 
         def call(*args: str) -> None:
-            s.sendall(b"".join([b"*%d\r\n" % len(args)] + [b"$%d\r\n%s\r\n" % (len(a), a.encode()) for a in args]))
+            s.sendall(encode(args))
             line = f.readline()
             if not line.startswith(b"+"):
                 raise ConnectionError(line)
@@ -267,7 +270,7 @@ class _Replica(_Stream):
     def _ack(self, s: socket.socket) -> None:
         while True:
             try:
-                s.sendall(b"*3\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n$1\r\n0\r\n")
+                s.sendall(_ACK)
             except OSError:
                 return
             time.sleep(0.2)
@@ -296,7 +299,6 @@ class Auditor:
 
     def __init__(self, port: int, dir: str):
         self.port = port
-        self.dir = dir
         self.mon = _Monitor(port, os.path.join(dir, "monitor.log"))
         self.rep = _Replica(port, os.path.join(dir, "replica.log"))
         self.markers_path = os.path.join(dir, "markers.jsonl")
@@ -562,7 +564,6 @@ def align(execs: List[_Exec], writes: List[List[str]]) -> Tuple[List[tuple], Lis
 def _classify(ex: _Exec) -> None:
     a = ex.args
     name = a[0].upper() if a else ""
-    ex.kind, ex.keys, ex.argv, ex.ident, ex.writer = "cmd", [], [], None, {}
     if name in ("EVAL", "EVALSHA"):
         try:
             nk = int(a[2])
@@ -671,19 +672,19 @@ class _Model:
                 if self.value.get(k) != v:
                     self.r["errors"].append(f"marker {n}: {k} is {v!r} on the server, {self.value.get(k)!r} here")
             return
-        # a gap: start from the server's state
+        # a gap: start from the server's state; a hold that came or went unseen
+        # ended (or took over) by a "gap"
         self.pending_fast.clear()
         self.untracked.clear()
-        for k in list(self.value):
-            if self.value[k] is not None and snap.get(k) != self.value[k] and k in self.lock_keys:
+        for k in self.lock_keys:
+            old, h = hold_of(self.value.get(k)), hold_of(snap.get(k))
+            if old is not None and h != old:
                 self.ended[k] = "gap"
-        self.value = dict(snap)
-        for k, v in snap.items():
-            h = hold_of(v)
-            if h is not None and self.last_owner.get(k) not in (None, h):
-                self.ended[k] = "gap"
-            if h is not None and k in self.lock_keys and self.last_owner.get(k) != h:
+            if h is not None and self.last_owner.get(k) != h:
+                if self.last_owner.get(k) is not None:
+                    self.ended[k] = "gap"
                 self._new_hold(k, h, None)
+        self.value = dict(snap)
 
     def _new_hold(self, key: str, h: str, ts: Optional[float]) -> None:
         prev = self.last_owner.get(key)
@@ -722,8 +723,7 @@ class _Model:
         elif ex.kind == "release":
             r["releases"] += 1
         fence_key = ex.keys[1] if ex.kind == "acquire" and len(ex.keys) > 1 else None
-        counted = False
-        wrote: set = set()
+        wrote: set = set()  # keys a renewal or release of a hold wrote
         for c in ex.effective:
             name = c[0].upper()
             key = c[1] if len(c) > 1 else ""
@@ -743,10 +743,7 @@ class _Model:
                     self._check_owner(key, ex.writer[key], ex, "renew")
                     wrote.add(key)
                 elif key in self.lock_keys and hold_of(v) != hold_of(self.value.get(key)):
-                    r["touches"].append({"key": key, "prefix": None, "ts": ex.ts, "kind": ex.kind,
-                                         "owner": self.value.get(key)})
-                if key == fence_key:
-                    counted = True
+                    self._check_owner(key, hold_of(v), ex, ex.kind)  # by neither an acquire nor a renewal
                 self.value[key] = v
                 self.untracked.discard(key)
             elif name in _EXPIRES:
@@ -756,8 +753,7 @@ class _Model:
                 elif ex.kind == "acquire" and ex.keys and key == ex.keys[0]:
                     self._check_owner(key, hold_of(ex.ident), ex, "acquire")
                 elif key in self.lock_keys:
-                    r["touches"].append({"key": key, "prefix": None, "ts": ex.ts, "kind": ex.kind,
-                                         "owner": self.value.get(key)})
+                    self._check_owner(key, None, ex, ex.kind)
             elif name in _DELS:
                 for k in c[1:]:
                     if k in self.lock_keys:
@@ -776,8 +772,6 @@ class _Model:
                     continue
                 count = int(cur or 0) + 1
                 self.value[key] = str(count)
-                if key == fence_key:
-                    counted = True
                 fast = self.pending_fast.pop(ex.source, None)
                 if fast is not None:
                     self.fence_of[fast] = count
@@ -790,6 +784,8 @@ class _Model:
                 pass  # not string keys: the model leaves them to the snapshot (which lists strings only)
             elif key:
                 self.untracked.add(key)
+        counted = fence_key is not None and any(len(c) > 1 and c[1] == fence_key and c[0].upper() in ("SET", "INCR")
+                                                for c in ex.effective)
         fence_v = self.value.get(fence_key) if counted and fence_key is not None else None
         if fence_v is not None and fence_v.isdigit():
             self.fence_of[hold_of(ex.ident) or str(ex.ident)] = int(fence_v)
