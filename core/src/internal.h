@@ -236,7 +236,8 @@ typedef struct wl_cmd {
     const size_t *lens;
 } wl_cmd;
 /* Sends ncmds plain commands in one round trip on one connection of the
- * node serving cmds[0]'s first key (every key must share its slot) and
+ * node serving cmds[0]'s first key, or cmds[1]'s when cmds[0] has none
+ * (MULTI) (every key must share its slot) and
  * reads every reply into replies[] (freed by the caller, error replies and
  * cluster redirects included: not followed). OK, or
  * ECONN/ENOMEM/ECLOSED with no replies. keep: as wl_run_script_keep

@@ -429,31 +429,37 @@ static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what)
     return rc;
 }
 
-/* The common acquire (no owner record, no name key) as three plain
- * commands in one round trip, which cost the server about half of the
- * acquire script (docs/design.md, "Fencing"):
+/* The common acquire (no owner record, no name key) as one transaction of
+ * three plain commands in one round trip, which costs the server about
+ * half of the acquire script (docs/design.md, "Fencing"):
+ *   MULTI
  *   SET lock <ident> NX PX lease
  *   SET fence 0 NX PX fence-ttl   a counter made here has its TTL at once
  *   INCR fence
+ *   EXEC
  * *done: the SET took the key and INCR gave a seeded counter's next value
  * (>= WL_FENCE_SEEDED): acquired, *fence is the token. Anything else
  * (someone else holds it, a counter not yet seeded with the server's time,
- * an error reply, a demoted server, a cluster redirect: under Cluster the
- * three keys share a slot, but while it migrates each command may run or
- * be redirected on its own) leaves *done false and the acquire
- * script decides one round trip later; it takes a key that already holds
- * this very identity as ours, with a fresh token. The INCR runs even when
- * the SET failed: a contended attempt spends a number, which keeps tokens
- * increasing. It may also run a moment after the SET (other clients'
- * commands in between): tokens still follow the order of holds because a
- * reply later than the hold's local deadline never counts as acquired
- * (attempt()), so the INCR ran while the key was still this hold's.
+ * an error reply, an aborted or refused transaction, a demoted server, a
+ * cluster redirect: the three keys share a slot, so the transaction runs
+ * on the one node that serves it, or not at all) leaves *done false and
+ * the acquire script decides one round trip later; it takes a key that
+ * already holds this very identity as ours, with a fresh token. The INCR
+ * runs even when the SET failed: a contended attempt spends a number,
+ * which keeps tokens increasing.
+ * MULTI/EXEC is what makes the token follow the order of holds: nothing
+ * runs between the SET and the INCR, so the INCR runs while the key is
+ * this hold's. Plain pipelined commands could be interleaved with other
+ * clients' commands: A's SET, a force-release, B's acquire and INCR, then
+ * A's INCR would hand A, who holds nothing, a token above the holder B's
+ * (issue 19 item 4; tests/c/test_lock.c fast_acquire_token_order).
  * Only names this client has acquired before take this path
  * (client->seeded): a name's first acquire takes the script. */
 static int acquire_fast(watchlock_client *c, const char *const *argv, const size_t *lens, const char *what,
                         wl_conn **keep, bool *done, int64_t *fence)
 {
     static const char *const set_nx[] = {"SET", NULL, NULL, "NX", "PX", NULL};
+    static const char *const multi[1] = {"MULTI"}, *const exec[1] = {"EXEC"};
     const char *a1[6], *a2[6], *a3[2] = {"INCR", argv[1]};
     size_t l1[6], l2[6], l3[2] = {4, lens[1]};
     memcpy(a1, set_nx, sizeof a1);
@@ -463,17 +469,19 @@ static int acquire_fast(watchlock_client *c, const char *const *argv, const size
     l1[0] = l2[0] = 3, l1[3] = l2[3] = 2, l1[4] = l2[4] = 2;
     l1[1] = lens[0], l1[2] = lens[2], l1[5] = lens[3];
     l2[1] = lens[1], l2[2] = 1, l2[5] = lens[4];
-    const wl_cmd cmds[3] = {{6, a1, l1}, {6, a2, l2}, {2, a3, l3}};
-    redisReply *r[3];
+    const wl_cmd cmds[5] = {{1, multi, NULL}, {6, a1, l1}, {6, a2, l2}, {2, a3, l3}, {1, exec, NULL}};
+    redisReply *r[5];
     *done = false;
-    int rc = wl_run_pipeline(&c->server, 3, cmds, r, what, keep);
+    int rc = wl_run_pipeline(&c->server, 5, cmds, r, what, keep);
     if (rc != WATCHLOCK_OK)
         return rc;
-    if (r[0]->type == REDIS_REPLY_STATUS && r[2]->type == REDIS_REPLY_INTEGER && r[2]->integer >= WL_FENCE_SEEDED) {
+    const redisReply *x = r[4]; /* EXEC: the three replies, or an error (EXECABORT) / nil */
+    if (x->type == REDIS_REPLY_ARRAY && x->elements == 3 && x->element[0]->type == REDIS_REPLY_STATUS &&
+        x->element[2]->type == REDIS_REPLY_INTEGER && x->element[2]->integer >= WL_FENCE_SEEDED) {
         *done = true;
-        *fence = r[2]->integer;
+        *fence = x->element[2]->integer;
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         freeReplyObject(r[i]);
     if (!*done && keep != NULL) { /* the script's own connection is the one to WAIT on */
         wl_server_put(&c->server, *keep);

@@ -563,8 +563,8 @@ int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **
         *keep = NULL;
     for (int i = 0; i < ncmds; i++)
         replies[i] = NULL;
-    const size_t *l0 = cmds[0].lens;
-    wl_server *node = wl_server_route(srv, cmds[0].argv[1], l0 ? l0[1] : strlen(cmds[0].argv[1]));
+    const wl_cmd *k = cmds[0].argc > 1 || ncmds == 1 ? &cmds[0] : &cmds[1]; /* MULTI: route by the next */
+    wl_server *node = wl_server_route(srv, k->argv[1], k->lens ? k->lens[1] : strlen(k->argv[1]));
     if (node == NULL)
         return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
     for (int attempt = 0;; attempt++) {

@@ -19,6 +19,7 @@
  *     delay up|down|both MS [up|down|both MS]...    conn ID delay ...
  *     pause | blackhole | resume | reset | drop-reply-once
  *     conn ID pause|blackhole|resume|reset|drop-reply-once
+ *     conn ID hold-up-at TEXT   (split a pipeline: TEXT and after wait for resume)
  *     refuse on|off    list    stats    clear    ping    quit
  *
  * Functions that can fail print the reason on stderr and return NULL / -1.

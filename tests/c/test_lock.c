@@ -8,11 +8,13 @@
  * Key layout used by the checks (DESIGN.md): for a plain name N the lock key
  * is "watchlock:{N}" and the fence key "watchlock:{N}:fence".
  */
+#include "proxy_harness.h"
 #include "testing.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 static long long pttl(const char *key)
 {
@@ -760,6 +762,87 @@ static void test_state_and_remaining(void)
     watchlock_client_close(c);
 }
 
+/* The proxy's pending bytes client->server on connection `id` (-1 when
+ * that connection is not listed). */
+static long proxy_pending_up(ph_proxy *p, int id)
+{
+    char reply[4096];
+    if (ph_cmd_reply(p, reply, sizeof reply, "list") != 0)
+        return -1;
+    char want[32];
+    int n = snprintf(want, sizeof want, " %d:", id);
+    const char *at = strstr(reply, want); /* "OK 0:12:0:normal 1:..." */
+    return at == NULL ? -1 : strtol(at + n, NULL, 10);
+}
+
+typedef struct fast_attempt {
+    watchlock_lock *lock;
+    int rc;
+    int64_t fence;
+} fast_attempt;
+
+static void *fast_attempt_main(void *arg)
+{
+    fast_attempt *f = arg;
+    f->rc = watchlock_lock_acquire(f->lock, 0);
+    f->fence = watchlock_lock_fencing_token(f->lock);
+    return NULL;
+}
+
+/* Issue 19 item 4: the fast acquire (SET NX PX, SET fence NX PX, INCR in
+ * one round trip) split on the wire before its INCR (the proxy holds the
+ * INCR and what follows): A's SET is on the server, an admin force-release
+ * deletes the key, B acquires (and INCRs), and only then A's INCR runs.
+ * Before: A was told "acquired" with a token above B's although B holds
+ * the lock, so a fenced store would reject the real holder. Now the three
+ * commands run in MULTI/EXEC: nothing comes between them, and A's attempt
+ * runs after B's acquire as a whole and finds the name held. */
+static void test_fast_acquire_token_order(void)
+{
+    ph_proxy *px = ph_start(rh_port(test_server()));
+    CHECK(px != NULL);
+    watchlock_client *ca = open_client(ph_url(px));
+    watchlock_client *cb = open_client(test_url(""));
+    watchlock_lock *a = new_lock(ca, "fast-order");
+    watchlock_lock *b = new_lock(cb, "fast-order");
+    /* A's first acquire seeds the counter (the script); its next one takes
+     * the fast path on the same pooled connection. */
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_OK(watchlock_lock_release(a));
+    CHECK_EQ(ph_stat(px, "conns"), 1);
+    CHECK_EQ(ph_cmd(px, "conn 0 hold-up-at INCR"), 0);
+    fast_attempt fa = {.lock = a};
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, fast_attempt_main, &fa), 0);
+    WAIT_FOR(proxy_pending_up(px, 0) > 0, 10000); /* the INCR is held, what came before it ran */
+    CHECK_INT(proxy_pending_up(px, 0), >, 0);
+    int released;
+    CHECK_OK(watchlock_client_force_release(cb, "fast-order", strlen("fast-order"), &released));
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    int64_t fence_b = watchlock_lock_fencing_token(b);
+    CHECK_EQ(ph_cmd(px, "conn 0 resume"), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    testing_note("A: status %d token %lld; B: token %lld", fa.rc, (long long)fa.fence, (long long)fence_b);
+    CHECK_MSG(!(fa.rc == WATCHLOCK_OK && fa.fence > fence_b),
+              "A was told acquired with token %lld above the holder B's %lld", (long long)fa.fence,
+              (long long)fence_b);
+    CHECK_EQ(fa.rc, WATCHLOCK_ETIMEDOUT);
+    CHECK_EQ(watchlock_lock_state(a), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(watchlock_lock_state(b), WATCHLOCK_HELD);
+    /* B's hold is intact: it releases its own key. */
+    CHECK_OK(watchlock_lock_release(b));
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{fast-order}"), 0);
+    /* And A's fast path still works when nothing interferes. */
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_INT(watchlock_lock_fencing_token(a), >, fence_b);
+    CHECK_OK(watchlock_lock_release(a));
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(ca);
+    watchlock_client_close(cb);
+    ph_free(px);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -782,6 +865,7 @@ int main(int argc, char **argv)
         {"contended_attempts_and_fence", test_contended_attempts_and_fence, 0},
         {"double_release", test_double_release, 0},
         {"state_and_remaining", test_state_and_remaining, 0},
+        {"fast_acquire_token_order", test_fast_acquire_token_order, 0},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);

@@ -66,6 +66,14 @@ server -> client.
   refuse on|off
         while on, new client connections are accepted and reset at once (the
         server looks unreachable). They get no id.
+  conn ID hold-up-at TEXT
+        split the next client -> server write that contains TEXT (bytes,
+        case-sensitive, no blanks): what comes before TEXT is forwarded as
+        usual, TEXT and everything after it on that connection is held until
+        ``resume`` or ``conn ID resume``. Splits a pipeline between two of its
+        commands (e.g. ``conn 0 hold-up-at INCR``), which a delay cannot: a
+        delay moves the whole write. Held bytes count as pending_up in
+        ``list``.
   conn ID delay ... | conn ID pause | conn ID resume | conn ID blackhole |
   conn ID reset | conn ID drop-reply-once
         the same for one connection only. A per-connection delay overrides the
@@ -129,7 +137,8 @@ from typing import Dict, List, Optional, Sequence
 UP, DOWN = 0, 1
 NORMAL, PAUSED, BLACKHOLE = "normal", "paused", "blackhole"
 _DIRECTIONS = {"up": (UP,), "down": (DOWN,), "both": (UP, DOWN)}
-_PER_CONN_COMMANDS = ("delay", "pause", "resume", "blackhole", "reset", "drop-reply-once")
+_PER_CONN_COMMANDS = ("delay", "pause", "resume", "blackhole", "reset", "drop-reply-once", "hold-up-at")
+_HELD = float("inf")  # the due time of chunks held by hold-up-at until resume
 _RECV_SIZE = 65536
 _MAX_CONTROL_LINE = 4096
 
@@ -163,6 +172,8 @@ class _Conn:
         self.mode = mode
         self.delay: List[Optional[float]] = [None, None]  # per-direction override (s)
         self.drop_reply = False
+        self.hold_at: Optional[bytes] = None  # hold-up-at: split before these bytes
+        self.held = False  # chunks are held (due _HELD) until resume
         self.flows = (_Flow(client, upstream), _Flow(upstream, client))
         self.closed = False
 
@@ -251,7 +262,7 @@ class ProxyServer:
             if conn.mode != NORMAL or not conn.connected:
                 continue
             for flow in conn.flows:
-                if flow.queue and not flow.blocked:
+                if flow.queue and not flow.blocked and flow.queue[0][0] != _HELD:
                     due = flow.queue[0][0]
                     if first is None or due < first:
                         first = due
@@ -361,12 +372,36 @@ class ProxyServer:
         delay = conn.delay[direction]
         if delay is None:
             delay = self.delay[direction]
-        due = max(now + delay, flow.last_due)
+        if data and direction == UP and conn.hold_at is not None and conn.hold_at in data:
+            at = data.index(conn.hold_at)
+            conn.hold_at = None
+            if at > 0:
+                self._enqueue(flow, max(now + delay, flow.last_due), data[:at])
+            conn.held = True
+            flow.last_due = _HELD  # this chunk and every later one wait for resume
+            data = data[at:]
+        self._enqueue(flow, max(now + delay, flow.last_due), data)
+        if not data:
+            self._sync(conn)
+
+    @staticmethod
+    def _enqueue(flow: _Flow, due: float, data: bytes) -> None:
         flow.last_due = due
         flow.queue.append([due, data or None])
         flow.pending += len(data)
-        if not data:
-            self._sync(conn)
+
+    def _unhold(self, conn: _Conn) -> None:
+        """Ends hold-up-at: the held chunks are due now (after the delay)."""
+        if not conn.held:
+            return
+        conn.held = False
+        flow = conn.flows[UP]
+        delay = conn.delay[UP] if conn.delay[UP] is not None else self.delay[UP]
+        due = time.monotonic() + delay
+        for item in flow.queue:
+            if item[0] == _HELD:
+                item[0] = due
+        flow.last_due = due if flow.queue else 0.0
 
     def _pump(self, conn: _Conn) -> None:
         """Forwards every chunk that is due (normal mode, upstream connected)."""
@@ -599,6 +634,15 @@ class ProxyServer:
     def _cmd_resume(self, conn, args) -> str:
         self._no_args("resume", args)
         self._apply_mode(conn, NORMAL)
+        for c in [conn] if conn is not None else list(self.conns.values()):
+            c.hold_at = None
+            self._unhold(c)
+        return ""
+
+    def _cmd_hold_up_at(self, conn, args) -> str:
+        if conn is None or len(args) != 1:
+            raise ValueError("usage: conn ID hold-up-at TEXT")
+        conn.hold_at = args[0].encode()
         return ""
 
     def _cmd_reset(self, conn, args) -> str:
@@ -640,6 +684,8 @@ class ProxyServer:
         for c in self.conns.values():
             c.delay = [None, None]
             c.drop_reply = False
+            c.hold_at = None
+            self._unhold(c)
         self._apply_mode(None, NORMAL)
         return ""
 
@@ -800,6 +846,10 @@ class Proxy:
 
     def drop_reply_once(self, conn: Optional[int] = None) -> None:
         self.command(self._prefix(conn) + "drop-reply-once")
+
+    def hold_up_at(self, text: str, conn: int) -> None:
+        """Splits conn's next write containing text: text and what follows wait for resume()."""
+        self.command(f"conn {int(conn)} hold-up-at {text}")
 
     def refuse(self, on: bool = True) -> None:
         self.command("refuse on" if on else "refuse off")
