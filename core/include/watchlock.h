@@ -293,8 +293,10 @@ WATCHLOCK_API int watchlock_lock_acquire(watchlock_lock *lock, int64_t wait_ms);
  * Releases one hold. When the count reaches 0 the key is deleted (only if it
  * still holds this hold) and waiters are woken. If the outcome of that is
  * unknown (the connection failed), it is tried once more on a fresh
- * connection while the lease lasts; a retry that finds no key counts as
- * released (the first try ran).
+ * connection while the lease lasts; a retry that finds no key, or the key
+ * of another owner (a waiter got in after the first try ran), counts as
+ * released: the first try's outcome is unknown, and the hold was this
+ * handle's until then (no LOST, no on-lost callback).
  * Errors: ENOTOWNER (not held by this handle: never acquired, already
  * released, or LOST - in which case the handle becomes UNLOCKED once its
  * hold count reaches 0), ECONN (not confirmed: the handle keeps the hold,
@@ -331,8 +333,11 @@ WATCHLOCK_API int watchlock_lock_lost_reason(const watchlock_lock *lock);
 WATCHLOCK_API int64_t watchlock_lock_remaining_ms(const watchlock_lock *lock);
 /* Fencing token of the current (or last) hold, 0 before the first acquire.
  * Never 0 after one; strictly increasing per name across all holders, also
- * after the server's counter key expired (tokens are at least the server's
- * clock in microseconds). */
+ * after the server's counter key expired: a counter starts at the server's
+ * clock in microseconds and each hold adds 1, so a token is at most the
+ * server's clock when it was issued, and a counter seeded again later
+ * starts above every earlier token (as long as the server's clock does not
+ * step back). */
 WATCHLOCK_API int64_t watchlock_lock_fencing_token(const watchlock_lock *lock);
 /* Current hold count (0 when not held). */
 WATCHLOCK_API int64_t watchlock_lock_hold_count(const watchlock_lock *lock);

@@ -856,7 +856,9 @@ static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t 
  * releasing (no longer renewed): deletes the key if it still holds this
  * hold. A first try whose outcome is unknown (the connection failed) is
  * tried once more on a fresh connection while the lease lasts; a retry that
- * finds no key means the earlier try ran. If nothing is confirmed, the hold
+ * finds no key, or another owner's (a waiter got in after the earlier try
+ * ran), means released: the earlier try's outcome is unknown, and the
+ * hold was ours until then. If nothing is confirmed, the hold
  * stays (HELD, releasing, not renewed) until a later release confirms it or
  * its lease runs out. */
 static int release_hold(watchlock_lock *l, bool retry)
@@ -897,7 +899,13 @@ static int release_hold(watchlock_lock *l, bool retry)
                                  "later release confirms it or its lease runs out", what, watchlock_last_error())
                    : rc;
     }
-    bool released = result == 1 || (result == 0 && retry);
+    /* After a try whose outcome is unknown (it may have run: DEL +
+     * PUBLISH, and a waiter may have taken the name since), "no key" and
+     * "another owner" both mean released: the hold was ours until that
+     * first try, and nothing says otherwise (issue 19 item 5). Only a
+     * first try that is certain (its reply arrived) reports "another
+     * owner" as a loss. */
+    bool released = result == 1 || (retry && (result == 0 || result == -1));
     wl_unschedule_all(c, l);
     c->held--;
     l->state = WATCHLOCK_UNLOCKED;

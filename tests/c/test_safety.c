@@ -420,6 +420,73 @@ static void test_release_unconfirmed_keeps_hold(void)
     proxied_close(&p);
 }
 
+typedef struct release_call {
+    watchlock_lock *lock;
+    int rc;
+} release_call;
+
+static void *release_main(void *arg)
+{
+    release_call *r = arg;
+    r->rc = watchlock_lock_release(r->lock);
+    return NULL;
+}
+
+static atomic_int retried_release_callbacks;
+
+static void count_callback(watchlock_lock *l, int reason, void *data)
+{
+    (void)l, (void)reason, (void)data;
+    atomic_fetch_add(&retried_release_callbacks, 1);
+}
+
+/* Issue 19 item 5: a release whose first try ran on the server (DEL +
+ * PUBLISH) but whose reply was late past the command timeout is retried
+ * on a fresh connection; meanwhile a waiter took the lock. The retry finds
+ * another owner: since the first try's outcome is unknown, that means
+ * released, not lost. The proxy holds the first try's reply (60 s) and
+ * keeps the retry's connection paused until the waiter has the lock, so
+ * the order is certain. Before: ENOTOWNER and last_lost_reason TAKEN
+ * (Python's `with` raised LockLostError) although the hold was protected
+ * to its end. */
+static void test_retried_release_after_waiter_took_it(void)
+{
+    proxied p;
+    proxied_open(&p, "?command_timeout=2s");
+    watchlock_lock *a = new_lock(p.client, "release-retry-taken");
+    atomic_store(&retried_release_callbacks, 0);
+    CHECK_OK(watchlock_lock_set_on_lost(a, count_callback, NULL));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_EQ(ph_stat(p.proxy, "conns"), 1); /* the pooled connection, id 0 */
+    watchlock_client *cb = open_client(test_url(""));
+    watchlock_lock *b = new_lock(cb, "release-retry-taken");
+    /* Connections opened from now on are paused; connection 0 runs, but
+     * its replies are held. */
+    CHECK_EQ(ph_cmd(p.proxy, "pause"), 0);
+    CHECK_EQ(ph_cmd(p.proxy, "conn 0 resume"), 0);
+    CHECK_EQ(ph_cmd(p.proxy, "conn 0 delay down 60000"), 0);
+    long long retry_conn = ph_stat(p.proxy, "accepted");
+    release_call rel = {.lock = a, .rc = -1};
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, release_main, &rel), 0);
+    CHECK_OK(watchlock_lock_acquire(b, 10000)); /* woken by the first try's PUBLISH */
+    WAIT_FOR(pending_up(p.proxy, (int)retry_conn) > 0, 10000); /* the retry is on the wire */
+    CHECK_INT(pending_up(p.proxy, (int)retry_conn), >, 0);
+    CHECK_EQ(ph_cmd(p.proxy, "resume"), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_OK(rel.rc);
+    CHECK_EQ(watchlock_lock_state(a), WATCHLOCK_UNLOCKED);
+    CHECK_EQ(watchlock_lock_last_lost_reason(a), WATCHLOCK_LOST_NONE);
+    CHECK_EQ(watchlock_lock_state(b), WATCHLOCK_HELD); /* untouched */
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{release-retry-taken}"), 1);
+    CHECK_OK(watchlock_lock_release(b));
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(cb);
+    proxied_close(&p);
+    CHECK_EQ(atomic_load(&retried_release_callbacks), 0);
+}
+
 /* Items 10 and 11: an ACL user that may neither SUBSCRIBE nor PUBLISH on
  * the lock's channel. Its release still succeeds (the DEL is done; Redis
  * would not undo it), and its waiter is bounded by the holder's lease.
@@ -535,6 +602,7 @@ int main(int argc, char **argv)
         {"loss_reported_before_server_expiry", test_loss_reported_before_server_expiry, 0},
         {"release_reply_lost", test_release_reply_lost, 0},
         {"release_unconfirmed_keeps_hold", test_release_unconfirmed_keeps_hold, 0},
+        {"retried_release_after_waiter_took_it", test_retried_release_after_waiter_took_it, 0},
         {"acl_without_channels", test_acl_without_channels, 0},
         {"acl_without_time_leaves_no_key", test_acl_without_time_leaves_no_key, 0},
         {"acquire_reply_after_deadline", test_acquire_reply_after_deadline, 0},

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -409,3 +410,63 @@ def test_wrapper_mode(redis_server):
                        env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 3, r.stderr
     assert "READY" not in r.stdout
+
+
+def test_hold_up_at_splits_a_pipeline(proxy, conns, redis_server, name):
+    """`conn ID hold-up-at TEXT`: the commands before TEXT in one write run,
+    TEXT and what follows wait for resume (a delay would move the whole write)."""
+    c = connect(proxy, conns)
+    assert c.command("PING") == "PONG"
+    direct = RespConn(redis_server.port)
+    conns.append(direct)
+    proxy.hold_up_at("INCR", conn=0)
+    c.sock.sendall(c.encode("SET", name, "1") + c.encode("INCR", name))
+    assert c.reply() == "OK"
+    assert wait_for(lambda: proxy.connections()[0]["pending_up"] > 0, timeout=10)
+    assert direct.command("GET", name) in (b"1", "1")  # the SET ran
+    proxy.resume(conn=0)
+    assert c.reply() == 2
+
+
+def test_retried_release_after_a_waiter_got_in_is_no_loss(proxy, redis_url, name):
+    """Issue 19 item 5: the first release ran (DEL + PUBLISH) but its reply
+    came after the command timeout; a waiter got the lock; the retry finds
+    the waiter's key. That is a release whose first try's outcome was
+    unknown, not a loss: `with` must not raise LockLostError."""
+    a_client = watchlock.Client(proxy.url + "?command_timeout=2s")
+    b_client = watchlock.Client(redis_url)
+    lost = []
+    try:
+        a = a_client.lock(name, ttl=30, on_lost=lambda *args: lost.append(args))
+        b = b_client.lock(name, ttl=30)
+        got = threading.Event()
+        errors = []
+
+        def waiter(retry_conn: int) -> None:
+            try:
+                assert b.acquire(timeout=10)  # woken by the first try's PUBLISH
+                got.set()
+                assert wait_for(lambda: any(c["id"] == retry_conn and c["pending_up"] > 0
+                                            for c in proxy.connections()), timeout=10)
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+            finally:
+                proxy.resume()
+
+        with a:
+            live = proxy.connections()
+            assert len(live) == 1, live  # a's pooled connection
+            proxy.pause()  # connections opened from now on (the retry's) wait
+            proxy.resume(conn=live[0]["id"])
+            proxy.delay(down_ms=60000, conn=live[0]["id"])  # the first try's reply is late
+            th = threading.Thread(target=waiter, args=(proxy.stats()["accepted"],))
+            th.start()
+        th.join()
+        assert not errors, errors
+        assert got.is_set() and b.owned()
+        assert not a.owned() and not a.lost and a.lost_reason is None
+        b.release()
+        assert not lost
+    finally:
+        a_client.close()
+        b_client.close()
