@@ -71,7 +71,7 @@ enum {
     WATCHLOCK_EFORKED = 9,    /* handle inherited across fork(); only the parent may use it */
     WATCHLOCK_EINTERNAL = 10, /* a bug or an unexpected system failure */
     WATCHLOCK_EPERM = 11,     /* the server's ACL denies a command, key or channel (NOPERM) */
-    WATCHLOCK_EREPLICAS = 12  /* fewer replicas than the URL's min_replicas acknowledged an acquire in time */
+    WATCHLOCK_EREPLICAS = 12  /* fewer than min_replicas replicas acknowledged an acquire/extend in time */
 };
 
 /* Static, never NULL ("unknown status" for codes this version does not know). */
@@ -316,7 +316,10 @@ WATCHLOCK_API int watchlock_lock_release(watchlock_lock *lock);
  * when not held or found lost (the handle then becomes LOST; also when the
  * reply came after the local deadline: LOST stays LOST). ECONN: not
  * confirmed; the hold keeps the shorter of the old and the new deadline and
- * the watchdog carries on.
+ * the watchdog carries on. With the URL's min_replicas, the extension
+ * counts only once that many replicas acknowledged it (WAIT); EREPLICAS
+ * when fewer did in min_replicas_timeout: handled as ECONN (the master has
+ * it, the handle does not count on it).
  */
 WATCHLOCK_API int watchlock_lock_extend(watchlock_lock *lock, int64_t lease_ms);
 

@@ -405,7 +405,7 @@ static void release_on_fresh_connection(watchlock_client *c, const wl_release_ar
 /* min_replicas: WAIT on the connection that wrote the key (WAIT counts
  * the replicas that have this connection's writes). OK, EREPLICAS when
  * fewer acknowledged within min_replicas_timeout, or a connection error. */
-static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what)
+static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what, const char *outcome)
 {
     const wl_endpoint *ep = &c->server.ep;
     char n[16], ms[24];
@@ -421,10 +421,9 @@ static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what)
     int rc = wl_reply_error(&c->server, r, what);
     if (rc == WATCHLOCK_OK && (r->type != REDIS_REPLY_INTEGER || r->integer < ep->min_replicas))
         rc = wl_fail(WATCHLOCK_EREPLICAS,
-                     "%s: %lld of min_replicas=%d replicas acknowledged the lock within %" PRId64
-                     " ms; the key was given back",
+                     "%s: %lld of min_replicas=%d replicas acknowledged the write within %" PRId64 " ms; %s",
                      what, r->type == REDIS_REPLY_INTEGER ? r->integer : 0LL, ep->min_replicas,
-                     ep->min_replicas_timeout_ms);
+                     ep->min_replicas_timeout_ms, outcome);
     freeReplyObject(r);
     return rc;
 }
@@ -585,7 +584,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         return rc;
     }
     if (acquired && wrote != NULL)
-        rc = wait_replicas(c, wrote, what);
+        rc = wait_replicas(c, wrote, what, "the key was given back");
     wl_server_put(&c->server, wrote);
     l->last_busy = !acquired;
     if (acquired)
@@ -1023,7 +1022,13 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     char what[160];
     wl_what(what, sizeof what, "extend", l->quoted);
     redisReply *r;
-    rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, what);
+    /* min_replicas: the write counts only once the replicas acknowledged
+     * it (WAIT on the connection that wrote), like every other write of a
+     * hold; until then it is on the master alone, and a failover would
+     * forget it (issue 19 item 1). */
+    wl_conn *wrote = NULL;
+    wl_conn **keep = c->server.ep.min_replicas > 0 ? &wrote : NULL;
+    rc = wl_run_script_keep(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, what, keep);
     int result = WL_WRITE_FAILED;
     if (rc == WATCHLOCK_OK) {
         result = wl_reply_renew(r, 1, 0);
@@ -1031,6 +1036,12 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
         if (result == WL_WRITE_FAILED)
             rc = wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
     }
+    if (rc == WATCHLOCK_OK && result == WL_WRITE_OK && wrote != NULL) {
+        rc = wait_replicas(c, wrote, what, "the local deadline was not moved");
+        if (rc != WATCHLOCK_OK)
+            result = WL_WRITE_FAILED; /* as the watchdog treats a failed WAIT: not counted on */
+    }
+    wl_server_put(&c->server, wrote); /* as acquire does (NULL-safe) */
     pthread_mutex_lock(&c->mu);
     bool held = wl_write_applied(c, l, &w, result, false, wl_now_us());
     if (held && result == WL_WRITE_OK)

@@ -85,7 +85,8 @@ class PermissionDeniedError(Error):
 
 class ReplicationError(Error):
     """Fewer replicas than the URL's ``min_replicas`` acknowledged the
-    acquire within ``min_replicas_timeout``; the key was given back."""
+    acquire (the key was given back) or the extend (the lock keeps its old
+    deadline) within ``min_replicas_timeout``."""
     status = _native.WATCHLOCK_EREPLICAS
 
 

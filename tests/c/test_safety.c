@@ -487,6 +487,65 @@ static void test_retried_release_after_waiter_took_it(void)
     CHECK_EQ(atomic_load(&retried_release_callbacks), 0);
 }
 
+/* Issue 19 item 1: extend() under min_replicas counts only when the
+ * replicas acknowledged it. A master and a replica whose replication link
+ * runs through the proxy; the link is cut (blackhole: the replica's
+ * acknowledgements never arrive), and the holder calls extend() every
+ * 500 ms. Before: the renew script ran without WAIT and extend moved the
+ * local deadline anyway, so the handle read HELD forever while the
+ * replica's copy of the key expired (a failover would hand the lock to
+ * someone else). Now extend WAITs on the connection that wrote, reports
+ * EREPLICAS and leaves the deadline alone: the hold is LOST by its lease. */
+static void test_extend_needs_replica_ack(void)
+{
+    rh_server *master = rh_start(NULL);
+    CHECK(master != NULL);
+    ph_proxy *link = ph_start(rh_port(master));
+    CHECK(link != NULL);
+    char port[16];
+    snprintf(port, sizeof port, "%d", ph_port(link));
+    const char *const extra[] = {"--replicaof", "127.0.0.1", port, NULL};
+    rh_options ro = {.extra = extra};
+    rh_server *replica = rh_start(&ro);
+    CHECK(replica != NULL);
+    WAIT_FOR(rh_info(master, "replication", "connected_slaves") == 1, 20000);
+    CHECK_EQ(rh_info(master, "replication", "connected_slaves"), 1);
+    char url[300];
+    snprintf(url, sizeof url, "%s?min_replicas=1&min_replicas_timeout=200ms", rh_url(master));
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, "extend-acked");
+    const int64_t lease = 2000;
+    CHECK_OK(watchlock_lock_set_lease(l, lease));
+    /* Until the replica's first sync is done, WAIT gets no acknowledgement. */
+    int64_t t0 = 0; /* before the acquire: the lease ends by t0 + lease */
+    int rc = WATCHLOCK_EREPLICAS;
+    WAIT_FOR((t0 = now_ms(), rc = watchlock_lock_acquire(l, 0)) == WATCHLOCK_OK, 20000);
+    CHECK_OK(rc); /* the replica acknowledged it */
+    CHECK_EQ(ph_cmd(link, "blackhole"), 0);
+    int64_t first_failure = -1, held_past = -1;
+    int extends = 0;
+    while (now_ms() - t0 < lease + 1500) {
+        rc = watchlock_lock_extend(l, 0);
+        extends++;
+        if (rc != WATCHLOCK_OK && first_failure < 0)
+            first_failure = now_ms() - t0;
+        if (watchlock_lock_state(l) == WATCHLOCK_HELD && now_ms() - t0 >= lease && held_past < 0)
+            held_past = now_ms() - t0;
+        sleep_ms(500); /* the scenario: a holder that extends every 500 ms */
+    }
+    testing_note("%d extends; first failure at %lld ms; HELD past the lease at %lld ms", extends,
+                 (long long)first_failure, (long long)held_past);
+    CHECK_MSG(held_past < 0, "the handle read HELD %lld ms after the acquire began (lease %lld ms) "
+              "although no replica acknowledged an extend", (long long)held_past, (long long)lease);
+    CHECK_MSG(first_failure >= 0 && first_failure < lease, "extend never reported failure within the lease");
+    CHECK(watchlock_lock_state(l) != WATCHLOCK_HELD);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    rh_free(replica);
+    ph_free(link);
+    rh_free(master);
+}
+
 /* Items 10 and 11: an ACL user that may neither SUBSCRIBE nor PUBLISH on
  * the lock's channel. Its release still succeeds (the DEL is done; Redis
  * would not undo it), and its waiter is bounded by the holder's lease.
@@ -603,6 +662,7 @@ int main(int argc, char **argv)
         {"release_reply_lost", test_release_reply_lost, 0},
         {"release_unconfirmed_keeps_hold", test_release_unconfirmed_keeps_hold, 0},
         {"retried_release_after_waiter_took_it", test_retried_release_after_waiter_took_it, 0},
+        {"extend_needs_replica_ack", test_extend_needs_replica_ack, 0},
         {"acl_without_channels", test_acl_without_channels, 0},
         {"acl_without_time_leaves_no_key", test_acl_without_time_leaves_no_key, 0},
         {"acquire_reply_after_deadline", test_acquire_reply_after_deadline, 0},
