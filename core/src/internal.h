@@ -33,10 +33,20 @@
 int wl_fail(int status, const char *fmt, ...) WL_FORMAT(2, 3);
 
 /* ---- time, randomness, fork (util.c) ---- */
-int64_t wl_now_us(void); /* CLOCK_MONOTONIC in microseconds */
+/* CLOCK_BOOTTIME in microseconds (it runs on while the host is suspended,
+ * as the server's clock does): every deadline and timestamp of the
+ * library. */
+int64_t wl_now_us(void);
+/* Test hook (tests/c/test_clock.c, which links the static library; hidden
+ * like every internal symbol, so libwatchlock.so does not export it):
+ * microseconds added to CLOCK_BOOTTIME only, as a suspend of the host
+ * would. Always 0 outside that test. */
+extern atomic_llong wl_test_suspend_us;
 void wl_timespec_at(struct timespec *ts, int64_t at_us);
 int wl_cond_init(pthread_cond_t *cond); /* a condvar on CLOCK_MONOTONIC */
-/* Waits until signalled or at_us (monotonic); at_us < 0 waits without limit. */
+/* Waits until signalled or at_us (wl_now_us time), or at most a second
+ * (the condvar sleeps on CLOCK_MONOTONIC, which a suspend stops): callers
+ * loop and re-check; at_us < 0 waits without limit. */
 void wl_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t at_us);
 int wl_random_bytes(void *buf, size_t len);
 /* Incremented in every child after fork(); handles remember their value. */
@@ -500,7 +510,7 @@ typedef struct wl_write {
     uint64_t gen;     /* hold the write is for */
     int64_t from, to; /* epochs the script accepts / installs */
     int64_t ms;       /* lease it sets */
-    int64_t sent;     /* when it was sent (CLOCK_MONOTONIC us) */
+    int64_t sent;     /* when it was sent (wl_now_us: CLOCK_BOOTTIME us) */
 } wl_write;
 enum { WL_WRITE_OK = 1, WL_WRITE_NOT_OWNER = 0, WL_WRITE_STALE = 2, WL_WRITE_FAILED = -1 };
 /* What script replies mean (replies.c): pure functions that never read past

@@ -11,11 +11,22 @@
 #include <sys/random.h>
 #include <time.h>
 
-int64_t wl_now_us(void)
+atomic_llong wl_test_suspend_us;
+
+static int64_t clock_us(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Every deadline is judged on CLOCK_BOOTTIME: it counts the time the host
+ * was suspended (laptop lid, paused VM), which the server's clock and so
+ * its key expiry count too. CLOCK_MONOTONIC stops meanwhile, and a resumed
+ * client would read HELD a lock whose key expired (issue 19 item 10). */
+int64_t wl_now_us(void)
+{
+    return clock_us(CLOCK_BOOTTIME) + atomic_load_explicit(&wl_test_suspend_us, memory_order_relaxed);
 }
 
 void wl_timespec_at(struct timespec *ts, int64_t at_us)
@@ -35,14 +46,27 @@ int wl_cond_init(pthread_cond_t *cond)
     return rc == 0 ? 0 : -1;
 }
 
+/* pthread condition variables cannot wait on CLOCK_BOOTTIME, so a wait
+ * until a boot-time instant sleeps on CLOCK_MONOTONIC for what is left, at
+ * most WL_WAIT_SLICE_US at a time: every caller loops and re-checks its
+ * condition against wl_now_us(), so after a suspend (which the monotonic
+ * sleep does not count) a deadline that passed meanwhile is seen within a
+ * slice of the resume, not when the monotonic sleep would have ended. */
+#define WL_WAIT_SLICE_US 1000000
+
 void wl_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t at_us)
 {
     if (at_us < 0) {
         pthread_cond_wait(cond, mu);
         return;
     }
+    int64_t left = at_us - wl_now_us();
+    if (left <= 0)
+        return;
+    if (left > WL_WAIT_SLICE_US)
+        left = WL_WAIT_SLICE_US;
     struct timespec ts;
-    wl_timespec_at(&ts, at_us);
+    wl_timespec_at(&ts, clock_us(CLOCK_MONOTONIC) + left);
     pthread_cond_timedwait(cond, mu, &ts);
 }
 
