@@ -376,6 +376,9 @@ struct watchlock_client {
      * holding a key it could neither renew nor release. A stale or
      * colliding entry only costs one fast attempt that falls back. */
     atomic_uint_fast64_t seeded[WL_SEEDED_SLOTS];
+    /* The server refused the fast acquire's MULTI (an ACL without
+     * @transaction): acquires go to the script from then on (lock.c). */
+    atomic_bool no_fast;
 
     pthread_mutex_t mu; /* guards everything below */
     watchlock_lock *locks; /* every live handle (doubly linked) */

@@ -452,6 +452,10 @@ static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what, c
  * clients' commands: A's SET, a force-release, B's acquire and INCR, then
  * A's INCR would hand A, who holds nothing, a token above the holder B's
  * (issue 19 item 4; tests/c/test_lock.c fast_acquire_token_order).
+ * A user whose ACL denies MULTI (no @transaction) sees the three commands
+ * run one by one and EXEC fail: the script then decides, and its own INCR
+ * is the token, taken atomically with the check that the key is this
+ * hold's; the client sends later acquires straight to the script.
  * Only names this client has acquired before take this path
  * (client->seeded): a name's first acquire takes the script. */
 static int acquire_fast(watchlock_client *c, const char *const *argv, const size_t *lens, const char *what,
@@ -474,6 +478,8 @@ static int acquire_fast(watchlock_client *c, const char *const *argv, const size
     int rc = wl_run_pipeline(&c->server, 5, cmds, r, what, keep);
     if (rc != WATCHLOCK_OK)
         return rc;
+    if (r[0]->type == REDIS_REPLY_ERROR && r[0]->str != NULL && strncmp(r[0]->str, "NOPERM", 6) == 0)
+        atomic_store(&c->no_fast, true); /* the commands ran one by one: the script decides, now and later */
     const redisReply *x = r[4]; /* EXEC: the three replies, or an error (EXECABORT) / nil */
     if (x->type == REDIS_REPLY_ARRAY && x->elements == 3 && x->element[0]->type == REDIS_REPLY_STATUS &&
         x->element[2]->type == REDIS_REPLY_INTEGER && x->element[2]->integer >= WL_FENCE_SEEDED) {
@@ -566,7 +572,8 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
      * script, which answers "held" with the remaining lease in one round
      * trip. */
     atomic_uint_fast64_t *seeded = &c->seeded[l->key_hash % WL_SEEDED_SLOTS];
-    if (nkeys == 2 && !l->last_busy && atomic_load_explicit(seeded, memory_order_relaxed) == l->key_hash)
+    if (nkeys == 2 && !l->last_busy && atomic_load_explicit(seeded, memory_order_relaxed) == l->key_hash &&
+        !atomic_load_explicit(&c->no_fast, memory_order_relaxed))
         rc = acquire_fast(c, argv, lens, what, keep, &acquired, &value);
     if (rc == WATCHLOCK_OK && !acquired) {
         redisReply *r;

@@ -843,6 +843,35 @@ static void test_fast_acquire_token_order(void)
     ph_free(px);
 }
 
+/* The fast acquire's MULTI refused by the user's ACL (no @transaction):
+ * acquires still work, tokens still increase, and after the first refusal
+ * the client sends acquires straight to the script. */
+static void test_fast_acquire_without_transactions(void)
+{
+    CHECK(rh_ok(test_server(), "ACL SETUSER notx reset on >pw ~* &* +@all -@transaction"));
+    char url[300];
+    snprintf(url, sizeof url, "redis://notx:pw@127.0.0.1:%d", rh_port(test_server()));
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, "no-multi");
+    int64_t last = 0;
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(watchlock_lock_acquire(l, 0));
+        CHECK_INT(watchlock_lock_fencing_token(l), >, last);
+        last = watchlock_lock_fencing_token(l);
+        CHECK_OK(watchlock_lock_release(l));
+    }
+    long long incrs = rh_info(test_server(), "commandstats", "cmdstat_incr");
+    long long scripts = script_calls();
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(script_calls(), scripts + 1);
+    /* the script's INCR only: no fast attempt (whose INCR would run on its own) */
+    CHECK_EQ(rh_info(test_server(), "commandstats", "cmdstat_incr"), incrs + 1);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    CHECK(rh_int(test_server(), "ACL DELUSER notx") == 1);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -866,6 +895,7 @@ int main(int argc, char **argv)
         {"double_release", test_double_release, 0},
         {"state_and_remaining", test_state_and_remaining, 0},
         {"fast_acquire_token_order", test_fast_acquire_token_order, 0},
+        {"fast_acquire_without_transactions", test_fast_acquire_without_transactions, 0},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);
