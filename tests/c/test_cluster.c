@@ -363,10 +363,35 @@ static void test_waiter_woken_by_release(void)
     watchlock_client_close(a);
 }
 
+/* The fast acquire (MULTI, SET, SET fence, INCR, EXEC: issue 19 item 4)
+ * on every master: a name's second acquire on a client is one transaction
+ * on the master of its slot, and its token is above the first. */
+static void test_fast_acquire_on_every_master(void)
+{
+    spread s;
+    spread_names(&s, "fast");
+    watchlock_client *c = open_client(cluster_url());
+    for (int i = 0; i < N_NAMES; i++) {
+        watchlock_lock *l = new_lock(c, s.names[i]);
+        CHECK_OK(watchlock_lock_acquire(l, 0)); /* the script: the name's first acquire here */
+        int64_t first = watchlock_lock_fencing_token(l);
+        CHECK_OK(watchlock_lock_release(l));
+        long long multis = rh_info(cluster.masters[s.owner[i]], "commandstats", "cmdstat_multi");
+        CHECK_OK(watchlock_lock_acquire(l, 0));
+        CHECK_EQ(rh_info(cluster.masters[s.owner[i]], "commandstats", "cmdstat_multi"), multis + 1);
+        CHECK_INT(watchlock_lock_fencing_token(l), >, first);
+        CHECK_EQ(rh_int(cluster.masters[s.owner[i]], "EXISTS %s", s.keys[i]), 1);
+        CHECK_OK(watchlock_lock_release(l));
+        watchlock_lock_free(l);
+    }
+    watchlock_client_close(c);
+}
+
 static const test_case tests[] = {
     {"acquire_release_over_masters", test_acquire_release_over_masters, 0},
     {"renewals_on_all_masters", test_renewals_on_all_masters, 0},
     {"waiter_woken_by_release", test_waiter_woken_by_release, 0},
+    {"fast_acquire_on_every_master", test_fast_acquire_on_every_master, 0},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)
