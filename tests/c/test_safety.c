@@ -517,10 +517,12 @@ static void test_extend_needs_replica_ack(void)
     const int64_t lease = 2000;
     CHECK_OK(watchlock_lock_set_lease(l, lease));
     /* Until the replica's first sync is done, WAIT gets no acknowledgement. */
-    int64_t t0 = 0; /* before the acquire: the lease ends by t0 + lease */
     int rc = WATCHLOCK_EREPLICAS;
-    WAIT_FOR((t0 = now_ms(), rc = watchlock_lock_acquire(l, 0)) == WATCHLOCK_OK, 20000);
+    WAIT_FOR((rc = watchlock_lock_acquire(l, 0)) == WATCHLOCK_OK, 20000);
     CHECK_OK(rc); /* the replica acknowledged it */
+    /* The acquire was sent before it returned: its local deadline is
+     * before t0 + lease (minus the margin). */
+    int64_t t0 = now_ms();
     CHECK_EQ(ph_cmd(link, "blackhole"), 0);
     int64_t first_failure = -1, held_past = -1;
     int extends = 0;
@@ -535,7 +537,7 @@ static void test_extend_needs_replica_ack(void)
     }
     testing_note("%d extends; first failure at %lld ms; HELD past the lease at %lld ms", extends,
                  (long long)first_failure, (long long)held_past);
-    CHECK_MSG(held_past < 0, "the handle read HELD %lld ms after the acquire began (lease %lld ms) "
+    CHECK_MSG(held_past < 0, "the handle read HELD %lld ms after the acquire returned (lease %lld ms) "
               "although no replica acknowledged an extend", (long long)held_past, (long long)lease);
     CHECK_MSG(first_failure >= 0 && first_failure < lease, "extend never reported failure within the lease");
     CHECK(watchlock_lock_state(l) != WATCHLOCK_HELD);
