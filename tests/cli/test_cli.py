@@ -1205,3 +1205,193 @@ def test_terminal_ctrl_c_reaches_command_once(cli, name, tmp_path):
         except (ProcessLookupError, ChildProcessError):
             pass
         os.close(master)
+
+
+# ---- issue 19.13: COMMAND's arguments never reach the lock server -------------------------
+
+
+def dump_server(srv) -> bytes:
+    """Every key of every database of `srv` with everything it holds (SCAN +
+    TYPE + GET/HGETALL/LRANGE/SMEMBERS/ZRANGE/XRANGE), as one byte string
+    to search."""
+    out = []
+    dbs = int(srv.command("CONFIG", "GET", "databases")[1])
+    for db in range(dbs):
+        cursor = b"0"
+        while True:
+            reply = _db_command(srv, db, "SCAN", cursor, "COUNT", "1000")
+            cursor, keys = reply
+            for key in keys:
+                kind = _db_command(srv, db, "TYPE", key)
+                out.append(b"key %d %s %s" % (db, key, kind.encode()))
+                if kind == "string":
+                    value = [_db_command(srv, db, "GET", key)]
+                elif kind == "hash":
+                    value = _db_command(srv, db, "HGETALL", key)
+                elif kind == "list":
+                    value = _db_command(srv, db, "LRANGE", key, "0", "-1")
+                elif kind == "set":
+                    value = _db_command(srv, db, "SMEMBERS", key)
+                elif kind == "zset":
+                    value = _db_command(srv, db, "ZRANGE", key, "0", "-1", "WITHSCORES")
+                elif kind == "stream":
+                    value = [repr(_db_command(srv, db, "XRANGE", key, "-", "+")).encode()]
+                else:
+                    value = [repr(_db_command(srv, db, "DUMP", key)).encode()]
+                out.extend(v if isinstance(v, bytes) else str(v).encode() for v in value)
+            if cursor in (b"0", 0, "0"):
+                break
+    return b"\n".join(out)
+
+
+def _db_command(srv, db: int, *args):
+    """One command on database `db` of `srv` (SELECT first, on one connection)."""
+    from redis_server import _encode, _read_reply, connect, RedisError
+    with connect(srv.port, srv.tls) as s:
+        f = s.makefile("rb")
+        s.sendall(_encode(("SELECT", str(db))))
+        assert _read_reply(f) == "OK"
+        s.sendall(_encode(args))
+        reply = _read_reply(f)
+    assert not isinstance(reply, RedisError), (args, reply)
+    return reply
+
+
+@pytest.mark.parametrize("how", ["argv", "shell", "shell-assignment"])
+def test_no_argument_of_command_reaches_the_server(fresh_redis, tmp_path, how):
+    """The owner record is visible to every client of the server (status,
+    list) and lives in its replicas and persistence: it carries the program's
+    name only, never COMMAND's arguments (a password on the command line)."""
+    secret = f"hunter2-{uuid.uuid4().hex[:8]}"
+    c = Cli(fresh_redis.url, tmp_path)
+    name = f"secret-test-{how}"
+    ready = tmp_path / "ready"
+    if how == "argv":
+        cmd = ["--", "sh", "-c", f'touch "$0"; while [ ! -e "$0.stop" ]; do sleep 0.05; done',
+               str(ready), f"--password={secret}", "-p" + secret]
+        label = "sh"
+    elif how == "shell":
+        cmd = ["-c", f'sh -c \'touch "$0"; while [ ! -e "$0.stop" ]; do sleep 0.05; done\' '
+                     f'{ready} --password={secret}']
+        label = "sh"
+    else:  # a leading variable assignment is not the program's name
+        cmd = ["-c", f'PGPASSWORD={secret} SECRET={secret} sh -c \'touch "$0"; '
+                     f'while [ ! -e "$0.stop" ]; do sleep 0.05; done\' {ready}']
+        label = "sh"
+    proc = c.popen("run", name, *cmd, stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: ready.exists() or proc.poll() is not None, "the command to start")
+        assert proc.poll() is None, proc.communicate()
+        dump = dump_server(fresh_redis)
+        assert b"watchlock:{" + name.encode() + b"}" in dump  # the dump does see the lock
+        assert secret.encode() not in dump, dump
+        st = c.status(name)
+        assert st["held"] is True and st["owner"]["label"] == label, st
+        r = c.run("list", "--json")
+        assert secret not in r.stdout and secret not in r.stderr
+    finally:
+        Path(str(ready) + ".stop").touch()
+        proc.communicate(timeout=LONG)
+    assert proc.returncode == 0
+
+
+def test_label_option_says_more(cli, name, tmp_path):
+    """--label TEXT is recorded instead of the program's name (cut to 256 bytes
+    on a character boundary, ending in "...")."""
+    proc = cli.popen("run", "--label", "nightly backup of db1", name, "--", "sh", "-c",
+                     f"touch {tmp_path}/ready; exec sleep 600", "secret-arg")
+    try:
+        wait_for(lambda: (tmp_path / "ready").exists(), "the command to start")
+        owner = cli.status(name)["owner"]
+        assert owner == {"host": socket.gethostname(), "pid": proc.pid, "label": "nightly backup of db1"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=LONG)
+    proc = cli.popen("run", name, "--label=" + "é" * 300, "-c", f"touch {tmp_path}/ready2; exec sleep 600")
+    try:
+        wait_for(lambda: (tmp_path / "ready2").exists(), "the command to start")
+        label = cli.status(name)["owner"]["label"]
+        assert label.endswith("...") and "\ufffd" not in label
+        assert len(label.encode()) <= 256 and label.startswith("éé")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=LONG)
+
+
+# ---- issue 19.14: watchlock run owns COMMAND's whole process tree ------------------------
+
+# `sleep 300 | cat` (the README's `a | b` form), each stage recording its pid.
+TREE_PIPELINE = ('echo $$ >> pids; sh -c \'echo $$ >> pids; exec sleep 300\' | '
+                 'sh -c \'echo $$ >> pids; exec cat\'')
+# A COMMAND that backgrounds a writer (a timestamp every 10 ms) and waits.
+TREE_WRITER = ('echo $$ >> pids; (while :; do date +%s%N >> writes; sleep 0.01; done) & '
+               'echo $! >> pids; wait')
+
+
+def _tree_pids(d: Path, n: int) -> list:
+    def got():
+        try:
+            pids = [int(x) for x in (d / "pids").read_text().split()]
+        except (FileNotFoundError, ValueError):
+            return None
+        return pids if len(pids) >= n else None
+    return wait_for(got, f"{n} pids of the tree")
+
+
+def _last_write_ns(d: Path) -> int:
+    lines = [ln for ln in (d / "writes").read_text().split("\n") if ln.strip().isdigit()]
+    return int(lines[-1])
+
+
+@pytest.mark.parametrize("event", ["loss", "sigkill", "sigterm"])
+@pytest.mark.parametrize("tree", ["pipeline", "writer"])
+def test_whole_tree_stops_on_loss_and_with_watchlock(cli, name, tmp_path, tree, event):
+    """After a loss (force-release), after SIGKILL of watchlock alone, and
+    after SIGTERM forwarded by watchlock, no process of COMMAND's tree
+    survives and the background writer's last write is no later than
+    100 ms after the event was reported (the loss line) or sent."""
+    d = tmp_path / "tree"
+    d.mkdir()
+    script, npids = (TREE_PIPELINE, 3) if tree == "pipeline" else (TREE_WRITER, 2)
+    log = tmp_path / "err"
+    proc = cli.popen_logged("run", "--ttl", "1s", name, "-c", script, cwd=d, log=log,
+                            stdout=subprocess.DEVNULL)
+    pids: list = []
+    try:
+        pids = _tree_pids(d, npids)
+        if tree == "writer":
+            wait_for(lambda: (d / "writes").exists() and len((d / "writes").read_text().split()) >= 3,
+                     "the writer to write")
+        assert proc.poll() is None, log.read_text()
+        if event == "loss":
+            r = cli.run("release", "--force", name)
+            assert r.returncode == 0, r.stderr
+            wait_for(lambda: "lost lock" in log.read_text(), "the loss to be reported", interval=0.005)
+            t_event = time.time_ns()
+            proc.wait(timeout=LONG)
+            assert proc.returncode == EX_LOCK_LOST, log.read_text()
+        elif event == "sigkill":
+            t_event = time.time_ns()
+            proc.kill()  # watchlock's pid only, not its group
+            proc.wait(timeout=LONG)
+        else:
+            t_event = time.time_ns()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=LONG)
+            assert proc.returncode == 128 + signal.SIGTERM, log.read_text()
+        wait_for(lambda: not any(process_running(p) for p in pids),
+                 f"every process of the tree ({pids}) to be gone", timeout=5)
+        if tree == "writer":
+            late_ms = (_last_write_ns(d) - t_event) / 1e6
+            assert late_ms <= 100, f"the writer wrote {late_ms:.0f} ms after the {event}"
+            # and nothing more comes later
+            size = (d / "writes").stat().st_size
+            time.sleep(0.3)
+            assert (d / "writes").stat().st_size == size
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for p in pids:
+            if process_running(p):
+                os.kill(p, signal.SIGKILL)
