@@ -71,8 +71,9 @@ extern char **environ;
 static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 #define N_FORWARDED ((int)(sizeof forwarded_signals / sizeof forwarded_signals[0]))
 
-/* The owner label recorded with the lock: the command line, cut to this
- * many bytes (ending in "...") so that `watchlock list` stays readable. */
+/* The owner label recorded with the lock (the program's name, or --label),
+ * cut to this many bytes (ending in "...") so that `watchlock list` stays
+ * readable. */
 #define LABEL_MAX 256
 
 /* A lock option as given on the command line: `text` is NULL when it was
@@ -95,7 +96,8 @@ struct run_opts {
     const char *shell_command; /* -c */
     char *shell_argv[4];       /* /bin/sh -c SHELL_COMMAND */
     const char *what;          /* COMMAND for messages: argv[0] or the -c string */
-    char label[LABEL_MAX + 1]; /* the owner label: the command line */
+    const char *label_opt;     /* --label TEXT, or NULL */
+    char label[LABEL_MAX + 1]; /* the owner label: --label, else the program's name */
 };
 
 struct run_state {
@@ -533,63 +535,88 @@ static int exit_code_of(int wstatus)
 
 /* ---- option parsing -------------------------------------------------------- */
 
-/* Appends `arg` to the label as POSIX sh would need it quoted (the rules
- * of Python's shlex.quote: bare when it has only [A-Za-z0-9_@%+=:,./-],
- * else in single quotes with each ' written as '"'"'). */
-static void label_append(char *buf, size_t *n, size_t cap, const char *arg)
+/* The length of the first word of the shell string `sh` that names the
+ * program, at *start: leading blanks and variable assignments
+ * (NAME=value, with the value's quotes and escapes honoured) are skipped,
+ * and the word ends at the first blank, operator character, quote,
+ * expansion or escape, so that nothing after the program's name (an
+ * argument, a redirection, the rest of a quoted word) is taken. 0 when the
+ * string does not start with a plain word (a redirection, a subshell). */
+static size_t shell_first_word(const char *sh, const char **start)
 {
-    char tmp[LABEL_MAX * 2 + 8];
-    size_t k = 0;
-    int bare = *arg != '\0';
-    for (const char *p = arg; *p && bare; p++)
-        bare = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-               strchr("_@%+=:,./-", *p) != NULL;
-    if (*n > 0 && k < sizeof tmp)
-        tmp[k++] = ' ';
-    if (!bare && k < sizeof tmp)
-        tmp[k++] = '\'';
-    for (const char *p = arg; *p && k + 6 < sizeof tmp; p++) {
-        if (*p == '\'' && !bare) {
-            memcpy(tmp + k, "'\"'\"'", 5);
-            k += 5;
-        } else {
-            tmp[k++] = *p;
+    static const char stop[] = " \t\n;&|<>()'\"`$\\";
+    const char *p = sh;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n')
+            p++;
+        /* NAME=... : an assignment, not the program */
+        const char *q = p;
+        if ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '_') {
+            while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+                   *q == '_')
+                q++;
         }
+        if (q == p || *q != '=')
+            break;
+        /* skip the value: up to an unquoted blank or operator */
+        for (q++; *q && !strchr(" \t\n;&|<>()", *q); q++) {
+            if (*q == '\\' && q[1]) {
+                q++;
+            } else if (*q == '\'') {
+                const char *e = strchr(q + 1, '\'');
+                q = e ? e : q + strlen(q) - 1;
+            } else if (*q == '"') {
+                for (q++; *q && *q != '"'; q++) {
+                    if (*q == '\\' && q[1])
+                        q++;
+                }
+                if (!*q)
+                    q--;
+            }
+        }
+        p = q;
     }
-    if (!bare && k < sizeof tmp)
-        tmp[k++] = '\'';
-    size_t take = k < cap - *n ? k : cap - *n;
-    memcpy(buf + *n, tmp, take);
-    *n += take;
+    *start = p;
+    return strcspn(p, stop);
 }
 
-/* The owner label: the -c string, or COMMAND's words quoted for sh; past
- * LABEL_MAX bytes cut on a UTF-8 character boundary and ended with "...". */
-static void make_label(struct run_opts *o)
+/* Copies at most LABEL_MAX bytes of `text` (n bytes) into the label; past
+ * that, cut on a UTF-8 character boundary and ended with "...". */
+static void set_label(struct run_opts *o, const char *text, size_t n)
 {
-    char buf[LABEL_MAX * 2 + 8];
-    size_t n = 0, cap = sizeof buf - 1;
-    if (o->shell_command) {
-        n = strlen(o->shell_command);
-        if (n > cap)
-            n = cap;
-        memcpy(buf, o->shell_command, n);
-    } else {
-        for (char **a = o->command; *a && n < cap; a++)
-            label_append(buf, &n, cap, *a);
-    }
     if (n > LABEL_MAX) {
         n = LABEL_MAX - 3;
-        while (n > 0 && ((unsigned char)buf[n] & 0xC0) == 0x80) /* not inside a character */
+        while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) /* not inside a character */
             n--;
-        memcpy(buf + n, "...", 3);
-        n += 3;
+        memcpy(o->label, text, n);
+        memcpy(o->label + n, "...", 4);
+        return;
     }
-    memcpy(o->label, buf, n);
+    memcpy(o->label, text, n);
     o->label[n] = '\0';
 }
 
-enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW };
+/* The owner label, which every client of the server can read (status,
+ * list), as can its replicas and persistence files: --label TEXT, else
+ * only the program's name -- COMMAND's first word, or the -c string's --
+ * never its arguments, which may hold secrets (`--password=...`). */
+static void make_label(struct run_opts *o)
+{
+    if (o->label_opt) {
+        set_label(o, o->label_opt, strlen(o->label_opt));
+    } else if (o->shell_command) {
+        const char *w;
+        size_t n = shell_first_word(o->shell_command, &w);
+        if (n == 0)
+            set_label(o, "sh", 2);
+        else
+            set_label(o, w, n);
+    } else {
+        set_label(o, o->command[0], strlen(o->command[0]));
+    }
+}
+
+enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL };
 
 /* --max-renewals N: a whole number in decimal. Its range (>= 0, 0 =
  * unlimited) is the library's rule, checked by its setter. */
@@ -633,6 +660,7 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         {"renew-interval", required_argument, NULL, OPT_RENEW_INTERVAL},
         {"no-renew", no_argument, NULL, OPT_NO_RENEW},
         {"kill-after", required_argument, NULL, 'k'},
+        {"label", required_argument, NULL, OPT_LABEL},
         {"quiet", no_argument, NULL, 'q'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
@@ -712,6 +740,9 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         case OPT_NO_RENEW:
             o->no_renew = 1;
             break;
+        case OPT_LABEL:
+            o->label_opt = optarg;
+            break;
         case 'k':
             if ((rc = cli_parse_duration("run", "--kill-after", optarg, &o->kill_after_ms)) != 0)
                 return rc;
@@ -753,7 +784,7 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         o->command = argv + optind;
     }
     make_label(o);
-    o->what = o->shell_command ? o->label : o->command[0];
+    o->what = o->shell_command ? o->shell_command : o->command[0];
     return 0;
 }
 
@@ -1000,7 +1031,7 @@ static int apply_lock_options(watchlock_lock *lock, const struct run_opts *o, in
                            o->max_hold.text);
     if (rc == 0 && o->no_renew)
         rc = option_status(watchlock_lock_set_auto_renew(lock, 0), "--no-renew", NULL);
-    if (rc == 0) /* who holds it: this host, our pid, the command line */
+    if (rc == 0) /* who holds it: this host, our pid, the program's name or --label */
         rc = option_status(watchlock_lock_set_owner_label(lock, o->label), "the owner label", NULL);
     if (rc == 0)
         rc = option_status(watchlock_lock_set_on_lost(lock, on_lost, lost_fd), "the loss report", NULL);
