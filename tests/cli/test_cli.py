@@ -169,6 +169,7 @@ def test_version(cli):
     (["list", "--help"], "PATTERN"),
     (["help", "list"], "PATTERN"),
     (["run", "--help"], "--conflict-exit-code"),
+    (["run", "--help"], "--label"),
     (["release", "--help"], "--force"),
 ])
 def test_help(cli, args, needle):
