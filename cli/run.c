@@ -111,8 +111,9 @@ struct run_state {
     size_t n_startup_fds;
     pid_t guard_pid;  /* the guardian (see start_guardian()); 0: none or reaped */
     int guard_fd;     /* write end of the guardian's pipe, held by watchlock alone; -1: none */
-    int job_control;  /* stdin is a terminal whose foreground group was ours: COMMAND's
-                         group gets the terminal while it runs */
+    int job_control;  /* watchlock's group was the foreground group of its controlling
+                         terminal: COMMAND's group gets the terminal while it runs */
+    int tty;          /* that terminal (/dev/tty, close-on-exec), or -1 */
 };
 
 /* After the SIGKILL to COMMAND's group, how long to wait for its last
@@ -636,17 +637,35 @@ static void stop_guardian(struct run_state *st, int stand_down)
 
 /* ---- the terminal ------------------------------------------------------------- */
 
-/* Makes `pgid` the foreground group of the terminal on stdin. Called from
- * the main thread, which then has SIGTTOU blocked: a process of a
- * background group may change the foreground group (to take the terminal
- * back) only when it blocks or ignores SIGTTOU, else the kernel stops it. */
-static void set_foreground(pid_t pgid)
+/* Interactive use: when watchlock's group is the foreground group of its
+ * controlling terminal (stdin need not be that terminal), COMMAND's group
+ * gets the terminal while it runs, as a shell gives it to a foreground job:
+ * COMMAND may read it and set its modes, and Ctrl-C/Ctrl-Z reach it. */
+static void detect_job_control(struct run_state *st)
+{
+    st->tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (st->tty < 0)
+        return; /* no controlling terminal: cron, a daemon, setsid */
+    if (tcgetpgrp(st->tty) == getpgrp()) {
+        st->job_control = 1;
+    } else {
+        close(st->tty);
+        st->tty = -1;
+    }
+}
+
+/* Makes `pgid` the foreground group of the terminal. Called from the main
+ * thread, which has SIGTTOU blocked (and blocks it here again): a process
+ * of a background group may change the foreground group (to take the
+ * terminal back) only when it blocks or ignores SIGTTOU, else the kernel
+ * stops it. */
+static void set_foreground(const struct run_state *st, pid_t pgid)
 {
     sigset_t ttou, old;
     sigemptyset(&ttou);
     sigaddset(&ttou, SIGTTOU);
     pthread_sigmask(SIG_BLOCK, &ttou, &old);
-    while (tcsetpgrp(STDIN_FILENO, pgid) != 0 && errno == EINTR)
+    while (tcsetpgrp(st->tty, pgid) != 0 && errno == EINTR)
         ;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
@@ -655,18 +674,21 @@ static void set_foreground(pid_t pgid)
  * group, if COMMAND's group still has it (not if the shell took it: `bg`). */
 static void take_terminal_back(const struct run_state *st, pid_t pgid)
 {
-    if (st->job_control && tcgetpgrp(STDIN_FILENO) == pgid)
-        set_foreground(getpgrp());
+    if (st->job_control && tcgetpgrp(st->tty) == pgid)
+        set_foreground(st, getpgrp());
 }
 
 /* COMMAND was stopped (Ctrl-Z on the terminal, SIGTTIN): for the shell, the
- * job is watchlock, so watchlock stops too (SIGTSTP, as a job stops), after
- * taking the terminal back; when the shell continues it (fg: foreground
- * again, or bg), COMMAND's group is continued, and gets the terminal if
- * watchlock has it. While stopped, watchlock does not renew: a stop longer
- * than the lease loses the lock, as a SIGSTOP does. A watchlock whose group
- * the kernel will not stop (an orphaned group: no shell to continue it)
- * continues COMMAND at once. */
+ * job is watchlock's process group, so that group stops too, watchlock and
+ * whatever shares it (the script that ran watchlock, the other commands of
+ * a pipeline), with SIGTSTP as Ctrl-Z would have stopped them all before
+ * COMMAND had a group of its own; the terminal is taken back first. When
+ * the shell continues the job (fg: foreground again, or bg), COMMAND's
+ * group is continued, and gets the terminal if watchlock has it. While
+ * stopped, watchlock does not renew: a stop longer than the lease loses the
+ * lock, as a SIGSTOP does. A group the kernel will not stop (an orphaned
+ * group: no shell to continue it) goes on, and COMMAND is continued at
+ * once. */
 static void on_command_stopped(const struct run_state *st, pid_t pgid)
 {
     if (!st->job_control)
@@ -674,9 +696,9 @@ static void on_command_stopped(const struct run_state *st, pid_t pgid)
     take_terminal_back(st, pgid);
     struct sigaction tstp;
     if (sigaction(SIGTSTP, NULL, &tstp) == 0 && tstp.sa_handler == SIG_DFL)
-        raise(SIGTSTP);
-    if (tcgetpgrp(STDIN_FILENO) == getpgrp())
-        set_foreground(pgid);
+        kill(0, SIGTSTP);
+    if (tcgetpgrp(st->tty) == getpgrp())
+        set_foreground(st, pgid);
     kill(-pgid, SIGCONT);
 }
 
@@ -762,7 +784,7 @@ static int spawn_command(struct run_state *st, char **command, char **env, pid_t
         return werr;
     }
     if (st->job_control)
-        set_foreground(child);
+        set_foreground(st, child);
     unsigned char go = 1;
     ssize_t wn;
     do {
@@ -1226,8 +1248,8 @@ static int supervise(struct run_state *st, watchlock_lock *lock, const struct ru
             if (group_gone(pgid))
                 break;
             if (!stopping.started) {
-                cli_verbose("'%s' exited and left processes in its group; sent them SIGTERM",
-                            o->what);
+                cli_verbose("'%s' exited and left processes in its group; sent them %s", o->what,
+                            o->kill_after_ms == 0 ? "SIGKILL" : "SIGTERM");
                 stop_group(o, pgid, &stopping);
                 continue;
             }
@@ -1393,10 +1415,9 @@ int cli_cmd_run(int argc, char **argv)
     st.sfd = -1;
     st.lost_pipe[0] = st.lost_pipe[1] = -1;
     st.guard_fd = -1;
-    /* Interactive use: COMMAND's group gets the terminal while it runs, as
-     * a shell gives it to a foreground job. */
-    st.job_control = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
+    st.tty = -1;
     snapshot_fds(&st);
+    detect_job_control(&st);
     if (setup_signals(&st) != 0) {
         cli_error("cannot set up signal handling: %s", strerror(errno));
         rc = CLI_EXIT_OSERR;
@@ -1404,6 +1425,8 @@ int cli_cmd_run(int argc, char **argv)
         rc = run_locked(&o, &st);
     }
     free(st.startup_fds);
+    if (st.tty >= 0)
+        close(st.tty);
     return rc;
 }
 

@@ -1432,8 +1432,9 @@ os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(s
 JOB = r'''
 import os, sys, time
 d = sys.argv[1]
+tty = os.open("/dev/tty", os.O_RDWR)
 def fg():
-    return str(os.tcgetpgrp(0) == os.getpgrp() and os.getpgrp() == os.getpid())
+    return str(os.tcgetpgrp(tty) == os.getpgrp() and os.getpgrp() == os.getpid())
 open(os.path.join(d, "pid"), "w").write(str(os.getpid()))
 open(os.path.join(d, "fg1"), "w").write(fg())
 open(os.path.join(d, "ready"), "w").close()
@@ -1448,18 +1449,23 @@ def proc_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-def test_job_control_on_a_terminal(cli, name, tmp_path):
+@pytest.mark.parametrize("how", ["job", "in-a-script"])
+def test_job_control_on_a_terminal(cli, name, tmp_path, how):
     """Interactive use: COMMAND's group is the terminal's foreground group
-    while it runs; Ctrl-Z stops COMMAND and watchlock (the shell sees its
-    job stop and gets the terminal back); `fg` gives COMMAND the terminal
-    again; at the end the terminal is back with watchlock's group."""
+    while it runs; Ctrl-Z stops COMMAND and watchlock's group (the shell sees
+    its job stop and gets the terminal back); `fg` gives COMMAND the terminal
+    again; at the end the terminal is back with watchlock's group. Also
+    when watchlock runs inside a script (not a group leader, stdin not the
+    terminal): Ctrl-Z stops the script's whole job, as before."""
     import pty
 
+    run = [cli.exe, "run", name, "--", sys.executable, "-c", JOB, str(tmp_path)]
+    if how == "in-a-script":
+        run = ["/bin/sh", "-c", '"$@" < /dev/null; exit $?', "sh"] + run
     pid, master = pty.fork()
     if pid == 0:
         try:
-            os.execve(sys.executable, [sys.executable, "-c", MINI_SHELL, str(tmp_path), cli.exe,
-                                       "run", name, "--", sys.executable, "-c", JOB, str(tmp_path)],
+            os.execve(sys.executable, [sys.executable, "-c", MINI_SHELL, str(tmp_path)] + run,
                       cli.env())
         finally:
             os._exit(127)
