@@ -1215,8 +1215,8 @@ def test_terminal_ctrl_c_reaches_command_once(cli, name, tmp_path):
 
 def dump_server(srv) -> bytes:
     """Every key of every database of `srv` with everything it holds (SCAN +
-    TYPE + GET/HGETALL/LRANGE/SMEMBERS/ZRANGE/XRANGE), as one byte string
-    to search."""
+    TYPE + GET/HGETALL/LRANGE/SMEMBERS/ZRANGE/XRANGE), and the CLIENT LIST,
+    as one byte string to search."""
     out = []
     dbs = int(srv.command("CONFIG", "GET", "databases")[1])
     for db in range(dbs):
@@ -1244,6 +1244,8 @@ def dump_server(srv) -> bytes:
                 out.extend(v if isinstance(v, bytes) else str(v).encode() for v in value)
             if cursor in (b"0", 0, "0"):
                 break
+    # not a key, but also shown to clients: connection names
+    out.append(srv.command("CLIENT", "LIST"))
     return b"\n".join(out)
 
 
