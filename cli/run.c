@@ -15,6 +15,13 @@
  *   library threads renew the lock and, if it is lost, call on_lost(), which
  *                  only writes to the pipe: no locks, no allocation, no stdio
  *                  on those threads.
+ *   the guardian   a child process forked before COMMAND that SIGKILLs
+ *                  COMMAND's process group if watchlock dies (see
+ *                  guardian_main()).
+ *   COMMAND        the leader of a process group of its own, shared by what
+ *                  it starts: signals, a loss and leftovers are dealt with
+ *                  per group, and the lock is released once the group is
+ *                  empty (supervise()).
  *
  * COMMAND is started with fork() + execve() from the main thread, because it
  * must die with watchlock ("COMMAND never outlives the CLI"): if watchlock
@@ -25,8 +32,9 @@
  * in between is not missed. posix_spawn() cannot make that prctl() call.
  * The death signal fires when the *thread* that forked exits, so only the
  * main thread, which lives until watchlock exits, may fork. It is not
- * inherited by COMMAND's own children, and the kernel clears it when
- * COMMAND is a set-user-ID/set-group-ID or file-capability program.
+ * inherited by COMMAND's own children (hence the process group and the
+ * guardian), and the kernel clears it when COMMAND is a
+ * set-user-ID/set-group-ID or file-capability program.
  *
  * Between fork() and exec the child makes only async-signal-safe calls (the
  * process has other threads, which may hold malloc's lock at that moment);
