@@ -15,6 +15,13 @@
  *   library threads renew the lock and, if it is lost, call on_lost(), which
  *                  only writes to the pipe: no locks, no allocation, no stdio
  *                  on those threads.
+ *   the guardian   a child process forked before COMMAND that SIGKILLs
+ *                  COMMAND's process group if watchlock dies (see
+ *                  guardian_main()).
+ *   COMMAND        the leader of a process group of its own, shared by what
+ *                  it starts: signals, a loss and leftovers are dealt with
+ *                  per group, and the lock is released once the group is
+ *                  empty (supervise()).
  *
  * COMMAND is started with fork() + execve() from the main thread, because it
  * must die with watchlock ("COMMAND never outlives the CLI"): if watchlock
@@ -25,8 +32,9 @@
  * in between is not missed. posix_spawn() cannot make that prctl() call.
  * The death signal fires when the *thread* that forked exits, so only the
  * main thread, which lives until watchlock exits, may fork. It is not
- * inherited by COMMAND's own children, and the kernel clears it when
- * COMMAND is a set-user-ID/set-group-ID or file-capability program.
+ * inherited by COMMAND's own children (hence the process group and the
+ * guardian), and the kernel clears it when COMMAND is a
+ * set-user-ID/set-group-ID or file-capability program.
  *
  * Between fork() and exec the child makes only async-signal-safe calls (the
  * process has other threads, which may hold malloc's lock at that moment);
@@ -71,8 +79,9 @@ extern char **environ;
 static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 #define N_FORWARDED ((int)(sizeof forwarded_signals / sizeof forwarded_signals[0]))
 
-/* The owner label recorded with the lock: the command line, cut to this
- * many bytes (ending in "...") so that `watchlock list` stays readable. */
+/* The owner label recorded with the lock (the program's name, or --label),
+ * cut to this many bytes (ending in "...") so that `watchlock list` stays
+ * readable. */
 #define LABEL_MAX 256
 
 /* A lock option as given on the command line: `text` is NULL when it was
@@ -95,7 +104,8 @@ struct run_opts {
     const char *shell_command; /* -c */
     char *shell_argv[4];       /* /bin/sh -c SHELL_COMMAND */
     const char *what;          /* COMMAND for messages: argv[0] or the -c string */
-    char label[LABEL_MAX + 1]; /* the owner label: the command line */
+    const char *label_opt;     /* --label TEXT, or NULL */
+    char label[LABEL_MAX + 1]; /* the owner label: --label, else the program's name */
 };
 
 struct run_state {
@@ -107,7 +117,17 @@ struct run_state {
     int lost_pipe[2];
     int *startup_fds; /* descriptors open at startup: COMMAND inherits these */
     size_t n_startup_fds;
+    pid_t guard_pid;  /* the guardian (see start_guardian()); 0: none or reaped */
+    int guard_fd;     /* write end of the guardian's pipe, held by watchlock alone; -1: none */
+    int job_control;  /* watchlock's group was the foreground group of its controlling
+                         terminal: COMMAND's group gets the terminal while it runs */
+    int tty;          /* that terminal (/dev/tty, close-on-exec), or -1 */
 };
+
+/* After the SIGKILL to COMMAND's group, how long to wait for its last
+ * processes to be gone (a process in an uninterruptible sleep takes the
+ * signal late) before releasing anyway, with a message. */
+#define GROUP_GONE_MS 5000
 
 /* ---- time ------------------------------------------------------------------ */
 
@@ -193,7 +213,12 @@ static int setup_signals(struct run_state *st)
     st->sigpipe_was_default = old_pipe.sa_handler == SIG_DFL;
     signal(SIGPIPE, SIG_IGN);
 
-    if (pthread_sigmask(SIG_BLOCK, &st->handled, &st->saved_mask) != 0)
+    /* SIGTTOU too (not read, never generated while blocked): once COMMAND's
+     * group has the terminal, watchlock is in a background group, and a
+     * message it writes to a terminal with `stty tostop` must not stop it. */
+    sigset_t blocked = st->handled;
+    sigaddset(&blocked, SIGTTOU);
+    if (pthread_sigmask(SIG_BLOCK, &blocked, &st->saved_mask) != 0)
         return -1;
     st->sfd = signalfd(-1, &st->handled, SFD_NONBLOCK | SFD_CLOEXEC);
     if (st->sfd < 0)
@@ -287,6 +312,8 @@ struct spawn_plan {
     sigset_t defaults;     /* signals whose disposition COMMAND gets as SIG_DFL */
     pid_t parent;          /* watchlock's pid, taken before fork() */
     int err_fd;            /* write end of the close-on-exec error pipe */
+    int go_fd;             /* read end of the "go" pipe: exec only after a byte */
+    int go_wfd;            /* its write end (the child closes its copy) */
     const int *keep_fds;   /* descriptors open at startup; NULL: inherit all */
     size_t n_keep_fds;
 };
@@ -415,6 +442,22 @@ static _Noreturn void exec_child(const struct spawn_plan *p)
     if (getppid() != p->parent)
         _exit(CLI_EXIT_SOFTWARE);
 
+    /* COMMAND leads a process group of its own, which watchlock and the
+     * guardian signal as a whole: its pipelines and children are in it.
+     * The parent makes the same call (whichever runs first), and lets us go
+     * on only once the guardian knows the group and the terminal (if any)
+     * is handed over: nothing of COMMAND runs before the guardian could
+     * kill it. EOF instead of the byte: watchlock gave up or died. */
+    close(p->go_wfd);
+    setpgid(0, 0);
+    unsigned char go = 0;
+    ssize_t got;
+    do {
+        got = read(p->go_fd, &go, 1);
+    } while (got < 0 && errno == EINTR);
+    if (got != 1)
+        _exit(CLI_EXIT_SOFTWARE);
+
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
@@ -457,15 +500,233 @@ fail:;
     _exit(CLI_EXIT_NOT_FOUND);
 }
 
+/* ---- the guardian ------------------------------------------------------------ */
+
+/* The kernel's PR_SET_PDEATHSIG reaches COMMAND itself when watchlock dies,
+ * not the processes COMMAND started (the stages of `-c 'a | b'`, a script's
+ * children), which would go on working without the lock. The guardian is a
+ * small process forked before COMMAND, in a process group of its own (so
+ * that a SIGKILL of watchlock's group does not take it too), ignoring the
+ * signals that end a process politely. It reads a pipe whose write end
+ * watchlock alone holds (close-on-exec, and the guardian closed its copy):
+ * first COMMAND's process group id, then either 'D' ("done": watchlock
+ * ended normally, the group is gone) or EOF. EOF means watchlock died,
+ * however (SIGKILL, the OOM killer, a crash): the guardian then sends
+ * SIGKILL to COMMAND's whole group and exits. A group id stays reserved
+ * while any process is in the group, so the id cannot name someone else's
+ * group while COMMAND's processes live. Processes that leave the group on
+ * purpose (setsid(1), a shell with job control) are not followed.
+ *
+ * Forked from a multi-threaded process, it makes only async-signal-safe
+ * calls, and it does not exec: it closes every descriptor but its pipe
+ * (the library's sockets among them) and points 0, 1, 2 at /dev/null, so
+ * that it holds no terminal, pipe or connection open. */
+static _Noreturn void guardian_main(int rfd, int wfd)
+{
+    close(wfd);
+    setpgid(0, 0);
+    prctl(PR_SET_NAME, "watchlock-guard");
+    static const int ignored[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+                                  SIGPIPE, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU};
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+        sigaction(ignored[i], &ign, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+        for (int fd = 0; fd <= 2; fd++) {
+            if (fd != rfd)
+                dup2(null, fd);
+        }
+        if (null > 2)
+            close(null);
+    }
+    int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        _Alignas(struct linux_dirent64) char buf[2048];
+        long n;
+        while ((n = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
+            for (long off = 0; off < n;) {
+                const struct linux_dirent64 *e = (const struct linux_dirent64 *)(buf + off);
+                off += e->d_reclen;
+                int fd = 0;
+                const char *c = e->d_name;
+                if (*c < '0' || *c > '9')
+                    continue;
+                for (; *c >= '0' && *c <= '9'; c++)
+                    fd = fd * 10 + (*c - '0');
+                if (fd > 2 && fd != rfd && fd != dfd)
+                    close(fd);
+            }
+        }
+        close(dfd);
+    }
+
+    pid_t pgid = 0;
+    size_t have = 0;
+    while (have < sizeof pgid) {
+        ssize_t r = read(rfd, (char *)&pgid + have, sizeof pgid - have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            _exit(0); /* watchlock ended before COMMAND's group existed */
+        have += (size_t)r;
+    }
+    unsigned char what = 0;
+    ssize_t r;
+    do {
+        r = read(rfd, &what, 1);
+    } while (r < 0 && errno == EINTR);
+    if (r == 1 && what == 'D')
+        _exit(0);
+    if (pgid > 1)
+        kill(-pgid, SIGKILL);
+    _exit(0);
+}
+
+/* Forks the guardian (once). Returns 0 or an errno value. */
+static int start_guardian(struct run_state *st)
+{
+    if (st->guard_fd >= 0)
+        return 0;
+    int g[2];
+    if (pipe2(g, O_CLOEXEC) != 0)
+        return errno;
+    pid_t pid = fork();
+    if (pid == 0)
+        guardian_main(g[0], g[1]);
+    int e = errno;
+    close(g[0]);
+    if (pid < 0) {
+        close(g[1]);
+        return e;
+    }
+    st->guard_pid = pid;
+    st->guard_fd = g[1];
+    return 0;
+}
+
+/* Tells the guardian which group to kill if watchlock dies. */
+static int guardian_watch(const struct run_state *st, pid_t pgid)
+{
+    ssize_t n;
+    do {
+        n = write(st->guard_fd, &pgid, sizeof pgid);
+    } while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof pgid ? 0 : (n < 0 ? errno : EIO);
+}
+
+/* Ends the guardian: `stand_down` (COMMAND's group is gone) sends 'D' so
+ * that it exits without killing; otherwise closing the pipe makes it SIGKILL
+ * the group, as if watchlock had died. */
+static void stop_guardian(struct run_state *st, int stand_down)
+{
+    if (st->guard_fd < 0)
+        return;
+    if (stand_down) {
+        unsigned char d = 'D';
+        ssize_t n = write(st->guard_fd, &d, 1);
+        (void)n;
+    }
+    close(st->guard_fd);
+    st->guard_fd = -1;
+    if (st->guard_pid > 0) {
+        while (waitpid(st->guard_pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        st->guard_pid = 0;
+    }
+}
+
+/* ---- the terminal ------------------------------------------------------------- */
+
+/* Interactive use: when watchlock's group is the foreground group of its
+ * controlling terminal (stdin need not be that terminal), COMMAND's group
+ * gets the terminal while it runs, as a shell gives it to a foreground job:
+ * COMMAND may read it and set its modes, and Ctrl-C/Ctrl-Z reach it. */
+static void detect_job_control(struct run_state *st)
+{
+    st->tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (st->tty < 0)
+        return; /* no controlling terminal: cron, a daemon, setsid */
+    if (tcgetpgrp(st->tty) == getpgrp()) {
+        st->job_control = 1;
+    } else {
+        close(st->tty);
+        st->tty = -1;
+    }
+}
+
+/* Makes `pgid` the foreground group of the terminal. Called from the main
+ * thread, which has SIGTTOU blocked (and blocks it here again): a process
+ * of a background group may change the foreground group (to take the
+ * terminal back) only when it blocks or ignores SIGTTOU, else the kernel
+ * stops it. */
+static void set_foreground(const struct run_state *st, pid_t pgid)
+{
+    sigset_t ttou, old;
+    sigemptyset(&ttou);
+    sigaddset(&ttou, SIGTTOU);
+    pthread_sigmask(SIG_BLOCK, &ttou, &old);
+    while (tcsetpgrp(st->tty, pgid) != 0 && errno == EINTR)
+        ;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* After COMMAND (or its group) is done: the terminal back to watchlock's
+ * group, if COMMAND's group still has it (not if the shell took it: `bg`). */
+static void take_terminal_back(const struct run_state *st, pid_t pgid)
+{
+    if (st->job_control && tcgetpgrp(st->tty) == pgid)
+        set_foreground(st, getpgrp());
+}
+
+/* COMMAND was stopped (Ctrl-Z on the terminal, SIGTTIN): for the shell, the
+ * job is watchlock's process group, so that group stops too, watchlock and
+ * whatever shares it (the script that ran watchlock, the other commands of
+ * a pipeline), with SIGTSTP as Ctrl-Z would have stopped them all before
+ * COMMAND had a group of its own; the terminal is taken back first. When
+ * the shell continues the job (fg: foreground again, or bg), COMMAND's
+ * group is continued, and gets the terminal if watchlock has it. While
+ * stopped, watchlock does not renew: a stop longer than the lease loses the
+ * lock, as a SIGSTOP does. A group the kernel will not stop (an orphaned
+ * group: no shell to continue it) goes on, and COMMAND is continued at
+ * once. */
+static void on_command_stopped(const struct run_state *st, pid_t pgid)
+{
+    if (!st->job_control)
+        return;
+    take_terminal_back(st, pgid);
+    struct sigaction tstp;
+    if (sigaction(SIGTSTP, NULL, &tstp) == 0 && tstp.sa_handler == SIG_DFL)
+        kill(0, SIGTSTP);
+    if (tcgetpgrp(st->tty) == getpgrp())
+        set_foreground(st, pgid);
+    kill(-pgid, SIGCONT);
+}
+
 /* Starts COMMAND from the calling thread, which must be the main thread:
  * PR_SET_PDEATHSIG fires when the *thread* that forked exits, and only the
  * main thread lives until watchlock exits. Returns 0 and sets *pid, or an
  * errno value (exec's, reported by the child on a close-on-exec pipe that
  * reads EOF once exec succeeded). */
-static int spawn_command(const struct run_state *st, char **command, char **env, pid_t *pid)
+static int spawn_command(struct run_state *st, char **command, char **env, pid_t *pid)
 {
     if (command[0][0] == '\0')
         return ENOENT;
+    /* Orphans of COMMAND's tree are reparented to watchlock rather than to
+     * init: it reaps them, so that its group counts as gone once they have
+     * exited (an init that never reaps, as in some containers, would leave
+     * zombies in the group). Best effort (Linux 3.4). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    int gerr = start_guardian(st);
+    if (gerr != 0)
+        return gerr;
     struct spawn_plan plan;
     memset(&plan, 0, sizeof plan);
     plan.argv = command;
@@ -485,13 +746,22 @@ static int spawn_command(const struct run_state *st, char **command, char **env,
     if (!plan.paths)
         return ENOMEM;
 
-    int errpipe[2];
+    int errpipe[2], gopipe[2];
     if (pipe2(errpipe, O_CLOEXEC) != 0) {
         int e = errno;
         free_candidates(plan.paths);
         return e;
     }
+    if (pipe2(gopipe, O_CLOEXEC) != 0) {
+        int e = errno;
+        close(errpipe[0]);
+        close(errpipe[1]);
+        free_candidates(plan.paths);
+        return e;
+    }
     plan.err_fd = errpipe[1];
+    plan.go_fd = gopipe[0];
+    plan.go_wfd = gopipe[1];
     plan.parent = getpid();
 
     pid_t child = fork();
@@ -499,11 +769,36 @@ static int spawn_command(const struct run_state *st, char **command, char **env,
         exec_child(&plan);
     int e = errno;
     close(errpipe[1]);
+    close(gopipe[0]);
     free_candidates(plan.paths);
     if (child < 0) {
+        close(gopipe[1]);
         close(errpipe[0]);
         return e;
     }
+
+    /* Its own group (the child makes the same call), known to the guardian
+     * before COMMAND may run; the terminal is handed over before too, so
+     * that COMMAND never reads it from the background. */
+    setpgid(child, child);
+    int werr = guardian_watch(st, child);
+    if (werr != 0) {
+        /* no guardian: do not run COMMAND */
+        close(gopipe[1]);
+        close(errpipe[0]);
+        kill(child, SIGKILL);
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+            ;
+        return werr;
+    }
+    if (st->job_control)
+        set_foreground(st, child);
+    unsigned char go = 1;
+    ssize_t wn;
+    do {
+        wn = write(gopipe[1], &go, 1);
+    } while (wn < 0 && errno == EINTR);
+    close(gopipe[1]);
 
     int child_err = 0;
     ssize_t n;
@@ -515,6 +810,7 @@ static int spawn_command(const struct run_state *st, char **command, char **env,
         /* exec failed; the child has exited or is about to */
         while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
             ;
+        take_terminal_back(st, child);
         return child_err ? child_err : ENOEXEC;
     }
     /* EOF: exec succeeded and closed the pipe. */
@@ -533,63 +829,88 @@ static int exit_code_of(int wstatus)
 
 /* ---- option parsing -------------------------------------------------------- */
 
-/* Appends `arg` to the label as POSIX sh would need it quoted (the rules
- * of Python's shlex.quote: bare when it has only [A-Za-z0-9_@%+=:,./-],
- * else in single quotes with each ' written as '"'"'). */
-static void label_append(char *buf, size_t *n, size_t cap, const char *arg)
+/* The length of the first word of the shell string `sh` that names the
+ * program, at *start: leading blanks and variable assignments
+ * (NAME=value, with the value's quotes and escapes honoured) are skipped,
+ * and the word ends at the first blank, operator character, quote,
+ * expansion or escape, so that nothing after the program's name (an
+ * argument, a redirection, the rest of a quoted word) is taken. 0 when the
+ * string does not start with a plain word (a redirection, a subshell). */
+static size_t shell_first_word(const char *sh, const char **start)
 {
-    char tmp[LABEL_MAX * 2 + 8];
-    size_t k = 0;
-    int bare = *arg != '\0';
-    for (const char *p = arg; *p && bare; p++)
-        bare = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-               strchr("_@%+=:,./-", *p) != NULL;
-    if (*n > 0 && k < sizeof tmp)
-        tmp[k++] = ' ';
-    if (!bare && k < sizeof tmp)
-        tmp[k++] = '\'';
-    for (const char *p = arg; *p && k + 6 < sizeof tmp; p++) {
-        if (*p == '\'' && !bare) {
-            memcpy(tmp + k, "'\"'\"'", 5);
-            k += 5;
-        } else {
-            tmp[k++] = *p;
+    static const char stop[] = " \t\n;&|<>()'\"`$\\";
+    const char *p = sh;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n')
+            p++;
+        /* NAME=... : an assignment, not the program */
+        const char *q = p;
+        if ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '_') {
+            while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+                   *q == '_')
+                q++;
         }
+        if (q == p || *q != '=')
+            break;
+        /* skip the value: up to an unquoted blank or operator */
+        for (q++; *q && !strchr(" \t\n;&|<>()", *q); q++) {
+            if (*q == '\\' && q[1]) {
+                q++;
+            } else if (*q == '\'') {
+                const char *e = strchr(q + 1, '\'');
+                q = e ? e : q + strlen(q) - 1;
+            } else if (*q == '"') {
+                for (q++; *q && *q != '"'; q++) {
+                    if (*q == '\\' && q[1])
+                        q++;
+                }
+                if (!*q)
+                    q--;
+            }
+        }
+        p = q;
     }
-    if (!bare && k < sizeof tmp)
-        tmp[k++] = '\'';
-    size_t take = k < cap - *n ? k : cap - *n;
-    memcpy(buf + *n, tmp, take);
-    *n += take;
+    *start = p;
+    return strcspn(p, stop);
 }
 
-/* The owner label: the -c string, or COMMAND's words quoted for sh; past
- * LABEL_MAX bytes cut on a UTF-8 character boundary and ended with "...". */
-static void make_label(struct run_opts *o)
+/* Copies at most LABEL_MAX bytes of `text` (n bytes) into the label; past
+ * that, cut on a UTF-8 character boundary and ended with "...". */
+static void set_label(struct run_opts *o, const char *text, size_t n)
 {
-    char buf[LABEL_MAX * 2 + 8];
-    size_t n = 0, cap = sizeof buf - 1;
-    if (o->shell_command) {
-        n = strlen(o->shell_command);
-        if (n > cap)
-            n = cap;
-        memcpy(buf, o->shell_command, n);
-    } else {
-        for (char **a = o->command; *a && n < cap; a++)
-            label_append(buf, &n, cap, *a);
-    }
     if (n > LABEL_MAX) {
         n = LABEL_MAX - 3;
-        while (n > 0 && ((unsigned char)buf[n] & 0xC0) == 0x80) /* not inside a character */
+        while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) /* not inside a character */
             n--;
-        memcpy(buf + n, "...", 3);
-        n += 3;
+        memcpy(o->label, text, n);
+        memcpy(o->label + n, "...", 4);
+        return;
     }
-    memcpy(o->label, buf, n);
+    memcpy(o->label, text, n);
     o->label[n] = '\0';
 }
 
-enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW };
+/* The owner label, which every client of the server can read (status,
+ * list), as can its replicas and persistence files: --label TEXT, else
+ * only the program's name -- COMMAND's first word, or the -c string's --
+ * never its arguments, which may hold secrets (`--password=...`). */
+static void make_label(struct run_opts *o)
+{
+    if (o->label_opt) {
+        set_label(o, o->label_opt, strlen(o->label_opt));
+    } else if (o->shell_command) {
+        const char *w;
+        size_t n = shell_first_word(o->shell_command, &w);
+        if (n == 0)
+            set_label(o, "sh", 2);
+        else
+            set_label(o, w, n);
+    } else {
+        set_label(o, o->command[0], strlen(o->command[0]));
+    }
+}
+
+enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL };
 
 /* --max-renewals N: a whole number in decimal. Its range (>= 0, 0 =
  * unlimited) is the library's rule, checked by its setter. */
@@ -633,6 +954,7 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         {"renew-interval", required_argument, NULL, OPT_RENEW_INTERVAL},
         {"no-renew", no_argument, NULL, OPT_NO_RENEW},
         {"kill-after", required_argument, NULL, 'k'},
+        {"label", required_argument, NULL, OPT_LABEL},
         {"quiet", no_argument, NULL, 'q'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
@@ -712,6 +1034,9 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         case OPT_NO_RENEW:
             o->no_renew = 1;
             break;
+        case OPT_LABEL:
+            o->label_opt = optarg;
+            break;
         case 'k':
             if ((rc = cli_parse_duration("run", "--kill-after", optarg, &o->kill_after_ms)) != 0)
                 return rc;
@@ -753,7 +1078,7 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         o->command = argv + optind;
     }
     make_label(o);
-    o->what = o->shell_command ? o->label : o->command[0];
+    o->what = o->shell_command ? o->shell_command : o->command[0];
     return 0;
 }
 
@@ -837,29 +1162,62 @@ struct supervision {
     int reported;    /* the loss line was printed */
 };
 
-static void report_lost_and_terminate(const struct run_opts *o, pid_t pid, int reason,
-                                      int64_t *kill_deadline)
+/* Where stopping COMMAND's group stands: SIGTERM sent (the SIGKILL is due
+ * at kill_deadline), SIGKILL sent (we wait until give_up for the group to
+ * be gone). Deadlines are -1 when not set. */
+struct stopping {
+    int started;
+    int64_t kill_deadline;
+    int64_t give_up;
+};
+
+/* SIGTERM to the whole group (SIGKILL at once with --kill-after 0). */
+static void stop_group(const struct run_opts *o, pid_t pgid, struct stopping *s)
+{
+    s->started = 1;
+    if (o->kill_after_ms == 0) {
+        kill(-pgid, SIGKILL);
+        s->kill_deadline = -1;
+        s->give_up = now_ms() + GROUP_GONE_MS;
+    } else {
+        kill(-pgid, SIGTERM);
+        s->kill_deadline = now_ms() + o->kill_after_ms;
+    }
+}
+
+static void report_lost_and_terminate(const struct run_opts *o, pid_t pgid, int reason,
+                                      struct stopping *s)
 {
     const char *why = watchlock_lost_reason_str(reason);
     if (o->kill_after_ms == 0) {
-        cli_error("lost lock '%s' (%s) while '%s' was running; killed it (SIGKILL)", o->name, why,
-                  o->what);
-        kill(pid, SIGKILL);
-        *kill_deadline = -1;
-        return;
+        cli_error("lost lock '%s' (%s) while '%s' was running; killed it and its process group "
+                  "(SIGKILL)", o->name, why, o->what);
+    } else {
+        char grace[32];
+        cli_format_duration(grace, sizeof grace, o->kill_after_ms);
+        cli_error("lost lock '%s' (%s) while '%s' was running; sent SIGTERM to its process group "
+                  "(SIGKILL in %s)", o->name, why, o->what, grace);
     }
-    char grace[32];
-    cli_format_duration(grace, sizeof grace, o->kill_after_ms);
-    cli_error("lost lock '%s' (%s) while '%s' was running; sent SIGTERM (SIGKILL in %s)", o->name,
-              why, o->what, grace);
-    kill(pid, SIGTERM);
-    *kill_deadline = now_ms() + o->kill_after_ms;
+    stop_group(o, pgid, s);
 }
 
-static int supervise(const struct run_state *st, watchlock_lock *lock, const struct run_opts *o,
+/* 1 when no process is left in the group `pgid`. */
+static int group_gone(pid_t pgid)
+{
+    return kill(-pgid, 0) != 0 && errno == ESRCH;
+}
+
+/* Waits until COMMAND has exited *and* its process group is empty: the lock
+ * protects the whole tree, so it is released only once nothing of it runs.
+ * What COMMAND left running in its group when it exited (background jobs of
+ * a script) gets SIGTERM, then SIGKILL after --kill-after, as on a loss.
+ * Signals to forward go to the whole group. */
+static int supervise(struct run_state *st, watchlock_lock *lock, const struct run_opts *o,
                      pid_t pid, struct supervision *out)
 {
-    int64_t kill_deadline = -1;
+    const pid_t pgid = pid;
+    struct stopping stopping = {0, -1, -1};
+    int cmd_done = 0;
     int64_t renewals_seen = 0;
     int64_t report_every = watchlock_lock_lease(lock) / 6;
     if (report_every < 50)
@@ -872,31 +1230,66 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
     out->reported = 0;
 
     for (;;) {
-        /* Reap first: the child may have exited before we started polling. */
+        /* Reap first: the child may have exited before we started polling.
+         * As a subreaper we also get orphans of COMMAND's tree: reap them. */
         int wstatus;
-        pid_t r = waitpid(pid, &wstatus, WNOHANG);
-        if (r == pid) {
-            out->wstatus = wstatus;
-            break;
+        pid_t r;
+        while ((r = waitpid(-1, &wstatus, WNOHANG | WUNTRACED)) > 0) {
+            if (r == pid && WIFSTOPPED(wstatus)) {
+                on_command_stopped(st, pgid);
+            } else if (r == pid) {
+                out->wstatus = wstatus;
+                cmd_done = 1;
+            } else if (r == st->guard_pid && !WIFSTOPPED(wstatus)) {
+                st->guard_pid = 0;
+                cli_error("the guardian process ended unexpectedly: if watchlock is killed now, "
+                          "processes started by '%s' may outlive it", o->what);
+            }
         }
-        if (r < 0 && errno != EINTR) {
+        if (r < 0 && errno != ECHILD && errno != EINTR) {
             cli_error("waiting for '%s' failed: %s", o->what, strerror(errno));
             return CLI_EXIT_OSERR;
         }
 
-        int timeout = -1;
         int64_t now = now_ms();
-        if (kill_deadline >= 0) {
-            int64_t left = kill_deadline - now;
+        if (cmd_done) {
+            if (group_gone(pgid))
+                break;
+            if (!stopping.started) {
+                cli_verbose("'%s' exited and left processes in its group; sent them %s", o->what,
+                            o->kill_after_ms == 0 ? "SIGKILL" : "SIGTERM");
+                stop_group(o, pgid, &stopping);
+                continue;
+            }
+            if (stopping.give_up >= 0 && now >= stopping.give_up) {
+                cli_error("processes of '%s' (process group %ld) are still there %d ms after "
+                          "SIGKILL; releasing the lock", o->what, (long)pgid, GROUP_GONE_MS);
+                break;
+            }
+        }
+
+        int timeout = -1;
+        if (stopping.kill_deadline >= 0) {
+            int64_t left = stopping.kill_deadline - now;
             if (left <= 0) {
-                cli_info("'%s' did not exit within the grace period; sent SIGKILL", o->what);
-                kill(pid, SIGKILL);
-                kill_deadline = -1;
+                if (cmd_done)
+                    cli_info("processes '%s' left did not exit within the grace period; sent "
+                             "SIGKILL to its process group", o->what);
+                else
+                    cli_info("'%s' did not exit within the grace period; sent SIGKILL to its "
+                             "process group", o->what);
+                kill(-pgid, SIGKILL);
+                stopping.kill_deadline = -1;
+                stopping.give_up = now + GROUP_GONE_MS;
                 continue;
             }
             /* poll() takes an int; --kill-after may be up to 30 days. */
             timeout = left > 3600 * 1000 ? 3600 * 1000 : (int)left;
         }
+        /* Processes of the group that are not our children end without a
+         * SIGCHLD to us: look again every 20 ms while only they are left. */
+        if (cmd_done && (timeout < 0 || timeout > 20))
+            timeout = 20;
         if (cli_verbosity >= 2 && (timeout < 0 || timeout > report_every))
             timeout = (int)report_every;
 
@@ -925,15 +1318,15 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
                 int sig = (int)si.ssi_signo;
                 if (sig == SIGCHLD || !is_forwarded(st, sig))
                     continue;
-                /* Signals the terminal generates (Ctrl-C, Ctrl-\) go to the
-                 * whole foreground process group, COMMAND included: sending
-                 * them again would deliver them twice. (If COMMAND moved to
-                 * a group of its own, it did not get them: forward.) */
-                if (si.ssi_code == SI_KERNEL && getpgid(pid) == getpgrp())
-                    continue;
-                cli_verbose("forwarding signal %d (%s) to '%s'", sig, strsignal(sig),
-                            o->what);
-                kill(pid, sig);
+                /* COMMAND's group is never watchlock's: the terminal's own
+                 * signals (Ctrl-C, Ctrl-\) reach only the foreground group,
+                 * COMMAND's when watchlock handed it the terminal (then
+                 * watchlock does not get them), else watchlock's (then
+                 * COMMAND gets them only from here). So each one is sent
+                 * once. */
+                cli_verbose("forwarding signal %d (%s) to '%s' (process group %ld)", sig,
+                            strsignal(sig), o->what, (long)pgid);
+                kill(-pgid, sig);
             }
         }
         if (n > 0 && (fds[1].revents & POLLIN)) {
@@ -942,8 +1335,12 @@ static int supervise(const struct run_state *st, watchlock_lock *lock, const str
                 if (!out->lost) {
                     out->lost = 1;
                     out->lost_reason = reason;
-                    out->reported = 1;
-                    report_lost_and_terminate(o, pid, reason, &kill_deadline);
+                    if (!cmd_done) {
+                        out->reported = 1;
+                        report_lost_and_terminate(o, pgid, reason, &stopping);
+                    } else if (!stopping.started) {
+                        stop_group(o, pgid, &stopping);
+                    }
                 }
             }
         }
@@ -1000,7 +1397,7 @@ static int apply_lock_options(watchlock_lock *lock, const struct run_opts *o, in
                            o->max_hold.text);
     if (rc == 0 && o->no_renew)
         rc = option_status(watchlock_lock_set_auto_renew(lock, 0), "--no-renew", NULL);
-    if (rc == 0) /* who holds it: this host, our pid, the command line */
+    if (rc == 0) /* who holds it: this host, our pid, the program's name or --label */
         rc = option_status(watchlock_lock_set_owner_label(lock, o->label), "the owner label", NULL);
     if (rc == 0)
         rc = option_status(watchlock_lock_set_on_lost(lock, on_lost, lost_fd), "the loss report", NULL);
@@ -1025,7 +1422,10 @@ int cli_cmd_run(int argc, char **argv)
     memset(&st, 0, sizeof st);
     st.sfd = -1;
     st.lost_pipe[0] = st.lost_pipe[1] = -1;
+    st.guard_fd = -1;
+    st.tty = -1;
     snapshot_fds(&st);
+    detect_job_control(&st);
     if (setup_signals(&st) != 0) {
         cli_error("cannot set up signal handling: %s", strerror(errno));
         rc = CLI_EXIT_OSERR;
@@ -1033,6 +1433,8 @@ int cli_cmd_run(int argc, char **argv)
         rc = run_locked(&o, &st);
     }
     free(st.startup_fds);
+    if (st.tty >= 0)
+        close(st.tty);
     return rc;
 }
 
@@ -1114,12 +1516,14 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
                     : (spawn_err == EAGAIN || spawn_err == ENOMEM) ? CLI_EXIT_OSERR
                                                                    : CLI_EXIT_CANNOT_EXEC;
     } else {
-        cli_verbose("started '%s' (pid %ld)", o->what, (long)pid);
+        cli_verbose("started '%s' (pid %ld, process group %ld)", o->what, (long)pid, (long)pid);
         rc = supervise(st, lock, o, pid, &sup);
+        take_terminal_back(st, pid);
         if (rc != 0) {
             /* Cannot watch COMMAND any more: do not leave it running unlocked. */
-            kill(pid, SIGKILL);
+            kill(-pid, SIGKILL);
             waitpid(pid, NULL, 0);
+            stop_guardian(st, 0); /* it SIGKILLs the group once more */
             exit_code = rc;
         } else {
             exit_code = exit_code_of(sup.wstatus);
@@ -1130,6 +1534,9 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
                 cli_verbose("'%s' exited with status %d", o->what, exit_code);
         }
     }
+
+    /* COMMAND's group is gone (or never was): the guardian has nothing to do. */
+    stop_guardian(st, 1);
 
     /* Read the state before release() resets it. */
     if (!sup.lost && watchlock_lock_state(lock) == WATCHLOCK_LOST) {

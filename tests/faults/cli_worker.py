@@ -2,11 +2,12 @@
 """The CLI worker of the fault-injection suite (tests/faults).
 
 Loops: ``watchlock run --ttl ... NAME -- python3 -S cli_job.py`` (one hold
-per run), recording "cli_spawn" (watchlock's pid) and "cli_exit" (its exit
+per run; with --tree 1 the job runs in ``sh -c 'python3 -S cli_job.py | cat'``), recording "cli_spawn" (watchlock's pid) and "cli_exit" (its exit
 code: 0, 75 not obtained, 79 lost while COMMAND ran, -9 killed ...). The job
 (cli_job.py) does the resource work and records its own events into the
 same history file. watchlock runs in a session of its own, so that a fault
-can stop or kill it (and its COMMAND) as a group. SIGTERM ends the loop:
+can stop or kill it; its COMMAND leads a process group of its own
+(watchlock's guardian kills that group if watchlock dies). SIGTERM ends the loop:
 the job in progress gets SIGUSR1 (forwarded by watchlock) and stops after
 its current iteration.
 """
@@ -48,6 +49,8 @@ def main() -> int:
     p.add_argument("--long-pct", type=int, default=30)
     p.add_argument("--long-iters", type=int, default=16)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--tree", type=int, default=0,
+                   help="1: COMMAND is a process tree, `sh -c 'JOB | cat'` (scenario h-tree)")
     a = p.parse_args()
 
     die_with_parent()
@@ -82,7 +85,15 @@ def main() -> int:
                    FAULTS_NAME=a.name, FAULTS_ITERS=str(iters),
                    FAULTS_IDLE=",".join(str(rng.randint(a.idle_min_ms, a.idle_max_ms)) for _ in range(iters)))
         cmd = [a.cli, "run", "--quiet", "--url", a.url, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",
-               "--kill-after", f"{a.kill_after_ms}ms", a.name, "--", a.job_python, "-S", job]
+               "--kill-after", f"{a.kill_after_ms}ms", a.name, "--"]
+        if a.tree:
+            # The job is a grandchild of watchlock, in a pipeline (the README's
+            # `-c 'a | b'`): PR_SET_PDEATHSIG does not reach it, only the group
+            # does. sh and cat ignore the signals the job handles (USR1: stop
+            # after this iteration; TERM: told of a loss) and wait for it.
+            cmd += ["/bin/sh", "-c", 'trap "" USR1 TERM; "$0" -S "$1" | cat', a.job_python, job]
+        else:
+            cmd += [a.job_python, "-S", job]
         t = time.monotonic_ns()
         try:
             proc = subprocess.Popen(cmd, env=env, start_new_session=True)
