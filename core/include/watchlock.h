@@ -236,6 +236,33 @@ WATCHLOCK_API int watchlock_lock_new(watchlock_lock **out, watchlock_client *cli
  */
 WATCHLOCK_API void watchlock_lock_free(watchlock_lock *lock);
 
+/*
+ * Gives up the handle without releasing its lock: what a garbage-collected
+ * binding calls for a handle its program dropped (a dropped handle is not
+ * an unlock). No network I/O, never blocks on the network.
+ *
+ * A held lock stays held and is left to end at its lease: the watchdog
+ * stops renewing it (a renewal already on the wire may still land once),
+ * the key keeps this hold's owner until Redis expires it, and nobody waits
+ * less than that lease. The client keeps the hold until then: it still
+ * counts in WATCHLOCK_STAT_HELD_LOCKS, watchlock_client_close() releases
+ * it as it releases every held lock, and the handle's memory is freed at
+ * its local deadline (or at close). Returns 1 for such a hold (held and
+ * not released by its owner: what a binding reports as a dropped lock).
+ *
+ * A handle that holds nothing (never acquired, released, LOST, a release
+ * that awaits confirmation, a closed client) is freed at once, also
+ * without I/O; returns 0. A LOST hold is not released either (its key, if
+ * still there, ends within the safety margin).
+ *
+ * Either way the handle must not be used again, its on-lost callback never
+ * starts after abandon has begun (abandon waits for one already running,
+ * unless called from inside it) and no lost event is queued for it. Not to
+ * be called concurrently with other calls on the same handle. NULL and a
+ * handle inherited across fork() return 0 and touch nothing.
+ */
+WATCHLOCK_API int watchlock_lock_abandon(watchlock_lock *lock);
+
 /* Options. Take effect at the next acquire (lease: also at the next renewal).
  * Thread-safe. EINVAL on out-of-range values. */
 #define WATCHLOCK_MAX_LEASE_MS (INT64_C(30) * 24 * 3600 * 1000) /* 30 days */
