@@ -137,7 +137,8 @@ WATCHLOCK_API int watchlock_client_open(watchlock_client **out, const char *url)
 
 /*
  * Closes the client and drops the caller's reference. Held locks are
- * released best effort (one pipelined round trip); their handles become
+ * released best effort (one pipelined round trip), those of abandoned
+ * handles (watchlock_lock_abandon) included; their handles become
  * UNLOCKED and every later call on them returns ECLOSED. Threads blocked in
  * acquire on this client return ECLOSED. No on-lost callback starts after
  * close has begun, and close waits for callbacks already running to return
@@ -188,7 +189,8 @@ WATCHLOCK_API int watchlock_client_next_lost_event(watchlock_client *client, int
 /*
  * Counters for monitoring and benchmarks. Never blocks. -1 for an unknown
  * `which`.
- *   WATCHLOCK_STAT_HELD_LOCKS       locks of this client now held
+ *   WATCHLOCK_STAT_HELD_LOCKS       locks of this client now held (abandoned
+ *                                   ones included, until their lease ends)
  *   WATCHLOCK_STAT_RENEW_ROUNDS     watchdog rounds that sent renewals
  *   WATCHLOCK_STAT_RENEW_ROUNDTRIPS network round trips those rounds took
  *                                   (one per round unless scripts had to be reloaded)
@@ -227,7 +229,8 @@ WATCHLOCK_API int watchlock_lock_new(watchlock_lock **out, watchlock_client *cli
                                      const void *name, size_t name_len);
 
 /*
- * Frees the handle. If it is held, it is released first (best effort).
+ * Frees the handle. If it is held, it is released first (best effort);
+ * watchlock_lock_abandon() below frees it without releasing.
  * Its on-lost callback never starts after free has begun, and free waits
  * for a callback of this handle that is already running to return (unless
  * free is called from inside that callback, which is allowed): once free
