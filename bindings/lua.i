@@ -18,12 +18,14 @@
  *    that is printed, logged and sent to storage far more than computed with.
  *    tostring(t) and tonumber(t) give the same answer on every Lua.
  *  - Handles are SWIG userdata that own their C object: the garbage collector
- *    calls watchlock_client_close / watchlock_lock_free. client_close and
- *    lock_free take ownership away from the userdata and clear its pointer, so
- *    an explicit close is never followed by a second one from the collector,
- *    and a closed handle reads as NULL (the library answers EINVAL), never as
- *    a dangling pointer. A lock holds a counted reference to its client in C,
- *    so the collector may free them in any order.
+ *    calls watchlock_client_close / watchlock_lock_abandon (a dropped lock is
+ *    not an unlock: a held one is left to its lease, see watchlock.h).
+ *    client_close, lock_free and lock_abandon take ownership away from the
+ *    userdata and clear its pointer, so an explicit close is never followed
+ *    by a second one from the collector, and a closed handle reads as NULL
+ *    (the library answers EINVAL), never as a dangling pointer. A lock holds
+ *    a counted reference to its client in C, so the collector may free them
+ *    in any order.
  *  - watchlock_lock_set_on_lost is not wrapped: the watchdog thread must never
  *    call into a lua_State. Loss is observed from Lua with lock_state(), and
  *    lua/watchlock.lua runs its on_lost hooks from the client's lost-event
@@ -109,7 +111,7 @@ struct watchlock_report {};
     ~watchlock_client() { watchlock_client_close($self); }
 }
 %extend watchlock_lock {
-    ~watchlock_lock() { watchlock_lock_free($self); }
+    ~watchlock_lock() { watchlock_lock_abandon($self); }
 }
 /* A check's report is read at once by client:check() and then left to the
  * collector, which frees it: report_free is not wrapped. */
@@ -125,8 +127,8 @@ struct watchlock_report {};
 %typemap(argout) watchlock_client **out, watchlock_lock **out, watchlock_report **out
     %{ SWIG_NewPointerObj(L, tmp$argnum, $*descriptor, 1); SWIG_arg++; %}
 
-/* client_close(c) / lock_free(l): disown the userdata and clear its pointer
- * before the call, so the collector never closes it again. */
+/* client_close(c) / lock_free(l) / lock_abandon(l): disown the userdata and
+ * clear its pointer before the call, so the collector never closes it again. */
 %typemap(in, checkfn="SWIG_isptrtype") watchlock_client *RELEASED, watchlock_lock *RELEASED
 %{
     if (!SWIG_IsOK(SWIG_ConvertPtr(L, $input, (void **)&$1, $descriptor, 0))) {
@@ -142,11 +144,14 @@ struct watchlock_report {};
 %}
 %ignore watchlock_client_close;
 %ignore watchlock_lock_free;
+%ignore watchlock_lock_abandon;
 %rename(client_close) wl_lua_client_close;
 %rename(lock_free) wl_lua_lock_free;
+%rename(lock_abandon) wl_lua_lock_abandon;
 %inline %{
 static void wl_lua_client_close(watchlock_client *RELEASED) { watchlock_client_close(RELEASED); }
 static void wl_lua_lock_free(watchlock_lock *RELEASED) { watchlock_lock_free(RELEASED); }
+static int wl_lua_lock_abandon(watchlock_lock *RELEASED) { return watchlock_lock_abandon(RELEASED); }
 %}
 
 /* ---- binary-safe names ---------------------------------------------------- */

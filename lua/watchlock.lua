@@ -28,6 +28,9 @@ This file is the user-facing layer over the private SWIG module
     seen from Lua through lock:lost() / lock:state(), and with_lock checks it.
     A lock's on_lost hook runs in the caller's thread at the next call into
     this module (see run_hooks below).
+  * A dropped lock is not an unlock: a lock collected while held stays held,
+    no longer renewed, until its lease ends or its client closes
+    (watchlock_lock_abandon); client:on_dropped(fn) hears of it.
 ]]
 
 local core = require("watchlock_core")
@@ -158,6 +161,9 @@ end
 
 local hooked = setmetatable({}, { __mode = "k" }) -- clients with hooked locks
 local dispatching = false -- no nested dispatch from inside a hook
+-- Locks collected while held, for their clients' on_dropped hooks: { fn, name }
+-- pairs appended by the collector (drop_lock), run by run_hooks.
+local dropped_queue = {}
 
 local function report_hook_error(lock, err)
   -- A hook's error must not break the unrelated call that ran it (a release,
@@ -166,10 +172,29 @@ local function report_hook_error(lock, err)
     tostring(lock.name), tostring(err)))
 end
 
+local function run_dropped_hooks()
+  -- The collector may append while this runs: take the queue as it is now
+  -- (the new one is made first, so nothing appended meanwhile is missed).
+  local fresh = {}
+  local list = dropped_queue
+  dropped_queue = fresh
+  for _, d in ipairs(list) do
+    local ok, err = xpcall(d[1], traceback, d[2])
+    if not ok then
+      io.stderr:write(("watchlock: the on_dropped hook for lock %q raised: %s\n"):format(
+        tostring(d[2]), tostring(err)))
+    end
+  end
+  return #list
+end
+
 local function drain_lost_events()
+  local ran = 0
+  if dropped_queue[1] ~= nil then
+    ran = run_dropped_hooks()
+  end
   local clients = {}
   for c in pairs(hooked) do clients[#clients + 1] = c end
-  local ran = 0
   for _, c in ipairs(clients) do
     while c._handle ~= nil do
       local status, id, reason = core.client_next_lost_event(c._handle, 0)
@@ -193,7 +218,7 @@ local function drain_lost_events()
 end
 
 local function run_hooks()
-  if dispatching or next(hooked) == nil then
+  if dispatching or (next(hooked) == nil and dropped_queue[1] == nil) then
     return 0
   end
   dispatching = true
@@ -205,10 +230,10 @@ local function run_hooks()
   return ran
 end
 
---- watchlock.poll() -> number of on_lost hooks run
--- Runs the hooks of locks lost since the last call into the module. Every
--- other function of the module does this first; poll() is for a loop that
--- otherwise makes no watchlock calls.
+--- watchlock.poll() -> number of on_lost and on_dropped hooks run
+-- Runs the hooks of locks lost (or dropped while held) since the last call
+-- into the module. Every other function of the module does this first;
+-- poll() is for a loop that otherwise makes no watchlock calls.
 function M.poll()
   return run_hooks()
 end
@@ -311,6 +336,23 @@ local function is_callable(f)
   return type(mt) == "table" and mt.__call ~= nil
 end
 
+--- client:on_dropped(fn) -> client
+-- fn(name) runs, in the caller's thread at the next call into the module
+-- (as on_lost hooks do, never inside the garbage collector), for every lock
+-- of this client that was garbage-collected while it held its lock. Such a
+-- lock is not released: it stays held, no longer renewed, until its lease
+-- ends or the client closes. nil removes the hook; there is none by default
+-- (nothing is printed).
+function Client:on_dropped(fn)
+  run_hooks()
+  check_client(self, "on_dropped", 2)
+  if fn ~= nil and not is_callable(fn) then
+    raise("on_dropped: expected a function or nil, got " .. type(fn), 2)
+  end
+  self._on_dropped = fn
+  return self
+end
+
 local function check_opts(opts, what, level, allowed)
   if opts == nil then
     return {}
@@ -397,6 +439,37 @@ local function read_lock_options(opts, what, level)
   return ms
 end
 
+-- The collector's end of a lock (Lock.__gc, or its sentinel on LuaJIT): a
+-- dropped lock is not an unlock. The core keeps a held lock, no longer
+-- renewed, until its lease ends or the client closes (watchlock_lock_abandon:
+-- no I/O, nothing runs in the collector) and answers 1 for a lock that was
+-- held; its client's on_dropped hook hears of it at the next call into the
+-- module.
+local function drop_lock(lock)
+  local handle = lock._handle
+  if handle == nil then
+    return
+  end
+  lock._handle = nil
+  local ok, dropped = pcall(core.lock_abandon, handle)
+  local fn = ok and dropped == 1 and lock._client and lock._client._on_dropped
+  if fn then
+    dropped_queue[#dropped_queue + 1] = { fn, lock.name }
+  end
+end
+
+-- Lua 5.1 and LuaJIT call no __gc of tables: a userdata sentinel held by the
+-- lock stands in (made after the lock's C handle, so it is finalized first:
+-- finalizers run in the reverse order of creation).
+local newproxy = rawget(_G, "newproxy")
+local function watch_collection(lock)
+  if newproxy ~= nil then
+    local sentinel = newproxy(true)
+    getmetatable(sentinel).__gc = function() drop_lock(lock) end
+    lock._sentinel = sentinel
+  end
+end
+
 -- client:lock's work; `level` counts from the caller of new_lock, so that
 -- a guarded function of wrap() raises at its own caller's line as well.
 local function new_lock(self, name, opts, level)
@@ -411,6 +484,7 @@ local function new_lock(self, name, opts, level)
   end
   apply_lock_options(lh, opts, ms, "lock", level)
   local lock = setmetatable({ _handle = lh, _client = self, _wait_ms = ms.wait, name = name }, Lock)
+  watch_collection(lock)
   if opts.on_lost ~= nil then
     if not hooked[self] then
       local st = core.client_enable_lost_events(handle, 1)
@@ -660,15 +734,10 @@ Lock.__close = function(self)
   end
 end
 
--- Safety net: the C handle is released and freed when the lock is collected
--- (also done by the SWIG userdata itself, which is what LuaJIT relies on).
-Lock.__gc = function(self)
-  local handle = self._handle
-  if handle ~= nil then
-    self._handle = nil
-    pcall(core.lock_free, handle)
-  end
-end
+-- A lock collected while held is not released: drop_lock (above) leaves
+-- it to its lease. (The SWIG userdata does the same if it is collected on
+-- its own.)
+Lock.__gc = drop_lock
 
 Lock.__tostring = function(self)
   local state = self._handle and STATE_NAMES[core.lock_state(self._handle)] or "freed"

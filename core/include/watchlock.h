@@ -137,7 +137,8 @@ WATCHLOCK_API int watchlock_client_open(watchlock_client **out, const char *url)
 
 /*
  * Closes the client and drops the caller's reference. Held locks are
- * released best effort (one pipelined round trip); their handles become
+ * released best effort (one pipelined round trip), those of abandoned
+ * handles (watchlock_lock_abandon) included; their handles become
  * UNLOCKED and every later call on them returns ECLOSED. Threads blocked in
  * acquire on this client return ECLOSED. No on-lost callback starts after
  * close has begun, and close waits for callbacks already running to return
@@ -188,7 +189,8 @@ WATCHLOCK_API int watchlock_client_next_lost_event(watchlock_client *client, int
 /*
  * Counters for monitoring and benchmarks. Never blocks. -1 for an unknown
  * `which`.
- *   WATCHLOCK_STAT_HELD_LOCKS       locks of this client now held
+ *   WATCHLOCK_STAT_HELD_LOCKS       locks of this client now held (abandoned
+ *                                   ones included, until their lease ends)
  *   WATCHLOCK_STAT_RENEW_ROUNDS     watchdog rounds that sent renewals
  *   WATCHLOCK_STAT_RENEW_ROUNDTRIPS network round trips those rounds took
  *                                   (one per round unless scripts had to be reloaded)
@@ -227,7 +229,8 @@ WATCHLOCK_API int watchlock_lock_new(watchlock_lock **out, watchlock_client *cli
                                      const void *name, size_t name_len);
 
 /*
- * Frees the handle. If it is held, it is released first (best effort).
+ * Frees the handle. If it is held, it is released first (best effort);
+ * watchlock_lock_abandon() below frees it without releasing.
  * Its on-lost callback never starts after free has begun, and free waits
  * for a callback of this handle that is already running to return (unless
  * free is called from inside that callback, which is allowed): once free
@@ -235,6 +238,33 @@ WATCHLOCK_API int watchlock_lock_new(watchlock_lock **out, watchlock_client *cli
  * concurrently with other calls on the same handle. NULL is accepted.
  */
 WATCHLOCK_API void watchlock_lock_free(watchlock_lock *lock);
+
+/*
+ * Gives up the handle without releasing its lock: what a garbage-collected
+ * binding calls for a handle its program dropped (a dropped handle is not
+ * an unlock). No network I/O, never blocks on the network.
+ *
+ * A held lock stays held and is left to end at its lease: the watchdog
+ * stops renewing it (a renewal already on the wire may still land once),
+ * the key keeps this hold's owner until Redis expires it, and nobody waits
+ * less than that lease. The client keeps the hold until then: it still
+ * counts in WATCHLOCK_STAT_HELD_LOCKS, watchlock_client_close() releases
+ * it as it releases every held lock, and the handle's memory is freed at
+ * its local deadline (or at close). Returns 1 for such a hold (held and
+ * not released by its owner: what a binding reports as a dropped lock).
+ *
+ * A handle that holds nothing (never acquired, released, LOST, a release
+ * that awaits confirmation, a closed client) is freed at once, also
+ * without I/O; returns 0. A LOST hold is not released either (its key, if
+ * still there, ends within the safety margin).
+ *
+ * Either way the handle must not be used again, its on-lost callback never
+ * starts after abandon has begun (abandon waits for one already running,
+ * unless called from inside it) and no lost event is queued for it. Not to
+ * be called concurrently with other calls on the same handle. NULL and a
+ * handle inherited across fork() return 0 and touch nothing.
+ */
+WATCHLOCK_API int watchlock_lock_abandon(watchlock_lock *lock);
 
 /* Options. Take effect at the next acquire (lease: also at the next renewal).
  * Thread-safe. EINVAL on out-of-range values. */

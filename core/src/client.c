@@ -153,7 +153,8 @@ void watchlock_client_close(watchlock_client *c)
     watchlock_lock **held = n ? calloc(n, sizeof *held) : NULL;
     wl_release_args *args = n ? calloc(n, sizeof *args) : NULL;
     size_t k = 0;
-    for (watchlock_lock *l = c->locks; l; l = l->next) {
+    for (watchlock_lock *l = c->locks, *next; l; l = next) {
+        next = l->next;
         if (l->state != WATCHLOCK_UNLOCKED) {
             if (held && args && l->state == WATCHLOCK_HELD && k < n) {
                 atomic_fetch_add(&l->refs, 1);
@@ -166,6 +167,8 @@ void watchlock_client_close(watchlock_client *c)
             l->hold_count = 0;
             l->hold_gen++;
         }
+        if (l->abandoned) /* a dropped handle's hold: released above, like the others */
+            wl_abandoned_end(c, l);
     }
     c->held = 0;
     pthread_mutex_unlock(&c->mu);

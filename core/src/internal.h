@@ -452,6 +452,8 @@ struct watchlock_lock {
     bool renew_inflight;  /* the watchdog has a renewal of this hold on the wire */
     bool releasing;       /* release() could not confirm: not renewed, kept until confirmed or expired */
     bool freed;           /* watchlock_lock_free() has begun: no callback may start */
+    bool abandoned;       /* watchlock_lock_abandon() left the hold to its lease: the client owns the
+                             handle until the hold ends (wl_abandoned_end) */
     bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */
     int64_t token_lease_ms; /* lease of the attempts made with token */
     bool last_busy;       /* io_mu: the last attempt found the name held: the next goes to the script */
@@ -496,6 +498,12 @@ void wl_release_args_make(const watchlock_lock *l, wl_release_args *a);
 int64_t wl_reply_i64(const redisReply *r); /* integer or decimal string reply */
 void wl_client_unref(watchlock_client *c);
 void wl_lock_unref(watchlock_lock *l);
+/* With client->mu held: the hold of an abandoned handle is over (its local
+ * deadline passed, a renewal found it taken, or the client is closing):
+ * takes it out of both heaps and the client's list, and drops the
+ * reference the client kept for it (which may free the handle, never the
+ * client: callers hold the user's reference or run before close joins them). */
+void wl_abandoned_end(watchlock_client *c, watchlock_lock *l);
 
 /* Watchdog (watchdog.c). Called with client->mu held. */
 int wl_watchdog_ensure_started(watchlock_client *c);

@@ -153,6 +153,68 @@ void watchlock_lock_free(watchlock_lock *l)
     wl_lock_unref(l);
 }
 
+/* ---- dropped handles: abandon ---- */
+
+static void unlink_lock(watchlock_client *c, watchlock_lock *l)
+{
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        c->locks = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+}
+
+void wl_abandoned_end(watchlock_client *c, watchlock_lock *l)
+{
+    wl_unschedule_all(c, l);
+    if (l->state == WATCHLOCK_HELD)
+        c->held--;
+    l->state = WATCHLOCK_UNLOCKED;
+    l->releasing = false;
+    l->hold_count = 0;
+    l->hold_gen++;
+    l->abandoned = false;
+    unlink_lock(c, l);
+    wl_lock_unref(l);
+}
+
+/* A dropped handle is not an unlock (docs/design.md, "Dropped handles"): a
+ * held lock stays in the client's hands, no longer renewed, until its
+ * local deadline (the loss timer then calls wl_abandoned_end through
+ * wl_lose, silently), a renewal already on the wire finds it taken, or
+ * close releases it with the other held locks. The client's list keeps
+ * the handle meanwhile, with the user's reference. */
+int watchlock_lock_abandon(watchlock_lock *l)
+{
+    if (l == NULL || l->fork_gen != wl_fork_generation())
+        return 0; /* forked child: the parent's lock is none of its business */
+    watchlock_client *c = l->client;
+    forget_wait(l);
+    pthread_mutex_lock(&c->mu);
+    l->freed = true; /* no callback starts from now on */
+    l->on_lost = NULL;
+    wl_wait_callbacks(c, l);
+    /* Whether close has already ended the hold is read here, under mu:
+     * close marks every hold UNLOCKED under it before releasing them. */
+    int dropped = 0;
+    if (l->state == WATCHLOCK_HELD) {
+        dropped = !l->releasing && wl_now_us() < l->deadline_us;
+        l->abandoned = true;
+        l->auto_renew = false;          /* a renewal in flight is not rescheduled */
+        wl_watchdog_unschedule(c, l);   /* the deadline heap keeps it: the loss timer ends it */
+        pthread_mutex_unlock(&c->mu);
+        return dropped;
+    }
+    wl_unschedule_all(c, l);
+    l->state = WATCHLOCK_UNLOCKED;
+    unlink_lock(c, l);
+    pthread_mutex_unlock(&c->mu);
+    wl_lock_unref(l);
+    return 0;
+}
+
 /* ---- options ---- */
 
 #define WITH_LOCK_STATE(l, body)                                                                   \

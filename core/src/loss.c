@@ -125,6 +125,12 @@ void wl_lose(watchlock_client *c, watchlock_lock *l, int reason, bool fire)
     wl_unschedule_all(c, l);
     if (l->state != WATCHLOCK_HELD)
         return; /* LOST stays LOST; UNLOCKED has nothing to lose */
+    if (l->abandoned) {
+        /* Its handle was dropped (watchlock_lock_abandon): nobody to tell,
+         * and the client lets go of the handle now. */
+        wl_abandoned_end(c, l);
+        return;
+    }
     c->held--;
     if (l->releasing) {
         /* release() could not confirm, and now the lease has run out on

@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
 
 from . import _native, _util
@@ -50,6 +51,7 @@ from ._util import (_CACHEABLE, ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST
 _c = importlib.import_module(f"{__package__}.__native")
 _lock_new: Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]] = _c.lock_new
 _lock_free: Callable[[Optional[_native.LockHandle]], None] = _c.lock_free
+_lock_abandon: Callable[[Optional[_native.LockHandle]], int] = _c.lock_abandon
 _lock_acquire: Callable[[_native.LockHandle, int], int] = _c.lock_acquire
 _lock_release: Callable[[_native.LockHandle], int] = _c.lock_release
 _lock_hold_count: Callable[[Optional[_native.LockHandle]], int] = _c.lock_hold_count
@@ -554,12 +556,24 @@ class Lock:
     # ---- lifetime -------------------------------------------------------
 
     def __del__(self) -> None:
+        # A dropped Lock is not an unlock (`if client.lock(n).acquire(...): job()`
+        # drops the Lock as soon as acquire returns): the core keeps a held
+        # lock, no longer renewed, until its lease ends or the client closes
+        # (watchlock_lock_abandon, no I/O), and the drop is reported.
         h = getattr(self, "_hnd", None)  # None also when __init__ failed before setting it
-        if h is not None:
-            self._hnd = None
+        if h is None:
+            return
+        self._hnd = None
+        try:
+            dropped = _lock_abandon(h)  # leaves a forked child's copy alone
+        except Exception:  # interpreter shutdown
+            return
+        if dropped:
             try:
-                _lock_free(h)  # releases if held; leaves a forked child's copy alone
-            except Exception:  # interpreter shutdown
+                warnings.warn(f"watchlock: Lock {fmt_name(self._name)} was garbage-collected while held; "
+                              "the lock stays held, no longer renewed, until its lease ends or the client "
+                              "closes: release() it, or hold it with `with`", ResourceWarning, source=self)
+            except Exception:  # a filter that turns warnings into errors: __del__ must not raise
                 pass
 
     def __repr__(self) -> str:

@@ -872,6 +872,179 @@ static void test_fast_acquire_without_transactions(void)
     CHECK(rh_int(test_server(), "ACL DELUSER notx") == 1);
 }
 
+/* ---- dropped handles (issue 19.12): watchlock_lock_abandon ---- */
+
+static atomic_int abandon_callbacks;
+
+static void count_callback(watchlock_lock *l, int reason, void *userdata)
+{
+    (void)l;
+    (void)reason;
+    (void)userdata;
+    atomic_fetch_add(&abandon_callbacks, 1);
+}
+
+/* The key's value (the hold identity) into out; "" when there is no key. */
+static void key_value(const char *key, char *out, size_t size)
+{
+    redisReply *r = rh_command(test_server(), "GET %s", key);
+    CHECK(r != NULL);
+    snprintf(out, size, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+}
+
+/* A dropped handle is not an unlock: abandoning a held lock leaves its key
+ * with the same owner until Redis expires it at its lease, never renewed
+ * (a 1 s lease renewed every 333 ms while owned: its PTTL only goes down),
+ * no callback or lost event fires, and then another client gets the lock
+ * and the client no longer counts the hold. */
+static void test_abandon_leaves_hold_to_lease(void)
+{
+    const char *key = "watchlock:{abandon}";
+    const int64_t lease = 1000;
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_client *c2 = open_client(test_url(""));
+    CHECK_OK(watchlock_client_enable_lost_events(c, 1));
+    watchlock_lock *l = new_lock(c, "abandon");
+    CHECK_OK(watchlock_lock_set_lease(l, lease)); /* renewed every lease/3 while owned */
+    CHECK_OK(watchlock_lock_set_on_lost(l, count_callback, NULL));
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_acquire(l, 0)); /* reentrant: all holds are given up at once */
+    char owner[128], now[128];
+    key_value(key, owner, sizeof owner);
+    CHECK(owner[0] != '\0');
+    CHECK_EQ(watchlock_lock_abandon(l), 1);
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS), 1); /* still held */
+    watchlock_lock *other = new_lock(c2, "abandon");
+    CHECK_STATUS(watchlock_lock_acquire(other, 0), WATCHLOCK_ETIMEDOUT);
+
+    /* Poll until the key is gone, for at least the lease (and a margin). */
+    long long last = lease, polls = 0;
+    int64_t gone_at = -1, end = t0 + lease + 3000;
+    while (now_ms() < end) {
+        long long ttl = pttl(key);
+        if (ttl == -2) {
+            gone_at = now_ms();
+            break;
+        }
+        CHECK_INT(ttl, >=, 0); /* 0: expires within the millisecond */
+        CHECK_INT(ttl, <=, last); /* never renewed: the lease only runs down */
+        last = ttl;
+        key_value(key, now, sizeof now);
+        CHECK_MSG(now[0] == '\0' || strcmp(now, owner) == 0, "owner changed from %s to %s", owner, now);
+        polls++;
+        sleep_ms(20);
+    }
+    testing_note("abandoned key gone %lld ms after acquire (lease %lld ms, %lld polls, last PTTL %lld)",
+                 (long long)(gone_at - t0), (long long)lease, polls, last);
+    CHECK_MSG(gone_at >= 0, "the abandoned key was still there %lld ms after its acquire",
+              (long long)(now_ms() - t0));
+    CHECK_INT(gone_at - t0, >=, lease - 50); /* kept for its whole lease... */
+    CHECK_INT(gone_at - t0, <, lease + 2500); /* ...and not renewed past it */
+
+    CHECK_OK(watchlock_lock_acquire(other, 0)); /* free for everyone once expired */
+    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS) == 0, 5000);
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS), 0);
+    CHECK_EQ(atomic_load(&abandon_callbacks), 0);
+    uint64_t id;
+    int reason;
+    CHECK_STATUS(watchlock_client_next_lost_event(c, 0, &id, &reason), WATCHLOCK_ETIMEDOUT);
+    CHECK_OK(watchlock_lock_release(other));
+    watchlock_lock_free(other);
+    watchlock_client_close(c);
+    watchlock_client_close(c2);
+}
+
+/* Closing the client releases an abandoned hold as it releases held ones
+ * (and frees the handle: valgrind sees no leak). */
+static void test_abandon_then_close_releases(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "abandon-close");
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(watchlock_lock_abandon(l), 1);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{abandon-close}"), 1);
+    CHECK_INT(pttl("watchlock:{abandon-close}"), >, 20000);
+    watchlock_client_close(c);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{abandon-close}"), 0);
+}
+
+/* A handle that holds nothing is freed at once, without I/O, and reports 0. */
+static void test_abandon_unheld(void)
+{
+    CHECK_EQ(watchlock_lock_abandon(NULL), 0);
+    watchlock_client *c = open_client(test_url(""));
+    CHECK_EQ(watchlock_lock_abandon(new_lock(c, "abandon-unheld")), 0); /* never acquired */
+    watchlock_lock *l = new_lock(c, "abandon-unheld");
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(watchlock_lock_abandon(l), 0); /* released */
+    /* LOST (its lease ran out without renewal): not released by abandon. */
+    l = new_lock(c, "abandon-lost");
+    CHECK_OK(watchlock_lock_set_lease(l, 300));
+    CHECK_OK(watchlock_lock_set_auto_renew(l, 0));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    WAIT_FOR(watchlock_lock_state(l) == WATCHLOCK_LOST, 5000);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    long long dels = rh_info(test_server(), "commandstats", "cmdstat_del");
+    CHECK_EQ(watchlock_lock_abandon(l), 0);
+    CHECK_EQ(rh_info(test_server(), "commandstats", "cmdstat_del"), dels);
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS), 0);
+    /* Held on a client closed meanwhile: close released it already. */
+    l = new_lock(c, "abandon-closed");
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    watchlock_client_close(c);
+    CHECK_EQ(watchlock_lock_abandon(l), 0);
+}
+
+/* Abandoning holds while the watchdog renews them (renewals on the wire at
+ * that moment): every key still ends by its lease counted from the abandon
+ * (a renewal already sent may land once, none is sent after), and the
+ * client lets go of all of them. Run under ASan/TSan for the races. */
+static void test_abandon_while_renewing(void)
+{
+    enum { N = 40 };
+    const int64_t lease = 2000;
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *locks[N];
+    char keys[N][48];
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "abandon-busy-%d", i);
+        snprintf(keys[i], sizeof keys[i], "watchlock:{%s}", name);
+        locks[i] = new_lock(c, name);
+        CHECK_OK(watchlock_lock_set_lease(locks[i], lease));
+        CHECK_OK(watchlock_lock_set_renew_interval(locks[i], 10));
+        CHECK_OK(watchlock_lock_acquire(locks[i], 0));
+    }
+    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_RENEWALS) >= 4 * N, 20000);
+    CHECK_INT(watchlock_client_stat(c, WATCHLOCK_STAT_RENEWALS), >=, 4 * N);
+    int64_t abandoned_at = now_ms();
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(watchlock_lock_abandon(locks[i]), 1);
+    for (int i = 0; i < N; i++)
+        CHECK_INT(pttl(keys[i]), >, 0); /* kept, not released */
+    int left = N;
+    int64_t end = abandoned_at + lease + 3000;
+    while (left > 0 && now_ms() < end) {
+        left = 0;
+        for (int i = 0; i < N; i++) {
+            long long ttl = pttl(keys[i]);
+            CHECK_INT(ttl, <=, lease);
+            left += ttl != -2;
+        }
+        if (left > 0)
+            sleep_ms(20);
+    }
+    testing_note("%d locks abandoned while renewed every 10 ms: all gone %lld ms later (lease %lld ms)", N,
+                 (long long)(now_ms() - abandoned_at), (long long)lease);
+    CHECK_EQ(left, 0);
+    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS) == 0, 5000);
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS), 0);
+    watchlock_client_close(c);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -896,6 +1069,10 @@ int main(int argc, char **argv)
         {"state_and_remaining", test_state_and_remaining, 0},
         {"fast_acquire_token_order", test_fast_acquire_token_order, 0},
         {"fast_acquire_without_transactions", test_fast_acquire_without_transactions, 0},
+        {"abandon_leaves_hold_to_lease", test_abandon_leaves_hold_to_lease, 0},
+        {"abandon_then_close_releases", test_abandon_then_close_releases, 0},
+        {"abandon_unheld", test_abandon_unheld, 0},
+        {"abandon_while_renewing", test_abandon_while_renewing, 0},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);

@@ -333,16 +333,100 @@ test("lock:free releases and frees the handle", function()
   c:close()
 end)
 
-test("garbage collection releases a dropped lock (safety net)", function()
+-- A dropped handle is not an unlock (issue 19.12): a lock collected while
+-- held stays held, is no longer renewed, and ends at its lease.
+local DROP_TTL = 1.5 -- renewed every 0.5 s while owned: a renewal would show as a PTTL going up
+
+-- Checks that the dropped lock `name` keeps its key (same owner) and that
+-- another client cannot take it, then that the key's PTTL only goes down
+-- until Redis expires it, and that the other client gets it then.
+local function check_kept_then_expired(name)
+  local key = H.lock_key(name)
+  local owner = H.redis("GET", key)
+  assert(owner:match("^%x+%.%d+$"), "the dropped lock was released (GET " .. key .. " gave '" .. owner .. "')")
+  local c2 = client()
+  local other = c2:lock(name)
+  H.eq(select(2, other:acquire(0)), "timeout", "another client while the lease runs")
+  local last = DROP_TTL * 1000
+  H.wait_until(function()
+    local pttl = tonumber(H.redis("PTTL", key))
+    if pttl == -2 then
+      return true
+    end
+    assert(pttl and pttl >= 0 and pttl <= last, ("PTTL went from %s to %s: renewed"):format(last, tostring(pttl)))
+    last = pttl
+    local v = H.redis("GET", key)
+    assert(v == "" or v == owner, "the owner changed from " .. owner .. " to " .. v)
+    return false
+  end, 10, "the dropped lock's key to expire")
+  assert(other:acquire(0))
+  assert(other:release())
+  c2:close()
+end
+
+test("a lock dropped while held stays held until its lease, not renewed", function()
   local c = client()
   local name = H.name()
   ;(function()
-    local l = c:lock(name)
+    local l = c:lock(name, { ttl = DROP_TTL })
     assert(l:acquire(0))
   end)()
   collectgarbage(); collectgarbage()
-  H.eq(H.redis("EXISTS", H.lock_key(name)), "0", "collected lock released")
+  check_kept_then_expired(name)
   c:close()
+end)
+
+test("if c:lock(name):acquire(0) then ... end: the temporary's lock protects the block", function()
+  local c = client()
+  local name = H.name()
+  local protected = false
+  if c:lock(name, { ttl = DROP_TTL }):acquire(0) then
+    collectgarbage(); collectgarbage() -- the temporary is garbage now
+    protected = c:inspect(name).held
+  end
+  H.eq(protected, true, "held inside the block")
+  check_kept_then_expired(name)
+  c:close()
+end)
+
+test("client:on_dropped(fn) reports a lock collected while held, at the next call", function()
+  local c = client()
+  local dropped = {}
+  H.eq(c:on_dropped(function(name) dropped[#dropped + 1] = name end), c, "on_dropped returns the client")
+  local name, released = H.name("dropped"), H.name("released")
+  ;(function()
+    local l = c:lock(name, { ttl = DROP_TTL })
+    assert(l:acquire(0))
+    local r = c:lock(released)
+    assert(r:acquire(0))
+    assert(r:release())
+    c:lock(H.name("unused"))
+  end)()
+  collectgarbage(); collectgarbage()
+  H.eq(#dropped, 0, "no hook inside the collector")
+  watchlock.poll()
+  H.eq(#dropped, 1, "one report: the held lock only")
+  H.eq(dropped[1], name, "the report names the lock")
+  watchlock.poll()
+  H.eq(#dropped, 1, "reported once")
+  check_kept_then_expired(name)
+  c:on_dropped(nil)
+  ;(function() assert(c:lock(H.name(), { ttl = DROP_TTL }):acquire(0)) end)()
+  collectgarbage(); collectgarbage()
+  watchlock.poll()
+  H.eq(#dropped, 1, "hook removed")
+  H.match(H.raises(c.on_dropped, c, 5), "on_dropped: expected a function or nil, got number", "type check")
+  c:close()
+end)
+
+test("close releases a dropped lock as it releases held ones", function()
+  local c = client()
+  local name = H.name()
+  ;(function() assert(c:lock(name):acquire(0)) end)() -- 30 s lease
+  collectgarbage(); collectgarbage()
+  H.eq(H.redis("EXISTS", H.lock_key(name)), "1", "kept after the collection")
+  c:close()
+  H.eq(H.redis("EXISTS", H.lock_key(name)), "0", "released by close")
 end)
 
 test("garbage collection in any order: a lock outlives its dropped client", function()

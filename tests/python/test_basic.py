@@ -303,15 +303,6 @@ def test_lock_and_client_cannot_be_pickled(client, name):
         pickle.dumps(client)
 
 
-def test_gc_of_a_held_lock_releases_it(client, name):
-    lock = client.lock(name)
-    lock.acquire()
-    del lock
-    import gc
-    gc.collect()
-    assert not client.inspect(name).held
-
-
 def test_import_from_outside_the_tree(tmp_path, redis_url, name):
     import subprocess
     import sys
