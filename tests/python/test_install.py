@@ -234,9 +234,12 @@ def glibc_minor() -> int:
 
 def test_manylinux_wheel_is_tagged_for_this_machines_glibc(manylinux_wheel):
     whl, show = manylinux_wheel
-    m = re.search(r"-(manylinux_2_(\d+)_([a-z0-9_]+))\.whl$", whl.name)
+    # The platform part may carry legacy aliases too (manylinux_2_17_x86_64.manylinux2014_x86_64).
+    platforms = whl.name[:-len(".whl")].rsplit("-", 1)[1].split(".")
+    pep600 = [re.fullmatch(r"manylinux_2_(\d+)_([a-z0-9_]+)", p) for p in platforms]
+    m = next((m for m in pep600 if m), None)
     assert m, whl.name
-    tag, minor, arch = m.group(1), int(m.group(2)), m.group(3)
+    tag, minor, arch = m.group(0), int(m.group(1)), m.group(2)
     assert arch == platform.machine(), (arch, platform.machine())
     assert minor <= glibc_minor(), f"{tag}: newer than this machine's glibc"
     # auditwheel agrees, and finds nothing outside the policy
