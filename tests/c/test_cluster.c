@@ -9,7 +9,11 @@
  * every master; the watchdog keeping 1 s leases alive on all masters for
  * three leases, with the stats counting the renewals (and one round trip
  * per round however many nodes: the nodes' pipelines go out in parallel);
- * a waiter on another client woken through the sharded channel. Failovers,
+ * a waiter on another client woken through the sharded channel. Private
+ * clusters built node by node from the C harness (rh_start): nodes replaced
+ * one by one are closed by the client (threads, connections) while its
+ * locks keep working (issue 19.7); nodes with cluster-preferred-endpoint-type
+ * unknown-endpoint, whose redirects name no host (issue 19.8). Failovers,
  * migrations, dead seeds and TLS are tested from Python
  * (tests/python/test_cluster.py), on the same core.
  */
