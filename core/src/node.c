@@ -577,12 +577,15 @@ static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, c
             (rd.kind != WL_REDIRECT_MOVED || redirects++ < MAX_REDIRECTS)) {
             asking = rd.kind == WL_REDIRECT_ASK && rd.port != 0;
             if (rd.port == 0 && (rd.kind == WL_REDIRECT_MOVED || rd.kind == WL_REDIRECT_ASK)) {
-                /* "?": a node without a usable address: ask the map, go where it points */
-                wl_cluster_refresh(srv->cluster, true);
+                /* "?": a node without a usable address: ask the map (MOVED:
+                 * at once, at most MAX_REDIRECTS times; ASK, which repeats
+                 * until the deadline: 20 ms later, rate-limited), go where
+                 * it points */
                 if (rd.kind == WL_REDIRECT_ASK) {
                     struct timespec ts = {0, TRYAGAIN_PAUSE_US * 1000};
                     nanosleep(&ts, NULL);
                 }
+                wl_cluster_refresh(srv->cluster, rd.kind == WL_REDIRECT_MOVED);
                 node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
             } else if (rd.kind == WL_REDIRECT_MOVED) {
                 wl_cluster_moved(srv->cluster, rd.slot, rd.host, rd.port);

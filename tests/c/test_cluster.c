@@ -844,12 +844,64 @@ static void test_unknown_endpoint_redirects(void)
     mnode_free(&n);
 }
 
+
+/* Issue 19.8: preferred endpoint "hostname" on nodes that have none: Redis
+ * writes "?" for the endpoint (CLUSTER SLOTS, MOVED). "?" is no host name:
+ * the map's metadata gives the node's ip, and "MOVED <slot> ?:<port>" makes
+ * the client ask the map again instead of connecting to a host called "?". */
+static void test_question_mark_endpoint(void)
+{
+    char name[64], key[120];
+    snprintf(name, sizeof name, "qmark-endpoint-%d", (int)getpid());
+    snprintf(key, sizeof key, "watchlock:{%s}", name);
+    int slot = (int)key_slot(key, strlen(key));
+    static mnode a, b, n;
+    mnode_start(&a, "hostname");
+    mnode_start(&b, "hostname");
+    mini_create(&a, &b, &slot, 1);
+    mnode_start(&n, "hostname");
+    mnode *live[3] = {&a, &b, &n};
+    mini_join(&a, &n, live, 3);
+    redisReply *r = rh_command(b.srv, "CLUSTER SLOTS");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0);
+    const redisReply *ep = r->element[0]->element[2]->element[0];
+    CHECK_MSG(ep->type == REDIS_REPLY_STRING && strcmp(ep->str, "?") == 0, "CLUSTER SLOTS endpoint is not '?'");
+    freeReplyObject(r);
+
+    char url[100];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", a.port);
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, name);
+    CHECK_OK(watchlock_lock_set_lease(l, 30000));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(rh_int(b.srv, "EXISTS %s", key), 1);
+    mnode *others[1] = {&a};
+    mini_move_slot(&b, &n, others, 1, slot);
+    WAIT_FOR(all_see_owner(live, 3, key, n.port), 30000);
+    CHECK(all_see_owner(live, 3, key, n.port));
+    r = rh_command(b.srv, "EXISTS %s", key);
+    char want[64];
+    snprintf(want, sizeof want, "MOVED %d ?:%d", slot, n.port);
+    CHECK_MSG(r != NULL && r->type == REDIS_REPLY_ERROR && strcmp(r->str, want) == 0, "b said '%s', not '%s'",
+              r && r->str ? r->str : "", want);
+    freeReplyObject(r);
+    CHECK_OK(watchlock_lock_extend(l, 30000)); /* b: "MOVED ?:port", the map: n */
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(rh_int(n.srv, "EXISTS %s", key), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    mnode_free(&a);
+    mnode_free(&b);
+    mnode_free(&n);
+}
+
 static const test_case tests[] = {
     {"acquire_release_over_masters", test_acquire_release_over_masters, 0},
     {"renewals_on_all_masters", test_renewals_on_all_masters, 0},
     {"waiter_woken_by_release", test_waiter_woken_by_release, 0},
     {"nodes_leaving_the_map_are_closed", test_nodes_leaving_the_map_are_closed, 120},
     {"unknown_endpoint_redirects", test_unknown_endpoint_redirects, 60},
+    {"question_mark_endpoint", test_question_mark_endpoint, 60},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)
