@@ -224,16 +224,6 @@ int64_t wl_cluster_retired_denied(wl_cluster *cl)
     return n;
 }
 
-size_t wl_cluster_retiring(wl_cluster *cl)
-{
-    pthread_mutex_lock(&cl->mu);
-    size_t n = 0;
-    for (wl_server *node = cl->retired; node != NULL; node = node->retired_next)
-        n++;
-    pthread_mutex_unlock(&cl->mu);
-    return n;
-}
-
 wl_server *wl_cluster_node_at(wl_cluster *cl, const char *host, int port)
 {
     pthread_mutex_lock(&cl->mu);

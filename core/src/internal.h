@@ -290,8 +290,6 @@ void wl_cluster_moved(wl_cluster *cl, int slot, const char *host, int port);
 size_t wl_cluster_masters(wl_cluster *cl, wl_server **out, size_t max);
 /* SUBSCRIBE refusals counted by the subscribers of nodes since freed (stats). */
 int64_t wl_cluster_retired_denied(wl_cluster *cl);
-/* Retired nodes not freed yet. */
-size_t wl_cluster_retiring(wl_cluster *cl);
 enum { WL_REDIRECT_NONE, WL_REDIRECT_MOVED, WL_REDIRECT_ASK, WL_REDIRECT_TRYAGAIN, WL_REDIRECT_CLUSTERDOWN };
 typedef struct wl_redirect {
     int kind;
