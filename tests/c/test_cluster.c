@@ -533,8 +533,8 @@ static void mini_create(mnode *a, mnode *b, const int *slots, int n_slots)
     }
     check_ok(a, "CLUSTER MEET 127.0.0.1 %d %d", b->port, b->bus);
     WAIT_FOR(knows(a, b->id) && knows(b, a->id) && cluster_ok(a) && cluster_ok(b), 30000);
-    CHECK_MSG(knows(a, b->id) && knows(b, a->id) && cluster_ok(a) && cluster_ok(b), "nodes %d and %d did not form a cluster",
-              a->port, b->port);
+    CHECK_MSG(knows(a, b->id) && knows(b, a->id) && cluster_ok(a) && cluster_ok(b),
+              "nodes %d and %d did not form a cluster", a->port, b->port);
 }
 
 /* Adds node n (met through a) and waits until every node of `all` knows it and it knows them. */
@@ -621,7 +621,7 @@ typedef struct churn_waiter {
 static void *churn_wait(void *arg)
 {
     churn_waiter *w = arg;
-    w->rc = watchlock_lock_acquire(w->lock, 30000);
+    w->rc = watchlock_lock_acquire(w->lock, 60000);
     return NULL;
 }
 
@@ -659,17 +659,21 @@ static void test_nodes_leaving_the_map_are_closed(void)
     watchlock_client *c = open_client(url), *w = open_client(url);
     watchlock_lock *held = new_lock(c, held_name), *blocker = new_lock(c, wait_name), *use = new_lock(c, use_name);
     CHECK_OK(watchlock_lock_set_lease(held, 10000));
-    CHECK_OK(watchlock_lock_set_lease(blocker, 60000));
+    CHECK_OK(watchlock_lock_set_lease(blocker, 120000));
     CHECK_OK(watchlock_lock_acquire(held, 0));
     churn_waiter cw = {.lock = new_lock(w, wait_name), .rc = -1};
     CHECK_OK(watchlock_lock_set_lease(cw.lock, 60000));
 
+    char channel[160];
+    snprintf(channel, sizeof channel, "%s:released", wait_key);
     int threads0 = -1;
+    /* Step 0 warms up (every thread the clients keep is started): a waiter
+     * on b[0] woken by a release. Then each step starts a waiter on the
+     * node that serves the slots, moves them (and their keys) to a new
+     * node while it waits, and releases: the waiter must follow the slot
+     * to the new node and be woken there. */
     for (int step = 0; step <= CHURN_STEPS; step++) {
-        mnode *owner = &b[step];
-        char channel[160];
-        snprintf(channel, sizeof channel, "%s:released", wait_key);
-        /* A waiter subscribed on the node that serves the slots now, woken by a release. */
+        mnode *owner = &b[step > 0 ? step - 1 : 0], *next = &b[step];
         CHECK_OK(watchlock_lock_acquire(blocker, 0));
         pthread_t th;
         CHECK(pthread_create(&th, NULL, churn_wait, &cw) == 0);
@@ -677,12 +681,35 @@ static void test_nodes_leaving_the_map_are_closed(void)
         CHECK_MSG(shard_subscribers_on(owner->srv, channel) >= 1, "step %d: the waiter did not subscribe on %d", step,
                   owner->port);
         if (step > 0) {
-            /* the slots moved while a waiter waited on the new node: the old one is gone */
+            /* A new node takes the slots over. */
+            mnode_start(next, "ip");
+            mnode *live[3] = {&a, owner, next};
+            mini_join(&a, next, live, 3);
+            mnode *others[1] = {&a};
+            for (int i = 0; i < 3; i++)
+                mini_move_slot(owner, next, others, 1, slots[i]);
+            WAIT_FOR(all_see_owner(live, 3, key, next->port) && all_see_owner(live, 3, wait_key, next->port) &&
+                         all_see_owner(live, 3, use_key, next->port),
+                     30000);
+            CHECK_MSG(all_see_owner(live, 3, key, next->port) && all_see_owner(live, 3, wait_key, next->port) &&
+                          all_see_owner(live, 3, use_key, next->port),
+                      "step %d: the slots did not move to %d", step, next->port);
+            /* The first old node stays up (its connections must close);
+             * the others go away, as a replaced pod does. */
+            if (step > 1) {
+                mnode_free(owner);
+                check_ok(&a, "CLUSTER FORGET %s", owner->id);
+                check_ok(next, "CLUSTER FORGET %s", owner->id);
+            }
+            /* the waiter followed the slot */
+            WAIT_FOR(shard_subscribers_on(next->srv, channel) >= 1, 20000);
+            CHECK_MSG(shard_subscribers_on(next->srv, channel) >= 1, "step %d: the waiter did not move to %d", step,
+                      next->port);
         }
         int64_t t0 = now_ms();
         CHECK_OK(watchlock_lock_release(blocker));
         pthread_join(th, NULL);
-        CHECK_OK(cw.rc); /* 30 s wait, 60 s lease: getting it means being woken */
+        CHECK_OK(cw.rc); /* 60 s wait, 120 s lease: getting it means being woken */
         CHECK_INT(now_ms() - t0, <, 20000);
         CHECK_OK(watchlock_lock_release(cw.lock));
         CHECK_OK(watchlock_lock_acquire(use, 0));
@@ -691,30 +718,6 @@ static void test_nodes_leaving_the_map_are_closed(void)
                   watchlock_lost_reason_str(watchlock_lock_lost_reason(held)));
         if (step == 0)
             threads0 = count_threads();
-        if (step == CHURN_STEPS)
-            break;
-
-        /* A new node takes the slots over. */
-        mnode *next = &b[step + 1];
-        mnode_start(next, "ip");
-        mnode *live[3] = {&a, owner, next};
-        mini_join(&a, next, live, 3);
-        mnode *others[1] = {&a};
-        for (int i = 0; i < 3; i++)
-            mini_move_slot(owner, next, others, 1, slots[i]);
-        WAIT_FOR(all_see_owner(live, 3, key, next->port) && all_see_owner(live, 3, wait_key, next->port) &&
-                     all_see_owner(live, 3, use_key, next->port),
-                 30000);
-        CHECK_MSG(all_see_owner(live, 3, key, next->port) && all_see_owner(live, 3, wait_key, next->port) &&
-                      all_see_owner(live, 3, use_key, next->port),
-                  "step %d: the slots did not move to %d", step, next->port);
-        /* The first old node stays up (its connections must close); the
-         * others go away, as a replaced pod does. */
-        if (step > 0) {
-            mnode_free(owner);
-            check_ok(&a, "CLUSTER FORGET %s", owner->id);
-            check_ok(next, "CLUSTER FORGET %s", owner->id);
-        }
     }
     /* Nothing routes to the old nodes any more: their threads end and
      * their connections close (the client reaps them as it works). */
@@ -899,7 +902,7 @@ static const test_case tests[] = {
     {"acquire_release_over_masters", test_acquire_release_over_masters, 0},
     {"renewals_on_all_masters", test_renewals_on_all_masters, 0},
     {"waiter_woken_by_release", test_waiter_woken_by_release, 0},
-    {"nodes_leaving_the_map_are_closed", test_nodes_leaving_the_map_are_closed, 120},
+    {"nodes_leaving_the_map_are_closed", test_nodes_leaving_the_map_are_closed, 180},
     {"unknown_endpoint_redirects", test_unknown_endpoint_redirects, 60},
     {"question_mark_endpoint", test_question_mark_endpoint, 60},
     {NULL, NULL, 0}};
