@@ -592,6 +592,7 @@ int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const 
     wl_server *nodes[256];
     size_t n_nodes = 1;
     nodes[0] = &c->server;
+    uint64_t pin = wl_server_pin(&c->server); /* the masters listed stay valid */
     if (c->server.cluster != NULL) {
         rc = wl_cluster_refresh(c->server.cluster, true);
         n_nodes = rc == WATCHLOCK_OK ? wl_cluster_masters(c->server.cluster, nodes, 256) : 0;
@@ -602,6 +603,7 @@ int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const 
         for (size_t i = 0; i < n_nodes && rc == WATCHLOCK_OK; i++)
             rc = scan_node(nodes[i], glob, glob_len, pat, pattern_len, list);
     }
+    wl_server_unpin(&c->server, pin);
     free(kglob);
     if (rc != WATCHLOCK_OK) {
         watchlock_lock_list_free(list);

@@ -558,9 +558,11 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *client)
         watchlock_report_free(k.report);
         return rc;
     }
-    /* Under Cluster: the master that serves the probe name's slot. */
+    /* Under Cluster: the master that serves the probe name's slot (valid while pinned). */
+    uint64_t pin = wl_server_pin(&client->server);
     k.srv = wl_server_route(&client->server, k.keys.lock, k.keys.lock_len);
     if (k.srv == NULL) {
+        wl_server_unpin(&client->server, pin);
         wl_keys_clear(&k.keys);
         watchlock_report_free(k.report);
         return wl_fail(WATCHLOCK_ECONN, "check: %s", watchlock_last_error());
@@ -578,6 +580,7 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *client)
             break;
         report_clear(k.report);
     }
+    wl_server_unpin(&client->server, pin);
     wl_keys_clear(&k.keys);
     if (rc != WATCHLOCK_OK) {
         watchlock_report_free(k.report);

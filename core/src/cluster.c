@@ -7,13 +7,30 @@
  * from CLUSTER SLOTS, asked of a known node (the seeds of the URL first time);
  * it is asked again on MOVED, on connection errors, and at most every
  * REFRESH_EVERY_US otherwise. Each node is a wl_server (node.c) with its own
- * pool; nodes are never removed while the client lives (an old address is
- * simply no longer pointed at), so a wl_server * stays valid.
+ * pool, its subscriber (wake-ups) and the watchdog's connection.
+ *
+ * Nodes leave (issue 19.7): a node that serves no slot in a new map (its
+ * slots moved to new nodes, a replaced pod, a demoted master) is retired:
+ * taken out of the node list, its idle connections closed, its subscriber
+ * told to stop (its waiters are woken to join the channel where the map
+ * points now). Its memory, its subscriber thread (joined) and the
+ * watchdog's connection to it are freed once no thread can still hold a
+ * pointer to it. Node pointers are handed out under a pin
+ * (wl_cluster_pin/unpin, wl_server_pin in node.c): whoever gets a node
+ * from route, node_at, masters, node or any uses it only while pinned.
+ * Pins count in two epochs; a node retired in epoch E is freed when the
+ * epoch reaches E + 2 (the epoch advances only when no pin of the previous
+ * epoch remains, so every pin that could have seen the node has ended),
+ * and its subscriber thread has returned (it may be finishing a connect).
+ * The unpin that makes a node free frees it; the client's close frees the
+ * rest. So threads, connections and memory follow the nodes that serve
+ * slots now, not every node the client has ever seen.
  *
  * Only masters are used: replicas (READONLY) never see lock writes.
  *
- * Locking: wl_cluster.mu guards the node list and the slot map. Taken after
- * client.mu and before a node's server.mu; no I/O under it.
+ * Locking: wl_cluster.mu guards the node list, the slot map, the pins and
+ * the retired list. Taken after client.mu and before a node's server.mu (or
+ * a subscriber's mutex, a leaf); no I/O under it.
  */
 #include "internal.h"
 
@@ -33,6 +50,12 @@ struct wl_cluster {
     int64_t asked_us;                /* last CLUSTER SLOTS attempt */
     int64_t refreshed_us;            /* last successful one */
     uint64_t map_gen;                /* bumped whenever the map changes */
+    int next_id;                     /* the next node's cluster_index */
+    /* retiring nodes (see the top) */
+    uint64_t epoch;
+    int64_t pins[2];      /* pins taken in even / odd epochs, not yet ended */
+    wl_server *retired;   /* linked by retired_next */
+    int64_t retired_denied; /* SUBSCRIBE refusals counted by freed subscribers */
 };
 
 /* CRC16-CCITT (XMODEM), as the Redis Cluster specification defines it. */
@@ -86,13 +109,22 @@ void wl_cluster_close(wl_cluster *cl)
     pthread_mutex_unlock(&cl->mu);
 }
 
+static void node_free(wl_server *node)
+{
+    wl_server_destroy(node); /* its subscriber (joined), pool and the watchdog's connection */
+    free(node);
+}
+
 void wl_cluster_free(wl_cluster *cl)
 {
     if (cl == NULL)
         return;
-    for (size_t i = 0; i < cl->n_nodes; i++) {
-        wl_server_destroy(cl->nodes[i]);
-        free(cl->nodes[i]);
+    for (size_t i = 0; i < cl->n_nodes; i++)
+        node_free(cl->nodes[i]);
+    while (cl->retired != NULL) {
+        wl_server *node = cl->retired;
+        cl->retired = node->retired_next;
+        node_free(node);
     }
     free(cl->nodes);
     pthread_mutex_destroy(&cl->mu);
@@ -116,9 +148,80 @@ static int node_index_locked(wl_cluster *cl, const char *host, int port)
         free(node);
         return -1;
     }
-    node->cluster_index = (int)cl->n_nodes;
+    node->cluster_index = cl->next_id++;
     cl->nodes[cl->n_nodes++] = node;
     return (int)(cl->n_nodes - 1);
+}
+
+uint64_t wl_cluster_pin(wl_cluster *cl)
+{
+    pthread_mutex_lock(&cl->mu);
+    uint64_t pin = cl->epoch;
+    cl->pins[pin & 1]++;
+    pthread_mutex_unlock(&cl->mu);
+    return pin;
+}
+
+/* With mu held: advances the epoch as far as the pins allow and unlinks
+ * the retired nodes no pin can reach any more (returned as a list). */
+static wl_server *take_unreachable_locked(wl_cluster *cl)
+{
+    /* Into epoch E + 1 only when no pin of E - 1 (same parity as E + 1) is left. */
+    for (int i = 0; i < 2 && cl->retired != NULL && cl->pins[(cl->epoch + 1) & 1] == 0; i++)
+        cl->epoch++;
+    wl_server *out = NULL, **pp = &cl->retired;
+    while (*pp != NULL) {
+        wl_server *node = *pp;
+        if (node->retired_epoch + 2 <= cl->epoch) {
+            *pp = node->retired_next;
+            node->retired_next = out;
+            out = node;
+        } else {
+            pp = &node->retired_next;
+        }
+    }
+    return out;
+}
+
+/* Frees the nodes of a list from take_unreachable_locked whose subscriber
+ * thread has returned; the others go back on the retired list (the next
+ * unpin tries again). Without mu. */
+static void free_unreachable(wl_cluster *cl, wl_server *list)
+{
+    while (list != NULL) {
+        wl_server *node = list;
+        list = node->retired_next;
+        int64_t denied = node->sub ? wl_sub_denied(node->sub) : 0;
+        if (!wl_subscriber_release(node->sub)) { /* its thread is still finishing (a connect) */
+            pthread_mutex_lock(&cl->mu);
+            node->retired_next = cl->retired;
+            cl->retired = node;
+            pthread_mutex_unlock(&cl->mu);
+            continue;
+        }
+        node->sub = NULL; /* freed, or left to its last waiter (orphan) */
+        pthread_mutex_lock(&cl->mu);
+        cl->retired_denied += denied;
+        pthread_mutex_unlock(&cl->mu);
+        node_free(node);
+    }
+}
+
+void wl_cluster_unpin(wl_cluster *cl, uint64_t pin)
+{
+    pthread_mutex_lock(&cl->mu);
+    cl->pins[pin & 1]--;
+    wl_server *unreachable = cl->retired != NULL ? take_unreachable_locked(cl) : NULL;
+    pthread_mutex_unlock(&cl->mu);
+    free_unreachable(cl, unreachable);
+}
+
+int64_t wl_cluster_retired_denied(wl_cluster *cl)
+{
+    pthread_mutex_lock(&cl->mu);
+    int64_t n = cl->retired_denied;
+    pthread_mutex_unlock(&cl->mu);
+    return n;
 }
 
 wl_server *wl_cluster_node_at(wl_cluster *cl, const char *host, int port)
@@ -130,8 +233,23 @@ wl_server *wl_cluster_node_at(wl_cluster *cl, const char *host, int port)
     return node;
 }
 
+/* The "ip" of a CLUSTER SLOTS node entry's networking metadata (Redis 7:
+ * element 3, a flat list of name, value), or NULL. */
+static const char *metadata_ip(const redisReply *m)
+{
+    if (m->elements < 4 || m->element[3]->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    const redisReply *meta = m->element[3];
+    for (size_t i = 0; i + 1 < meta->elements; i += 2)
+        if (meta->element[i]->type == REDIS_REPLY_STRING && strcmp(meta->element[i]->str, "ip") == 0 &&
+            meta->element[i + 1]->type == REDIS_REPLY_STRING && meta->element[i + 1]->len > 0)
+            return meta->element[i + 1]->str;
+    return NULL;
+}
+
 /* Applies one CLUSTER SLOTS reply asked of `asked` (whose address stands
- * in for an empty one). False when the reply has no usable range. */
+ * in for an unknown one) and retires the nodes that serve no slot in it.
+ * False when the reply has no usable range. The caller holds a pin. */
 static bool apply_slots(wl_cluster *cl, const redisReply *r, const wl_server *asked)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
@@ -139,6 +257,7 @@ static bool apply_slots(wl_cluster *cl, const redisReply *r, const wl_server *as
     int16_t map[WL_CLUSTER_SLOTS];
     memset(map, 0xff, sizeof map);
     bool any = false;
+    wl_server *retiring = NULL;
     pthread_mutex_lock(&cl->mu);
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
@@ -150,14 +269,21 @@ static bool apply_slots(wl_cluster *cl, const redisReply *r, const wl_server *as
         const redisReply *m = e->element[2];
         if (from < 0 || to >= WL_CLUSTER_SLOTS || from > to || m->element[1]->type != REDIS_REPLY_INTEGER)
             continue;
-        const char *host = m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len > 0 &&
-                                   strcmp(m->element[0]->str, "?") != 0
-                               ? m->element[0]->str
-                               : asked->host;
-        int port = (int)m->element[1]->integer;
+        /* The preferred endpoint: NULL (unknown-endpoint) or "" (a node
+         * that does not know its address) mean the node asked; "?" (told
+         * to prefer a hostname it does not have) its IP from the metadata,
+         * else the node asked too. */
+        const char *host = asked->host;
+        if (m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len > 0) {
+            if (strcmp(m->element[0]->str, "?") != 0)
+                host = m->element[0]->str;
+            else if (metadata_ip(m) != NULL)
+                host = metadata_ip(m);
+        }
+        long long port = m->element[1]->integer;
         if (port <= 0 || port > 65535 || strlen(host) >= sizeof asked->host)
             continue;
-        int idx = node_index_locked(cl, host, port);
+        int idx = node_index_locked(cl, host, (int)port);
         if (idx < 0)
             continue;
         for (long long s = from; s <= to; s++)
@@ -165,13 +291,52 @@ static bool apply_slots(wl_cluster *cl, const redisReply *r, const wl_server *as
         any = true;
     }
     if (any) {
-        if (memcmp(map, cl->slots, sizeof map) != 0) {
+        /* Nodes that serve no slot leave the list; the others move down.
+         * (Out of memory: they stay until the next map.) */
+        size_t n = cl->n_nodes;
+        int16_t *renum = malloc(n * sizeof *renum);
+        bool *serves = calloc(n, sizeof *serves);
+        if (renum != NULL && serves != NULL) {
+            for (int s = 0; s < WL_CLUSTER_SLOTS; s++)
+                if (map[s] >= 0)
+                    serves[map[s]] = true;
+            size_t kept = 0;
+            for (size_t i = 0; i < n; i++) {
+                wl_server *node = cl->nodes[i];
+                if (serves[i]) {
+                    renum[i] = (int16_t)kept;
+                    cl->nodes[kept++] = node;
+                } else {
+                    node->retired_epoch = cl->epoch;
+                    node->retired_next = retiring;
+                    retiring = node;
+                }
+            }
+            cl->n_nodes = kept;
+            for (int s = 0; s < WL_CLUSTER_SLOTS; s++)
+                if (map[s] >= 0)
+                    map[s] = renum[map[s]];
+        }
+        free(renum);
+        free(serves);
+        if (retiring != NULL || memcmp(map, cl->slots, sizeof map) != 0) {
             memcpy(cl->slots, map, sizeof map);
             cl->map_gen++;
         }
         cl->refreshed_us = wl_now_us();
     }
     pthread_mutex_unlock(&cl->mu);
+    /* Close what can be closed now (the caller's pin keeps them), then
+     * hand them to the retired list. */
+    while (retiring != NULL) {
+        wl_server *node = retiring;
+        retiring = node->retired_next;
+        wl_server_retire(node);
+        pthread_mutex_lock(&cl->mu);
+        node->retired_next = cl->retired;
+        cl->retired = node;
+        pthread_mutex_unlock(&cl->mu);
+    }
     return any;
 }
 
@@ -194,7 +359,17 @@ static int ask_node(wl_cluster *cl, wl_server *node)
     return rc;
 }
 
+static int refresh_pinned(wl_cluster *cl, bool force);
+
 int wl_cluster_refresh(wl_cluster *cl, bool force)
+{
+    uint64_t pin = wl_cluster_pin(cl); /* the nodes asked stay valid while asked */
+    int rc = refresh_pinned(cl, force);
+    wl_cluster_unpin(cl, pin);
+    return rc;
+}
+
+static int refresh_pinned(wl_cluster *cl, bool force)
 {
     int64_t now = wl_now_us();
     pthread_mutex_lock(&cl->mu);
@@ -262,6 +437,10 @@ wl_server *wl_cluster_route(wl_cluster *cl, int slot)
 
 void wl_cluster_moved(wl_cluster *cl, int slot, const char *host, int port)
 {
+    if (port == 0) { /* MOVED to "?": no address given; the map knows it */
+        wl_cluster_refresh(cl, true);
+        return;
+    }
     pthread_mutex_lock(&cl->mu);
     int idx = node_index_locked(cl, host, port);
     if (idx >= 0 && slot >= 0 && slot < WL_CLUSTER_SLOTS && cl->slots[slot] != idx) {
@@ -296,41 +475,81 @@ wl_server *wl_cluster_node(wl_cluster *cl, size_t i)
     return node;
 }
 
+/* A decimal number of digits only (no sign, no space), at most max; -1 otherwise. */
+static long parse_decimal(const char *p, size_t len, long max)
+{
+    if (len == 0 || len > 10)
+        return -1;
+    long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v <= max ? v : -1;
+}
+
+/* "MOVED <slot> <endpoint>:<port>" and "ASK ..." as Redis writes them
+ * (cluster.c, clusterRedirectClient): the endpoint is the node's preferred
+ * endpoint (cluster-preferred-endpoint-type): an IP (IPv6 without
+ * brackets, so the port follows the last ':'), a hostname, "" for
+ * unknown-endpoint (use the node that sent the redirect, with this port)
+ * or "?" for a node told to prefer its hostname that has none (no address
+ * at all: port 0 tells the caller to ask the slot map). Anything else,
+ * bad slots and ports included, is not a redirect. */
 bool wl_parse_redirect(const redisReply *r, wl_redirect *rd)
 {
     memset(rd, 0, sizeof *rd);
     if (r == NULL || r->type != REDIS_REPLY_ERROR || r->str == NULL)
         return false;
     const char *s = r->str;
-    if (strncmp(s, "TRYAGAIN", 8) == 0) {
+    size_t len = strnlen(s, r->len);
+    if (len >= 8 && strncmp(s, "TRYAGAIN", 8) == 0) {
         rd->kind = WL_REDIRECT_TRYAGAIN;
         return true;
     }
-    if (strncmp(s, "CLUSTERDOWN", 11) == 0) {
+    if (len >= 11 && strncmp(s, "CLUSTERDOWN", 11) == 0) {
         rd->kind = WL_REDIRECT_CLUSTERDOWN;
         return true;
     }
-    bool moved = strncmp(s, "MOVED ", 6) == 0, ask = strncmp(s, "ASK ", 4) == 0;
+    bool moved = len >= 6 && strncmp(s, "MOVED ", 6) == 0, ask = len >= 4 && strncmp(s, "ASK ", 4) == 0;
     if (!moved && !ask)
         return false;
-    char host[256];
-    int slot, port;
-    const char *rest = s + (moved ? 6 : 4);
-    const char *colon = strrchr(rest, ':');
-    if (sscanf(rest, "%d", &slot) != 1 || colon == NULL || slot < 0 || slot >= WL_CLUSTER_SLOTS)
+    const char *p = s + (moved ? 6 : 4), *end = s + len;
+    const char *sp = memchr(p, ' ', (size_t)(end - p));
+    if (sp == NULL)
         return false;
-    const char *sp = strchr(rest, ' ');
-    if (sp == NULL || colon <= sp + 1 || (size_t)(colon - sp - 1) >= sizeof host)
+    long slot = parse_decimal(p, (size_t)(sp - p), WL_CLUSTER_SLOTS - 1);
+    const char *host = sp + 1;
+    const char *colon = NULL;
+    for (const char *q = host; q < end; q++)
+        if (*q == ':')
+            colon = q;
+    if (slot < 0 || colon == NULL)
         return false;
-    memcpy(host, sp + 1, (size_t)(colon - sp - 1));
-    host[colon - sp - 1] = '\0';
-    port = atoi(colon + 1);
-    if (port <= 0 || port > 65535)
+    long port = parse_decimal(colon + 1, (size_t)(end - colon - 1), 65535);
+    size_t host_len = (size_t)(colon - host);
+    if (port < 1)
         return false;
-    /* "MOVED 3999 :6381" (empty host): the node that answered; the caller fills it in. */
+    if (host_len >= 2 && host[0] == '[' && host[host_len - 1] == ']') { /* [IPv6]:port */
+        host++;
+        host_len -= 2;
+        if (host_len == 0)
+            return false;
+    }
+    for (size_t i = 0; i < host_len; i++)
+        if ((unsigned char)host[i] <= ' ' || host[i] == '[' || host[i] == ']' || host[i] == 0x7f)
+            return false;
+    if (host_len >= sizeof rd->host)
+        return false;
     rd->kind = moved ? WL_REDIRECT_MOVED : WL_REDIRECT_ASK;
-    rd->slot = slot;
-    snprintf(rd->host, sizeof rd->host, "%s", host);
-    rd->port = port;
+    rd->slot = (int)slot;
+    if (host_len == 1 && host[0] == '?') {
+        rd->port = 0; /* unknown endpoint: where the slot map says */
+        return true;
+    }
+    memcpy(rd->host, host, host_len); /* "" = the node that answered; the caller fills it in */
+    rd->host[host_len] = '\0';
+    rd->port = (int)port;
     return true;
 }

@@ -182,7 +182,13 @@ typedef struct wl_server {
     wl_sentinel *sentinel; /* Sentinel URLs: the +switch-master watcher */
     wl_cluster *cluster;   /* Cluster URLs: the nodes and the slot map (cluster.c) */
     bool borrowed;         /* a cluster node: ep strings and tls belong to its parent */
-    int cluster_index;     /* a cluster node: its index among the nodes */
+    int cluster_index;     /* a cluster node: a number no other node of the client has */
+    /* a cluster node that left the slot map (cluster.c): retired is set
+     * under mu (no connection is pooled any more, no subscriber made);
+     * the rest under the cluster's mutex */
+    bool retired;
+    uint64_t retired_epoch;
+    struct wl_server *retired_next;
     /* watchdog thread only: its connection to this node and the node's
      * share of a round (watchdog.c) */
     wl_conn *wd_conn;
@@ -202,6 +208,15 @@ const char *wl_publish_command(const wl_server *srv);
 /* Some node to talk to (the server itself, or a cluster master). */
 wl_server *wl_server_any(wl_server *srv);
 void wl_server_close(wl_server *srv); /* frees idle connections; later puts free theirs */
+/* Pins the cluster's nodes (cluster.c): a node pointer this thread gets
+ * from the topology (wl_server_route, wl_server_any, wl_cluster_*) stays
+ * valid until the matching unpin. No-ops (0) for other URLs. Nest freely. */
+uint64_t wl_server_pin(wl_server *srv);
+void wl_server_unpin(wl_server *srv, uint64_t pin);
+/* A cluster node left the slot map: its idle connections are closed, none
+ * is pooled any more, and its subscriber is told to stop (its waiters
+ * move). The cluster frees it later (cluster.c). */
+void wl_server_retire(wl_server *node);
 void wl_server_destroy(wl_server *srv);
 /* Opens a fresh, authenticated connection to the node. timeout_cap_ms > 0
  * lowers the connect and command timeouts (the watchdog near a deadline). */
@@ -272,19 +287,26 @@ void wl_cluster_free(wl_cluster *cl);
 /* Reads the slot map (CLUSTER SLOTS) from a known node or a seed; at most
  * every 100 ms unless forced. */
 int wl_cluster_refresh(wl_cluster *cl, bool force);
+/* Node pointers below are valid while the caller holds a pin. */
+uint64_t wl_cluster_pin(wl_cluster *cl);
+/* Ends a pin; frees the retired nodes no pin can reach any more. */
+void wl_cluster_unpin(wl_cluster *cl, uint64_t pin);
 wl_server *wl_cluster_route(wl_cluster *cl, int slot); /* NULL: no node (ECONN set) */
 wl_server *wl_cluster_node_at(wl_cluster *cl, const char *host, int port);
 wl_server *wl_cluster_node(wl_cluster *cl, size_t i); /* NULL past the last */
-/* MOVED: the slot is at host:port now (and the map is asked for again). */
+/* MOVED: the slot is at host:port now (and the map is asked for again);
+ * port 0 (the endpoint "?"): only the map is asked for again. */
 void wl_cluster_moved(wl_cluster *cl, int slot, const char *host, int port);
 /* The nodes that serve slots now (masters), up to max. */
 size_t wl_cluster_masters(wl_cluster *cl, wl_server **out, size_t max);
+/* SUBSCRIBE refusals counted by the subscribers of nodes since freed (stats). */
+int64_t wl_cluster_retired_denied(wl_cluster *cl);
 enum { WL_REDIRECT_NONE, WL_REDIRECT_MOVED, WL_REDIRECT_ASK, WL_REDIRECT_TRYAGAIN, WL_REDIRECT_CLUSTERDOWN };
 typedef struct wl_redirect {
     int kind;
     int slot;
     char host[256]; /* "" = the node that answered */
-    int port;
+    int port;       /* 0: the endpoint was "?" (no address): ask the slot map */
 } wl_redirect;
 /* Whether an error reply is a cluster redirect or a retry-later. */
 bool wl_parse_redirect(const redisReply *r, wl_redirect *rd);
@@ -315,10 +337,23 @@ bool wl_sub_moved(wl_subscriber *sub, wl_sub_entry *entry);
  * under Cluster the one of the node that serves the channel's slot (made on
  * first use). NULL (ECONN set) when no node serves it. */
 wl_subscriber *wl_client_sub(watchlock_client *c, const char *channel, size_t len);
+/* wl_client_sub + wl_sub_join as one step (the subscriber cannot be freed
+ * in between). `what` prefixes the error message. */
+int wl_client_join(watchlock_client *c, const char *channel, size_t len, const char *what, wl_subscriber **sub,
+                   wl_sub_entry **entry);
 /* Drops the connection and resubscribes on a fresh one (the node moved);
  * waiters are woken and retry. */
 void wl_subscriber_reconnect(wl_subscriber *sub);
 void wl_subscriber_free(wl_subscriber *sub);
+/* Cluster: the node left the slot map. The thread is told to stop (not
+ * joined), every entry is marked moved and its waiters woken; joins
+ * succeed with a moved entry. NULL-safe. */
+void wl_subscriber_retire(wl_subscriber *sub);
+/* A retired subscriber's node is being freed: false while its thread has
+ * not returned yet (try later); else the thread is joined and the
+ * subscriber freed, or, while waiters still hold entries, left to the last
+ * of them (wl_sub_leave frees it). NULL-safe (true). */
+bool wl_subscriber_release(wl_subscriber *sub);
 /* Registers interest in a channel (starts the thread on first use). */
 int wl_sub_join(wl_subscriber *sub, const char *channel, size_t len, wl_sub_entry **out);
 void wl_sub_leave(wl_subscriber *sub, wl_sub_entry *entry);

@@ -454,8 +454,11 @@ static bool held_now(const watchlock_lock *l)
 static void release_on_fresh_connection(watchlock_client *c, const wl_release_args *a)
 {
     wl_conn *ctx;
+    uint64_t pin = wl_server_pin(&c->server); /* cluster.c: the node stays valid while used */
     wl_server *node = wl_server_route(&c->server, a->argv[0], a->lens[0]);
-    if (node == NULL || wl_server_connect(node, 0, &ctx) != WATCHLOCK_OK)
+    int rc = node == NULL ? WATCHLOCK_ECONN : wl_server_connect(node, 0, &ctx);
+    wl_server_unpin(&c->server, pin);
+    if (rc != WATCHLOCK_OK)
         return;
     redisReply *reply = NULL;
     if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, a->argv, a->lens) == 0 &&
@@ -783,10 +786,9 @@ static void forget_wait(watchlock_lock *l)
 /* Joins the lock's release channel on the subscriber that carries it. */
 static int join_channel(watchlock_lock *l, wl_subscriber **sub, wl_sub_entry **entry)
 {
-    *sub = wl_client_sub(l->client, l->keys.channel, l->keys.channel_len);
-    if (*sub == NULL)
-        return wl_fail(WATCHLOCK_ECONN, "acquire %s: %s", l->quoted, watchlock_last_error());
-    return wl_sub_join(*sub, l->keys.channel, l->keys.channel_len, entry);
+    char what[120];
+    wl_what(what, sizeof what, "acquire", l->quoted);
+    return wl_client_join(l->client, l->keys.channel, l->keys.channel_len, what, sub, entry);
 }
 
 /* When the holder's lease ends, by the PTTL an attempt saw. */
@@ -899,10 +901,10 @@ static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t 
     if (cap_ms < 1)
         return wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what);
     wl_conn *ctx;
+    uint64_t pin = wl_server_pin(&c->server); /* cluster.c: the node stays valid while used */
     wl_server *node = wl_server_route(&c->server, a->argv[0], a->lens[0]);
-    if (node == NULL)
-        return WATCHLOCK_ECONN;
-    int rc = wl_server_connect(node, cap_ms, &ctx);
+    int rc = node == NULL ? WATCHLOCK_ECONN : wl_server_connect(node, cap_ms, &ctx);
+    wl_server_unpin(&c->server, pin);
     if (rc != WATCHLOCK_OK)
         return rc;
     redisReply *reply = NULL;
@@ -916,7 +918,7 @@ static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t 
         else
             freeReplyObject(reply);
     }
-    wl_server_put(node, ctx);
+    wl_server_put(&c->server, ctx); /* the node itself without cluster; under it, freed (unpinned node) */
     return rc;
 }
 

@@ -117,6 +117,27 @@ void wl_server_close(wl_server *srv)
     wl_cluster_close(srv->cluster);
 }
 
+uint64_t wl_server_pin(wl_server *srv)
+{
+    return srv->cluster != NULL ? wl_cluster_pin(srv->cluster) : 0;
+}
+
+void wl_server_unpin(wl_server *srv, uint64_t pin)
+{
+    if (srv->cluster != NULL)
+        wl_cluster_unpin(srv->cluster, pin);
+}
+
+void wl_server_retire(wl_server *node)
+{
+    pthread_mutex_lock(&node->mu);
+    node->retired = true;
+    drop_idle_locked(node);
+    wl_subscriber *sub = node->sub;
+    pthread_mutex_unlock(&node->mu);
+    wl_subscriber_retire(sub);
+}
+
 void wl_server_destroy(wl_server *srv)
 {
     wl_server_close(srv);
@@ -283,8 +304,11 @@ int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out)
 {
     *out = NULL;
     if (srv->cluster != NULL) { /* no key to route by: any master */
+        uint64_t pin = wl_server_pin(srv);
         wl_server *node = wl_server_any(srv); /* NULL: it said why (refused, TLS, no slots) */
-        return node ? wl_server_connect(node, timeout_cap_ms, out) : WATCHLOCK_ECONN;
+        int rc = node ? wl_server_connect(node, timeout_cap_ms, out) : WATCHLOCK_ECONN;
+        wl_server_unpin(srv, pin);
+        return rc;
     }
     const wl_endpoint *ep = &srv->ep;
     int64_t ct = ep->connect_timeout_ms, cmd = ep->command_timeout_ms;
@@ -361,7 +385,7 @@ void wl_server_put(wl_server *srv, wl_conn *conn)
     if (wl_conn_err(conn) != WL_CERR_NONE)
         wl_server_suspect(srv, wl_conn_tag(conn));
     pthread_mutex_lock(&srv->mu);
-    if (wl_conn_err(conn) == WL_CERR_NONE && !srv->closed && srv->n_idle < MAX_IDLE &&
+    if (wl_conn_err(conn) == WL_CERR_NONE && !srv->closed && !srv->retired && srv->n_idle < MAX_IDLE &&
         wl_conn_tag(conn) == srv->addr_gen) {
         if (srv->n_idle == srv->cap_idle) {
             int cap = srv->cap_idle ? srv->cap_idle * 2 : 4;
@@ -434,7 +458,7 @@ static int script_once(wl_server *srv, wl_conn *conn, int script, int nkeys, int
             continue;
         }
         if (wl_parse_redirect(r, rd)) {
-            if (rd->host[0] == '\0')
+            if (rd->host[0] == '\0' && rd->port != 0) /* ":port": this node's host */
                 snprintf(rd->host, sizeof rd->host, "%s", srv->host);
             int rc = wl_fail(WATCHLOCK_ECONN, "%s: %s (%s)", what, r->str, srv->label);
             freeReplyObject(r);
@@ -467,8 +491,32 @@ bool wl_script_was_resent(void)
 #define MAX_REDIRECTS 8
 #define TRYAGAIN_PAUSE_US 20000
 
+/* After a node could not be reached (nothing was sent): the map is asked
+ * again, and the call goes on where it points now, if elsewhere. */
+static wl_server *reroute_after_failure(wl_server *srv, wl_server *failed, int nkeys, const char *const *argv,
+                                        const size_t *argvlen)
+{
+    if (srv->cluster == NULL)
+        return NULL;
+    wl_cluster_refresh(srv->cluster, false); /* a node went away: where are its slots now? */
+    wl_server *node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+    return node != failed ? node : NULL;
+}
+
+static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
+                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep);
+
 int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
                        const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep)
+{
+    uint64_t pin = wl_server_pin(srv); /* the nodes it routes to stay valid */
+    int rc = run_script_pinned(srv, script, nkeys, nargs, argv, argvlen, out, what, keep);
+    wl_server_unpin(srv, pin);
+    return rc;
+}
+
+static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
+                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep)
 {
     *out = NULL;
     if (keep != NULL)
@@ -481,16 +529,26 @@ int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const c
         return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
     int64_t deadline = wl_deadline_after_ms(srv->ep.command_timeout_ms);
     bool asking = false;
-    int retries = 0, redirects = 0;
+    int retries = 0, redirects = 0, reroutes = 0;
     for (;;) {
         wl_conn *conn;
         bool reused;
         int rc = wl_server_get(node, &conn, &reused);
-        if (rc != WATCHLOCK_OK) {
-            if (srv->cluster != NULL && rc == WATCHLOCK_ECONN)
-                wl_cluster_refresh(srv->cluster, false); /* a node went away: where are its slots now? */
-            return rc;
+        if (rc == WATCHLOCK_ECONN && srv->cluster != NULL) {
+            /* Not reached, nothing sent: a node that left the cluster (a
+             * replaced pod) is asked about once, then the slot's owner now. */
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+            wl_server *next = reroute_after_failure(srv, node, nkeys, argv, argvlen);
+            if (next != NULL && reroutes++ < MAX_REDIRECTS && (deadline < 0 || wl_now_us() < deadline)) {
+                node = next;
+                asking = false;
+                continue;
+            }
+            return wl_fail(rc, "%s", msg);
         }
+        if (rc != WATCHLOCK_OK)
+            return rc;
         bool readonly;
         wl_redirect rd;
         rc = script_once(node, conn, script, nkeys, nargs, argv, argvlen, out, what, &readonly, &rd, asking);
@@ -517,8 +575,19 @@ int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const c
          * deadline. */
         if (rd.kind != WL_REDIRECT_NONE && srv->cluster != NULL && in_time &&
             (rd.kind != WL_REDIRECT_MOVED || redirects++ < MAX_REDIRECTS)) {
-            asking = rd.kind == WL_REDIRECT_ASK;
-            if (rd.kind == WL_REDIRECT_MOVED) {
+            asking = rd.kind == WL_REDIRECT_ASK && rd.port != 0;
+            if (rd.port == 0 && (rd.kind == WL_REDIRECT_MOVED || rd.kind == WL_REDIRECT_ASK)) {
+                /* "?": a node without a usable address: ask the map (MOVED:
+                 * at once, at most MAX_REDIRECTS times; ASK, which repeats
+                 * until the deadline: 20 ms later, rate-limited), go where
+                 * it points */
+                if (rd.kind == WL_REDIRECT_ASK) {
+                    struct timespec ts = {0, TRYAGAIN_PAUSE_US * 1000};
+                    nanosleep(&ts, NULL);
+                }
+                wl_cluster_refresh(srv->cluster, rd.kind == WL_REDIRECT_MOVED);
+                node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+            } else if (rd.kind == WL_REDIRECT_MOVED) {
                 wl_cluster_moved(srv->cluster, rd.slot, rd.host, rd.port);
                 node = wl_cluster_node_at(srv->cluster, rd.host, rd.port);
             } else if (rd.kind == WL_REDIRECT_ASK) {
@@ -556,8 +625,20 @@ int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const c
  * followed: under Cluster each command of the pipeline may have run or
  * been redirected on its own, so the replies, redirects included, are the
  * caller's to judge (and to repeat with a script, which follows them). */
+static int run_pipeline_pinned(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies,
+                               const char *what, wl_conn **keep);
+
 int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies, const char *what,
                     wl_conn **keep)
+{
+    uint64_t pin = wl_server_pin(srv);
+    int rc = run_pipeline_pinned(srv, ncmds, cmds, replies, what, keep);
+    wl_server_unpin(srv, pin);
+    return rc;
+}
+
+static int run_pipeline_pinned(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies,
+                               const char *what, wl_conn **keep)
 {
     if (keep != NULL)
         *keep = NULL;
@@ -567,15 +648,26 @@ int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **
     wl_server *node = wl_server_route(srv, k->argv[1], k->lens ? k->lens[1] : strlen(k->argv[1]));
     if (node == NULL)
         return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
+    int reroutes = 0;
     for (int attempt = 0;; attempt++) {
         wl_conn *conn;
         bool reused;
         int rc = wl_server_get(node, &conn, &reused);
-        if (rc != WATCHLOCK_OK) {
-            if (srv->cluster != NULL && rc == WATCHLOCK_ECONN)
-                wl_cluster_refresh(srv->cluster, false); /* as wl_run_script_keep: where are its slots now? */
-            return rc;
+        if (rc == WATCHLOCK_ECONN && srv->cluster != NULL) { /* as wl_run_script_keep: where are its slots now? */
+            const char *key = cmds[0].argv[1];
+            size_t key_len = l0 ? l0[1] : strlen(key);
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+            wl_server *next = reroute_after_failure(srv, node, 1, &key, &key_len);
+            if (next != NULL && reroutes++ < MAX_REDIRECTS) {
+                node = next;
+                attempt--;
+                continue;
+            }
+            return wl_fail(rc, "%s", msg);
         }
+        if (rc != WATCHLOCK_OK)
+            return rc;
         int i = 0;
         while (i < ncmds && wl_conn_append(conn, cmds[i].argc, cmds[i].argv, cmds[i].lens) == 0)
             i++;

@@ -293,6 +293,7 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
 {
     if (cap_ms < 1)
         cap_ms = 1;
+    uint64_t pin = wl_server_pin(&c->server); /* cluster.c: the round's nodes stay valid */
     int64_t t = c->server.ep.command_timeout_ms < cap_ms ? c->server.ep.command_timeout_ms : cap_ms;
     for (size_t i = 0; i < n; i++) {
         es[i].result = WL_WRITE_FAILED;
@@ -309,8 +310,10 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
         qsort(es, n, sizeof *es, by_node_then_slot);
     size_t ng = 0;
     node_round *gs = calloc(n ? n : 1, sizeof *gs);
-    if (gs == NULL)
+    if (gs == NULL) {
+        wl_server_unpin(&c->server, pin);
         return 0;
+    }
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         while (j < n && es[j].node == es[i].node)
@@ -340,6 +343,7 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
             renew_alone(c, &es[i]);
             trips++;
         }
+    wl_server_unpin(&c->server, pin);
     return trips;
 }
 
@@ -350,8 +354,10 @@ void wl_renew_round_close(watchlock_client *c)
     if (c->server.cluster == NULL)
         return;
     wl_server *node;
+    uint64_t pin = wl_server_pin(&c->server); /* retired nodes: freed with theirs later */
     for (size_t i = 0; (node = wl_cluster_node(c->server.cluster, i)) != NULL; i++) {
         wl_conn_free(node->wd_conn);
         node->wd_conn = NULL;
     }
+    wl_server_unpin(&c->server, pin);
 }

@@ -18,6 +18,12 @@
  * denied: its waiters are bounded by the holder's lease alone, and the
  * client's WATCHLOCK_STAT_SUBSCRIBE_DENIED counts it.
  *
+ * Under Cluster each node has its own subscriber (SSUBSCRIBE). When the
+ * node leaves the slot map its subscriber is retired: the thread is told
+ * to stop, every entry is marked moved (its waiters join the channel again
+ * where the map points), and the cluster frees it once the thread has
+ * returned, or, while waiters still hold entries, the last of them does.
+ *
  * Locking: sub->mu guards the entries and flags. The thread holds it while
  * handling replies and queueing commands; socket writes of these small
  * commands happen under it too, reads only after poll() said readable.
@@ -62,6 +68,9 @@ struct wl_subscriber {
     bool reconnect; /* wl_subscriber_reconnect: drop the connection and start again */
     bool sharded;   /* Cluster: SSUBSCRIBE/SUNSUBSCRIBE, messages are "smessage" */
     wl_redirect moved_to; /* Cluster: the last MOVED an SSUBSCRIBE got (kind NONE: none) */
+    bool retired; /* Cluster: the node left the slot map (wl_subscriber_retire) */
+    bool exited;  /* the thread has returned (or is returning) */
+    bool orphan;  /* released by its node: the last wl_sub_leave frees it */
     wl_conn *ctx;   /* thread only */
 };
 
@@ -287,6 +296,7 @@ static void *subscriber_main(void *arg)
     }
     sub->live = false;
     wake_all(sub);
+    sub->exited = true;
     pthread_mutex_unlock(&sub->mu);
     return NULL;
 }
@@ -340,6 +350,53 @@ void wl_subscriber_stop(wl_subscriber *sub)
     pthread_mutex_unlock(&sub->mu);
 }
 
+void wl_subscriber_retire(wl_subscriber *sub)
+{
+    if (sub == NULL)
+        return;
+    pthread_mutex_lock(&sub->mu);
+    sub->retired = true;
+    sub->stop = true;
+    for (wl_sub_entry *e = sub->entries; e; e = e->next) {
+        e->moved = true;
+        e->subscribed = e->requested = false;
+    }
+    wake_all(sub);
+    pthread_mutex_unlock(&sub->mu);
+    poke(sub);
+}
+
+static bool any_refs_locked(const wl_subscriber *sub)
+{
+    for (const wl_sub_entry *e = sub->entries; e; e = e->next)
+        if (e->refs > 0)
+            return true;
+    return false;
+}
+
+bool wl_subscriber_release(wl_subscriber *sub)
+{
+    if (sub == NULL)
+        return true;
+    pthread_mutex_lock(&sub->mu);
+    bool started = sub->started;
+    if (started && !sub->exited) {
+        pthread_mutex_unlock(&sub->mu);
+        return false;
+    }
+    pthread_mutex_unlock(&sub->mu);
+    if (started)
+        pthread_join(sub->thread, NULL); /* it has returned or is returning */
+    pthread_mutex_lock(&sub->mu);
+    sub->started = false;
+    bool busy = any_refs_locked(sub);
+    sub->orphan = busy;
+    pthread_mutex_unlock(&sub->mu);
+    if (!busy)
+        wl_subscriber_free(sub);
+    return true;
+}
+
 void wl_subscriber_free(wl_subscriber *sub)
 {
     if (sub == NULL)
@@ -359,11 +416,11 @@ int wl_sub_join(wl_subscriber *sub, const char *channel, size_t len, wl_sub_entr
 {
     *out = NULL;
     pthread_mutex_lock(&sub->mu);
-    if (sub->stop) {
+    if (sub->stop && !sub->retired) {
         pthread_mutex_unlock(&sub->mu);
         return wl_fail(WATCHLOCK_ECLOSED, "client closed");
     }
-    if (!sub->started) {
+    if (!sub->started && !sub->retired) {
         if (pthread_create(&sub->thread, NULL, subscriber_main, sub) != 0) {
             pthread_mutex_unlock(&sub->mu);
             return wl_fail(WATCHLOCK_EINTERNAL, "cannot start the subscriber thread");
@@ -385,9 +442,11 @@ int wl_sub_join(wl_subscriber *sub, const char *channel, size_t len, wl_sub_entr
         e->next = sub->entries;
         sub->entries = e;
     }
-    if (e->moved && e->refs == 0) {
+    if (e->moved && e->refs == 0 && !sub->retired) {
         e->moved = false; /* routed here again (after a fresh slot map): ask again */
     }
+    if (sub->retired) /* the node left the map meanwhile: join again where it points */
+        e->moved = true;
     bool need_poke = !e->requested;
     e->refs++;
     pthread_mutex_unlock(&sub->mu);
@@ -402,7 +461,10 @@ void wl_sub_leave(wl_subscriber *sub, wl_sub_entry *entry)
     pthread_mutex_lock(&sub->mu);
     if (--entry->refs == 0)
         entry->idle_since = wl_now_us();
+    bool last = sub->orphan && !any_refs_locked(sub); /* its node is gone: the last waiter frees it */
     pthread_mutex_unlock(&sub->mu);
+    if (last)
+        wl_subscriber_free(sub);
 }
 
 uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bool *live)

@@ -9,20 +9,30 @@
  * every master; the watchdog keeping 1 s leases alive on all masters for
  * three leases, with the stats counting the renewals (and one round trip
  * per round however many nodes: the nodes' pipelines go out in parallel);
- * a waiter on another client woken through the sharded channel. Failovers,
+ * a waiter on another client woken through the sharded channel. Private
+ * clusters built node by node from the C harness (rh_start): nodes replaced
+ * one by one are closed by the client (threads, connections) while its
+ * locks keep working (issue 19.7); nodes with cluster-preferred-endpoint-type
+ * unknown-endpoint, whose redirects name no host (issue 19.8). Failovers,
  * migrations, dead seeds and TLS are tested from Python
  * (tests/python/test_cluster.py), on the same core.
  */
 #include "testing.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -317,15 +327,20 @@ static void *wait_for_lock(void *arg)
     return NULL;
 }
 
-static long long shard_subscribers(int master, const char *channel)
+static long long shard_subscribers_on(rh_server *srv, const char *channel)
 {
-    redisReply *r = rh_command(cluster.masters[master], "PUBSUB SHARDNUMSUB %s", channel);
+    redisReply *r = rh_command(srv, "PUBSUB SHARDNUMSUB %s", channel);
     long long n = -1;
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_INTEGER)
         n = r->element[1]->integer;
     if (r != NULL)
         freeReplyObject(r);
     return n;
+}
+
+static long long shard_subscribers(int master, const char *channel)
+{
+    return shard_subscribers_on(cluster.masters[master], channel);
 }
 
 static void test_waiter_woken_by_release(void)
@@ -387,11 +402,533 @@ static void test_fast_acquire_on_every_master(void)
     watchlock_client_close(c);
 }
 
+/* ---- clusters built node by node (nodes joining and leaving, endpoint types) ----
+ *
+ * redis-servers from the C harness (rh_start) in cluster mode, each with an
+ * explicit bus port (the default, port + 10000, does not exist for the
+ * upper ephemeral ports): node A serves every slot but a few, a second node
+ * serves those few ("the moving slots"), which then move from node to node
+ * with their keys (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE) as
+ * redis-cli's resharding does. Every wait is on a condition. */
+
+typedef struct mnode {
+    rh_server *srv;
+    char id[48];
+    int port, bus;
+} mnode;
+
+static int free_tcp_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static void mnode_start(mnode *n, const char *endpoint_type)
+{
+    memset(n, 0, sizeof *n);
+    for (int attempt = 0; attempt < 10 && n->srv == NULL; attempt++) {
+        n->bus = free_tcp_port();
+        char bus[16];
+        snprintf(bus, sizeof bus, "%d", n->bus);
+        const char *extra[] = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                               "--cluster-node-timeout", "5000", "--cluster-port", bus,
+                               /* a master that gave away its last slot stays a master */
+                               "--cluster-allow-replica-migration", "no", "--cluster-preferred-endpoint-type",
+                               endpoint_type, NULL};
+        rh_options o = {.extra = extra};
+        n->srv = rh_start(&o);
+    }
+    CHECK_MSG(n->srv != NULL, "no cluster node started");
+    n->port = rh_port(n->srv);
+    redisReply *r = rh_command(n->srv, "CLUSTER MYID");
+    CHECK_MSG(r != NULL && r->type == REDIS_REPLY_STRING && r->len < sizeof n->id, "CLUSTER MYID failed");
+    memcpy(n->id, r->str, r->len + 1);
+    freeReplyObject(r);
+}
+
+static void mnode_free(mnode *n)
+{
+    rh_free(n->srv);
+    n->srv = NULL;
+}
+
+static void check_ok(mnode *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check_ok(mnode *n, const char *fmt, ...)
+{
+    char cmd[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    /* split on spaces: the arguments here never contain any */
+    const char *argv[40];
+    char *save = NULL, *copy = strdup(cmd);
+    int argc = 0;
+    for (char *t = strtok_r(copy, " ", &save); t != NULL && argc < 40; t = strtok_r(NULL, " ", &save))
+        argv[argc++] = t;
+    redisReply *r = rh_command_argv(n->srv, argc, argv, NULL);
+    CHECK_MSG(r != NULL && r->type == REDIS_REPLY_STATUS, "%s on %d: %s", cmd, n->port,
+              r == NULL ? "no answer" : r->type == REDIS_REPLY_ERROR ? r->str : "not OK");
+    freeReplyObject(r);
+    free(copy);
+}
+
+/* Which port serves key's slot as node n sees it: its own (it answers),
+ * the port of a MOVED, or -1 (ASK, down, no answer). */
+static int seen_owner(mnode *n, const char *key)
+{
+    const char *argv[2] = {"EXISTS", key};
+    redisReply *r = rh_command_argv(n->srv, 2, argv, NULL);
+    int port = -1;
+    if (r != NULL && r->type == REDIS_REPLY_INTEGER)
+        port = n->port;
+    else if (r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) == 0 && strrchr(r->str, ':'))
+        port = atoi(strrchr(r->str, ':') + 1);
+    if (r != NULL)
+        freeReplyObject(r);
+    return port;
+}
+
+static bool all_see_owner(mnode **nodes, int n, const char *key, int port)
+{
+    for (int i = 0; i < n; i++)
+        if (seen_owner(nodes[i], key) != port)
+            return false;
+    return true;
+}
+
+/* Whether n knows node `id` (met, handshake over). */
+static bool knows(mnode *n, const char *id)
+{
+    redisReply *r = rh_command(n->srv, "CLUSTER NODES");
+    bool ok = false;
+    if (r != NULL && (r->type == REDIS_REPLY_STRING)) {
+        const char *line = strstr(r->str, id);
+        if (line != NULL) {
+            const char *eol = strchr(line, '\n');
+            size_t len = eol ? (size_t)(eol - line) : strlen(line);
+            char buf[600];
+            snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf - 1 ? len : sizeof buf - 1), line);
+            ok = strstr(buf, "handshake") == NULL && strstr(buf, "noaddr") == NULL && strstr(buf, "fail") == NULL;
+        }
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return ok;
+}
+
+static bool cluster_ok(mnode *n)
+{
+    redisReply *r = rh_command(n->srv, "CLUSTER INFO");
+    bool ok = r != NULL && (r->type == REDIS_REPLY_STRING) &&
+              strstr(r->str, "cluster_state:ok") != NULL;
+    if (r != NULL)
+        freeReplyObject(r);
+    return ok;
+}
+
+/* A and B with configEpochs 1 and 2: B serves `slots`, A all the others. */
+static void mini_create(mnode *a, mnode *b, const int *slots, int n_slots)
+{
+    check_ok(a, "CLUSTER SET-CONFIG-EPOCH 1");
+    check_ok(b, "CLUSTER SET-CONFIG-EPOCH 2");
+    bool moving[16384] = {false};
+    for (int i = 0; i < n_slots; i++)
+        moving[slots[i]] = true;
+    for (int s = 0; s < 16384;) {
+        if (moving[s]) {
+            check_ok(b, "CLUSTER ADDSLOTS %d", s);
+            s++;
+            continue;
+        }
+        int e = s;
+        while (e + 1 < 16384 && !moving[e + 1])
+            e++;
+        check_ok(a, "CLUSTER ADDSLOTSRANGE %d %d", s, e);
+        s = e + 1;
+    }
+    check_ok(a, "CLUSTER MEET 127.0.0.1 %d %d", b->port, b->bus);
+    WAIT_FOR(knows(a, b->id) && knows(b, a->id) && cluster_ok(a) && cluster_ok(b), 30000);
+    CHECK_MSG(knows(a, b->id) && knows(b, a->id) && cluster_ok(a) && cluster_ok(b),
+              "nodes %d and %d did not form a cluster", a->port, b->port);
+}
+
+/* Adds node n (met through a) and waits until every node of `all` knows it and it knows them. */
+static void mini_join(mnode *a, mnode *n, mnode **all, int n_all)
+{
+    check_ok(a, "CLUSTER MEET 127.0.0.1 %d %d", n->port, n->bus);
+    bool ok = false;
+    for (int64_t end = now_ms() + 30000; !ok && now_ms() < end; sleep_ms(20)) {
+        ok = true;
+        for (int i = 0; i < n_all && ok; i++)
+            ok = all[i] == n || (knows(all[i], n->id) && knows(n, all[i]->id));
+        ok = ok && cluster_ok(n);
+    }
+    CHECK_MSG(ok, "node %d did not join", n->port);
+}
+
+/* Moves one slot and its keys from src to dst; `others` are told the new owner too. */
+static void mini_move_slot(mnode *src, mnode *dst, mnode **others, int n_others, int slot)
+{
+    check_ok(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, src->id);
+    check_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, dst->id);
+    for (;;) {
+        redisReply *r = rh_command(src->srv, "CLUSTER GETKEYSINSLOT %d 100", slot);
+        CHECK_MSG(r != NULL && r->type == REDIS_REPLY_ARRAY, "GETKEYSINSLOT on %d", src->port);
+        size_t n = r->elements;
+        for (size_t i = 0; i < n; i++) {
+            char port[16];
+            snprintf(port, sizeof port, "%d", dst->port);
+            const char *argv[6] = {"MIGRATE", "127.0.0.1", port, r->element[i]->str, "0", "5000"};
+            redisReply *m = rh_command_argv(src->srv, 6, argv, NULL);
+            CHECK_MSG(m != NULL && m->type == REDIS_REPLY_STATUS, "MIGRATE %s: %s", r->element[i]->str,
+                      m == NULL ? "no answer" : m->type == REDIS_REPLY_ERROR ? m->str : "?");
+            freeReplyObject(m);
+        }
+        freeReplyObject(r);
+        if (n == 0)
+            break;
+    }
+    check_ok(dst, "CLUSTER SETSLOT %d NODE %s", slot, dst->id);
+    /* a source that just gave away its last slot may already be a replica (redis #9223) */
+    char id_arg[80], slot_arg[16];
+    snprintf(id_arg, sizeof id_arg, "%s", dst->id);
+    snprintf(slot_arg, sizeof slot_arg, "%d", slot);
+    const char *setslot[] = {"CLUSTER", "SETSLOT", slot_arg, "NODE", id_arg};
+    redisReply *r = rh_command_argv(src->srv, 5, setslot, NULL);
+    CHECK_MSG(r != NULL && (r->type == REDIS_REPLY_STATUS ||
+                            (r->type == REDIS_REPLY_ERROR && strstr(r->str, "only with masters") != NULL)),
+              "CLUSTER SETSLOT %d NODE on the source %d: %s", slot, src->port,
+              r == NULL ? "no answer" : r->type == REDIS_REPLY_ERROR ? r->str : "?");
+    freeReplyObject(r);
+    for (int i = 0; i < n_others; i++)
+        check_ok(others[i], "CLUSTER SETSLOT %d NODE %s", slot, dst->id);
+}
+
+static int count_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+/* "<prefix>N" with its lock key in `slot`, into out. */
+static void name_in_slot(char *out, size_t len, const char *prefix, int slot)
+{
+    for (int i = 0; i < 1000000; i++) {
+        char key[200];
+        snprintf(out, len, "%s%d", prefix, i);
+        snprintf(key, sizeof key, "watchlock:{%s}", out);
+        if ((int)key_slot(key, strlen(key)) == slot)
+            return;
+    }
+    CHECK_MSG(0, "no name for slot %d", slot);
+}
+
+typedef struct churn_waiter {
+    watchlock_lock *lock;
+    int rc;
+} churn_waiter;
+
+static void *churn_wait(void *arg)
+{
+    churn_waiter *w = arg;
+    w->rc = watchlock_lock_acquire(w->lock, 60000);
+    return NULL;
+}
+
+#define CHURN_STEPS 5
+
+/* Issue 19.7: a node that leaves the slot map (its slots moved to a new
+ * node, as with pods replaced one by one) is closed once nothing routes to
+ * it: its subscriber thread stopped and joined, its connections closed.
+ * Before, every node the client had ever seen kept a subscriber thread
+ * that reconnected forever and its pooled connections, so the client's
+ * threads grew by one per replaced node. Locks keep working throughout: a
+ * hold renewed across every move, acquire/release on names in the moving
+ * slots, a waiter on the moving node woken by a release. */
+static void test_nodes_leaving_the_map_are_closed(void)
+{
+    char held_name[64], wait_name[64], use_name[64], key[120];
+    snprintf(held_name, sizeof held_name, "churn-held-%d", (int)getpid());
+    snprintf(key, sizeof key, "watchlock:{%s}", held_name);
+    int slots[3];
+    slots[0] = (int)key_slot(key, strlen(key));
+    slots[1] = (slots[0] + 4000) % 16384;
+    slots[2] = (slots[0] + 9000) % 16384;
+    name_in_slot(wait_name, sizeof wait_name, "churn-wait-", slots[1]);
+    name_in_slot(use_name, sizeof use_name, "churn-use-", slots[2]);
+    char wait_key[120], use_key[120];
+    snprintf(wait_key, sizeof wait_key, "watchlock:{%s}", wait_name);
+    snprintf(use_key, sizeof use_key, "watchlock:{%s}", use_name);
+
+    static mnode a, b[CHURN_STEPS + 1];
+    mnode_start(&a, "ip");
+    mnode_start(&b[0], "ip");
+    mini_create(&a, &b[0], slots, 3);
+    char url[100];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", a.port);
+    watchlock_client *c = open_client(url), *w = open_client(url);
+    watchlock_lock *held = new_lock(c, held_name), *blocker = new_lock(c, wait_name), *use = new_lock(c, use_name);
+    CHECK_OK(watchlock_lock_set_lease(held, 10000));
+    CHECK_OK(watchlock_lock_set_lease(blocker, 120000));
+    CHECK_OK(watchlock_lock_acquire(held, 0));
+    churn_waiter cw = {.lock = new_lock(w, wait_name), .rc = -1};
+    CHECK_OK(watchlock_lock_set_lease(cw.lock, 60000));
+
+    char channel[160];
+    snprintf(channel, sizeof channel, "%s:released", wait_key);
+    int threads0 = -1;
+    /* Step 0 warms up (every thread the clients keep is started): a waiter
+     * on b[0] woken by a release. Then each step starts a waiter on the
+     * node that serves the slots, moves them (and their keys) to a new
+     * node while it waits, and releases: the waiter must follow the slot
+     * to the new node and be woken there. */
+    for (int step = 0; step <= CHURN_STEPS; step++) {
+        mnode *owner = &b[step > 0 ? step - 1 : 0], *next = &b[step];
+        CHECK_OK(watchlock_lock_acquire(blocker, 0));
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, churn_wait, &cw) == 0);
+        WAIT_FOR(shard_subscribers_on(owner->srv, channel) >= 1, 20000);
+        CHECK_MSG(shard_subscribers_on(owner->srv, channel) >= 1, "step %d: the waiter did not subscribe on %d", step,
+                  owner->port);
+        if (step > 0) {
+            /* A new node takes the slots over. */
+            mnode_start(next, "ip");
+            mnode *live[3] = {&a, owner, next};
+            mini_join(&a, next, live, 3);
+            mnode *others[1] = {&a};
+            for (int i = 0; i < 3; i++)
+                mini_move_slot(owner, next, others, 1, slots[i]);
+            WAIT_FOR(all_see_owner(live, 3, key, next->port) && all_see_owner(live, 3, wait_key, next->port) &&
+                         all_see_owner(live, 3, use_key, next->port),
+                     30000);
+            CHECK_MSG(all_see_owner(live, 3, key, next->port) && all_see_owner(live, 3, wait_key, next->port) &&
+                          all_see_owner(live, 3, use_key, next->port),
+                      "step %d: the slots did not move to %d", step, next->port);
+            /* The first old node stays up (its connections must close);
+             * the others go away, as a replaced pod does. */
+            if (step > 1) {
+                mnode_free(owner);
+                check_ok(&a, "CLUSTER FORGET %s", owner->id);
+                check_ok(next, "CLUSTER FORGET %s", owner->id);
+            }
+            /* the waiter followed the slot */
+            WAIT_FOR(shard_subscribers_on(next->srv, channel) >= 1, 20000);
+            CHECK_MSG(shard_subscribers_on(next->srv, channel) >= 1, "step %d: the waiter did not move to %d", step,
+                      next->port);
+        }
+        int64_t t0 = now_ms();
+        CHECK_OK(watchlock_lock_release(blocker));
+        pthread_join(th, NULL);
+        CHECK_OK(cw.rc); /* 60 s wait, 120 s lease: getting it means being woken */
+        CHECK_INT(now_ms() - t0, <, 20000);
+        CHECK_OK(watchlock_lock_release(cw.lock));
+        CHECK_OK(watchlock_lock_acquire(use, 0));
+        CHECK_OK(watchlock_lock_release(use));
+        CHECK_MSG(watchlock_lock_state(held) == WATCHLOCK_HELD, "step %d: the renewed hold is %s", step,
+                  watchlock_lost_reason_str(watchlock_lock_lost_reason(held)));
+        if (step == 0)
+            threads0 = count_threads();
+    }
+    /* Nothing routes to the old nodes any more: their threads end and
+     * their connections close (the client reaps them as it works). */
+    int threads = count_threads();
+    long long conns = rh_info(b[0].srv, "clients", "connected_clients");
+    for (int64_t end = now_ms() + 20000; (threads > threads0 || conns > 1) && now_ms() < end; sleep_ms(50)) {
+        CHECK_OK(watchlock_lock_acquire(use, 0));
+        CHECK_OK(watchlock_lock_release(use));
+        int64_t held_tmp = 0;
+        int h = 0;
+        CHECK_OK(watchlock_client_inspect(w, wait_name, strlen(wait_name), &h, &held_tmp, NULL));
+        threads = count_threads();
+        conns = rh_info(b[0].srv, "clients", "connected_clients");
+    }
+    testing_note("%d nodes replaced: %d threads before, %d after; %lld connections on the first old node (the probe's "
+                 "included)",
+                 CHURN_STEPS, threads0, threads, conns);
+    CHECK_INT(threads, <=, threads0);
+    CHECK_INT(conns, <=, 1);
+    CHECK_MSG(watchlock_lock_state(held) == WATCHLOCK_HELD, "the renewed hold is %s",
+              watchlock_lost_reason_str(watchlock_lock_lost_reason(held)));
+    CHECK_OK(watchlock_lock_release(held));
+    CHECK_EQ(rh_int(b[CHURN_STEPS].srv, "EXISTS %s", key), 0);
+    watchlock_lock_free(cw.lock);
+    watchlock_lock_free(held);
+    watchlock_lock_free(blocker);
+    watchlock_lock_free(use);
+    watchlock_client_close(w);
+    watchlock_client_close(c);
+    mnode_free(&a);
+    for (int i = 0; i <= CHURN_STEPS; i++)
+        mnode_free(&b[i]);
+}
+
+/* Issue 19.8: with cluster-preferred-endpoint-type unknown-endpoint Redis
+ * names no host: CLUSTER SLOTS gives NULL, MOVED and ASK give ":port",
+ * meaning "the node you asked, at this port". The parser refused ":port",
+ * so a moved slot failed every call with the MOVED error itself. */
+static void test_unknown_endpoint_redirects(void)
+{
+    char name[64], key[120], fresh[64], fresh_key[120];
+    snprintf(name, sizeof name, "unknown-endpoint-%d", (int)getpid());
+    snprintf(key, sizeof key, "watchlock:{%s}", name);
+    int slot = (int)key_slot(key, strlen(key));
+    name_in_slot(fresh, sizeof fresh, "unknown-endpoint-ask-", slot);
+    snprintf(fresh_key, sizeof fresh_key, "watchlock:{%s}", fresh);
+
+    static mnode a, b, n;
+    mnode_start(&a, "unknown-endpoint");
+    mnode_start(&b, "unknown-endpoint");
+    mini_create(&a, &b, &slot, 1);
+    mnode_start(&n, "unknown-endpoint");
+    mnode *live[3] = {&a, &b, &n};
+    mini_join(&a, &n, live, 3);
+    redisReply *r = rh_command(b.srv, "CLUSTER SLOTS");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0);
+    CHECK_MSG(r->element[0]->element[2]->element[0]->type == REDIS_REPLY_NIL, "CLUSTER SLOTS names an endpoint");
+    freeReplyObject(r);
+
+    char url[100];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", a.port);
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, name), *f = new_lock(c, fresh);
+    CHECK_OK(watchlock_lock_set_lease(l, 30000));
+    CHECK_OK(watchlock_lock_acquire(l, 0)); /* on b, where the map says */
+    CHECK_EQ(rh_int(b.srv, "EXISTS %s", key), 1);
+
+    /* Mid-migration: b answers "ASK <slot> :<n's port>" for a key it no
+     * longer has (moved to n); the release follows it with ASKING. */
+    CHECK_OK(watchlock_lock_set_lease(f, 30000));
+    CHECK_OK(watchlock_lock_acquire(f, 0));
+    CHECK_EQ(rh_int(b.srv, "EXISTS %s", fresh_key), 1);
+    check_ok(&n, "CLUSTER SETSLOT %d IMPORTING %s", slot, b.id);
+    check_ok(&b, "CLUSTER SETSLOT %d MIGRATING %s", slot, n.id);
+    char fence_key[140], port_s[16];
+    snprintf(fence_key, sizeof fence_key, "%s:fence", fresh_key);
+    snprintf(port_s, sizeof port_s, "%d", n.port);
+    const char *mig[] = {"MIGRATE", "127.0.0.1", port_s, "", "0", "5000", "KEYS", fresh_key, fence_key};
+    r = rh_command_argv(b.srv, 9, mig, NULL);
+    CHECK_MSG(r != NULL && r->type == REDIS_REPLY_STATUS, "MIGRATE: %s", r && r->str ? r->str : "no answer");
+    freeReplyObject(r);
+    r = rh_command(b.srv, "EXISTS %s", fresh_key);
+    CHECK_MSG(r != NULL && r->type == REDIS_REPLY_ERROR, "no ASK from the migrating node");
+    char want[64];
+    snprintf(want, sizeof want, "ASK %d :%d", slot, n.port);
+    CHECK_STR(r->str, want);
+    freeReplyObject(r);
+    CHECK_OK(watchlock_lock_release(f)); /* followed to n with ASKING */
+    r = rh_command(n.srv, "EXISTS %s", fresh_key);
+    CHECK_MSG(r != NULL && r->type == REDIS_REPLY_ERROR, "n answers for a slot it imports (%d)", r ? r->type : -1);
+    freeReplyObject(r);
+    const char *asking[][2] = {{"ASKING", NULL}, {"EXISTS", fresh_key}};
+    redisContext *ctx = rh_connect(n.srv);
+    CHECK(ctx != NULL);
+    redisAppendCommandArgv(ctx, 1, asking[0], NULL);
+    redisAppendCommandArgv(ctx, 2, asking[1], NULL);
+    void *rr = NULL;
+    CHECK(redisGetReply(ctx, &rr) == REDIS_OK);
+    freeReplyObject(rr);
+    CHECK(redisGetReply(ctx, &rr) == REDIS_OK);
+    r = rr;
+    CHECK_MSG(r->type == REDIS_REPLY_INTEGER && r->integer == 0, "the released key is still on n");
+    freeReplyObject(r);
+    redisFree(ctx);
+
+    /* Moved: the client's map still says b, which answers "MOVED <slot> :<port>". */
+    mnode *others[1] = {&a};
+    mini_move_slot(&b, &n, others, 1, slot);
+    WAIT_FOR(all_see_owner(live, 3, key, n.port), 30000);
+    CHECK(all_see_owner(live, 3, key, n.port));
+    r = rh_command(b.srv, "EXISTS %s", key);
+    snprintf(want, sizeof want, "MOVED %d :%d", slot, n.port);
+    CHECK_MSG(r != NULL && r->type == REDIS_REPLY_ERROR && strcmp(r->str, want) == 0, "b said '%s', not '%s'",
+              r && r->str ? r->str : "", want);
+    freeReplyObject(r);
+    CHECK_OK(watchlock_lock_extend(l, 30000));
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(rh_int(n.srv, "EXISTS %s", key), 0);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(rh_int(n.srv, "EXISTS %s", key), 1);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_lock_free(f);
+    watchlock_client_close(c);
+    mnode_free(&a);
+    mnode_free(&b);
+    mnode_free(&n);
+}
+
+
+/* Issue 19.8: preferred endpoint "hostname" on nodes that have none: Redis
+ * writes "?" for the endpoint (CLUSTER SLOTS, MOVED). "?" is no host name:
+ * the map's metadata gives the node's ip, and "MOVED <slot> ?:<port>" makes
+ * the client ask the map again instead of connecting to a host called "?". */
+static void test_question_mark_endpoint(void)
+{
+    char name[64], key[120];
+    snprintf(name, sizeof name, "qmark-endpoint-%d", (int)getpid());
+    snprintf(key, sizeof key, "watchlock:{%s}", name);
+    int slot = (int)key_slot(key, strlen(key));
+    static mnode a, b, n;
+    mnode_start(&a, "hostname");
+    mnode_start(&b, "hostname");
+    mini_create(&a, &b, &slot, 1);
+    mnode_start(&n, "hostname");
+    mnode *live[3] = {&a, &b, &n};
+    mini_join(&a, &n, live, 3);
+    redisReply *r = rh_command(b.srv, "CLUSTER SLOTS");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0);
+    const redisReply *ep = r->element[0]->element[2]->element[0];
+    CHECK_MSG(ep->type == REDIS_REPLY_STRING && strcmp(ep->str, "?") == 0, "CLUSTER SLOTS endpoint is not '?'");
+    freeReplyObject(r);
+
+    char url[100];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", a.port);
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, name);
+    CHECK_OK(watchlock_lock_set_lease(l, 30000));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(rh_int(b.srv, "EXISTS %s", key), 1);
+    mnode *others[1] = {&a};
+    mini_move_slot(&b, &n, others, 1, slot);
+    WAIT_FOR(all_see_owner(live, 3, key, n.port), 30000);
+    CHECK(all_see_owner(live, 3, key, n.port));
+    r = rh_command(b.srv, "EXISTS %s", key);
+    char want[64];
+    snprintf(want, sizeof want, "MOVED %d ?:%d", slot, n.port);
+    CHECK_MSG(r != NULL && r->type == REDIS_REPLY_ERROR && strcmp(r->str, want) == 0, "b said '%s', not '%s'",
+              r && r->str ? r->str : "", want);
+    freeReplyObject(r);
+    CHECK_OK(watchlock_lock_extend(l, 30000)); /* b: "MOVED ?:port", the map: n */
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(rh_int(n.srv, "EXISTS %s", key), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    mnode_free(&a);
+    mnode_free(&b);
+    mnode_free(&n);
+}
+
 static const test_case tests[] = {
     {"acquire_release_over_masters", test_acquire_release_over_masters, 0},
     {"renewals_on_all_masters", test_renewals_on_all_masters, 0},
     {"waiter_woken_by_release", test_waiter_woken_by_release, 0},
     {"fast_acquire_on_every_master", test_fast_acquire_on_every_master, 0},
+    {"nodes_leaving_the_map_are_closed", test_nodes_leaving_the_map_are_closed, 180},
+    {"unknown_endpoint_redirects", test_unknown_endpoint_redirects, 60},
+    {"question_mark_endpoint", test_question_mark_endpoint, 60},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)

@@ -5,8 +5,10 @@
  * digest tag that no short name can produce, and two long names that
  * differ only in their last byte mapped to different keys. Also the
  * deadline/renewal heap (core/src/heap.c): random inserts, key changes
- * and removals against a model. Links the static library for the internal
- * functions.
+ * and removals against a model. The cluster redirect parser
+ * (wl_parse_redirect, core/src/cluster.c) on the error replies Redis sends
+ * (MOVED/ASK with an IP, a hostname, IPv6, an empty endpoint, "?") and on
+ * malformed ones. Links the static library for the internal functions.
  */
 #include "testing.h"
 
@@ -188,6 +190,126 @@ static void test_heap_order(void)
     wl_heap_free(&h);
 }
 
+/* ---- the cluster redirect parser ---- */
+
+static bool parse_error(const char *text, wl_redirect *rd)
+{
+    char buf[600];
+    snprintf(buf, sizeof buf, "%s", text);
+    redisReply r;
+    memset(&r, 0, sizeof r);
+    r.type = REDIS_REPLY_ERROR;
+    r.str = buf;
+    r.len = strlen(buf);
+    return wl_parse_redirect(&r, rd);
+}
+
+static void expect_redirect(const char *text, int kind, int slot, const char *host, int port)
+{
+    wl_redirect rd;
+    CHECK_MSG(parse_error(text, &rd), "'%s' was not taken for a redirect", text);
+    CHECK_MSG(rd.kind == kind && rd.slot == slot && rd.port == port && strcmp(rd.host, host) == 0,
+              "'%s': kind %d slot %d host '%s' port %d, want kind %d slot %d host '%s' port %d", text, rd.kind,
+              rd.slot, rd.host, rd.port, kind, slot, host, port);
+}
+
+static void expect_refused(const char *text)
+{
+    wl_redirect rd;
+    bool ok = parse_error(text, &rd);
+    CHECK_MSG(!ok, "'%s' was taken for a redirect: kind %d slot %d host '%s' port %d", text, rd.kind, rd.slot,
+              rd.host, rd.port);
+}
+
+static void test_redirect_parser(void)
+{
+    expect_redirect("MOVED 3999 127.0.0.1:6381", WL_REDIRECT_MOVED, 3999, "127.0.0.1", 6381);
+    expect_redirect("ASK 12 10.0.0.2:7000", WL_REDIRECT_ASK, 12, "10.0.0.2", 7000);
+    expect_redirect("MOVED 0 h:1", WL_REDIRECT_MOVED, 0, "h", 1);
+    expect_redirect("MOVED 16383 h:65535", WL_REDIRECT_MOVED, 16383, "h", 65535);
+    expect_redirect("MOVED 7 redis-0.redis.ns.svc.cluster.local:6379", WL_REDIRECT_MOVED, 7,
+                    "redis-0.redis.ns.svc.cluster.local", 6379);
+    /* cluster-preferred-endpoint-type unknown-endpoint: an empty endpoint
+     * means the node that sent the redirect (the caller fills it in) */
+    expect_redirect("MOVED 3999 :6381", WL_REDIRECT_MOVED, 3999, "", 6381);
+    expect_redirect("ASK 3999 :6381", WL_REDIRECT_ASK, 3999, "", 6381);
+    /* "?": preferred endpoint "hostname" on a node that has none. Never a
+     * host name: port 0 says "unknown, ask the slot map" */
+    expect_redirect("MOVED 3999 ?:6381", WL_REDIRECT_MOVED, 3999, "", 0);
+    expect_redirect("ASK 5 ?:6381", WL_REDIRECT_ASK, 5, "", 0);
+    /* IPv6: Redis writes the address without brackets; the port follows the last ':' */
+    expect_redirect("MOVED 3999 2001:db8::1:6381", WL_REDIRECT_MOVED, 3999, "2001:db8::1", 6381);
+    expect_redirect("MOVED 3999 ::1:6381", WL_REDIRECT_MOVED, 3999, "::1", 6381);
+    expect_redirect("MOVED 3999 [2001:db8::1]:6381", WL_REDIRECT_MOVED, 3999, "2001:db8::1", 6381);
+    expect_redirect("MOVED 3999 fe80::1%eth0:6381", WL_REDIRECT_MOVED, 3999, "fe80::1%eth0", 6381);
+    /* retry-later errors */
+    expect_redirect("TRYAGAIN Multiple keys request during rehashing of slot", WL_REDIRECT_TRYAGAIN, 0, "", 0);
+    expect_redirect("CLUSTERDOWN The cluster is down", WL_REDIRECT_CLUSTERDOWN, 0, "", 0);
+    expect_redirect("CLUSTERDOWN Hash slot not served", WL_REDIRECT_CLUSTERDOWN, 0, "", 0);
+
+    /* bad ports */
+    expect_refused("MOVED 3999 127.0.0.1:0");
+    expect_refused("MOVED 3999 127.0.0.1:65536");
+    expect_refused("MOVED 3999 127.0.0.1:-1");
+    expect_refused("MOVED 3999 127.0.0.1:+6381");
+    expect_refused("MOVED 3999 127.0.0.1:6381x");
+    expect_refused("MOVED 3999 127.0.0.1:6381 ");
+    expect_refused("MOVED 3999 127.0.0.1:6381 extra");
+    expect_refused("MOVED 3999 127.0.0.1: 6381");
+    expect_refused("MOVED 3999 127.0.0.1:");
+    expect_refused("MOVED 3999 127.0.0.1:99999999999999999999");
+    expect_refused("MOVED 3999 127.0.0.1:4294973677"); /* 6381 + 2^32 */
+    expect_refused("MOVED 3999 127.0.0.1");
+    expect_refused("MOVED 3999 :");
+    expect_refused("MOVED 3999 ?:0");
+    expect_refused("MOVED 3999 ?:");
+    /* bad slots */
+    expect_refused("MOVED 16384 h:1");
+    expect_refused("MOVED -1 h:1");
+    expect_refused("MOVED +1 h:1");
+    expect_refused("MOVED 99999999999999999999 h:1");
+    expect_refused("MOVED 4294967297 h:1"); /* 1 + 2^32 */
+    expect_refused("MOVED 12x h:1");
+    expect_refused("MOVED  12 h:1");
+    expect_refused("MOVED h:1");
+    expect_refused("MOVED 3999");
+    expect_refused("MOVED 3999 ");
+    expect_refused("MOVED");
+    expect_refused("MOVED ");
+    /* bad hosts: spaces, unbalanced brackets, too long */
+    expect_refused("MOVED 3999 a b:6381");
+    expect_refused("MOVED 3999  :6381");
+    expect_refused("MOVED 3999 [::1:6381");
+    expect_refused("MOVED 3999 ::1]:6381");
+    expect_refused("MOVED 3999 []:6381");
+    expect_refused("MOVED 3999 ??:6381x");
+    char longhost[400];
+    memset(longhost, 'h', sizeof longhost);
+    snprintf(longhost + 300, sizeof longhost - 300, ":6381");
+    char text[500];
+    snprintf(text, sizeof text, "MOVED 1 %s", longhost);
+    expect_refused(text);
+    /* a 255-byte host still fits */
+    memset(longhost, 'h', 255);
+    snprintf(longhost + 255, sizeof longhost - 255, ":6381");
+    snprintf(text, sizeof text, "MOVED 1 %s", longhost);
+    wl_redirect rd;
+    CHECK(parse_error(text, &rd));
+    CHECK_EQ(strlen(rd.host), 255);
+    /* not redirects */
+    expect_refused("MOVEDX 1 h:1");
+    expect_refused("ERR MOVED 1 h:1");
+    expect_refused("moved 1 h:1");
+    expect_refused("");
+    redisReply str;
+    memset(&str, 0, sizeof str);
+    str.type = REDIS_REPLY_STRING;
+    str.str = (char *)"MOVED 1 h:1";
+    str.len = strlen(str.str);
+    CHECK(!wl_parse_redirect(&str, &rd));
+    CHECK(!wl_parse_redirect(NULL, &rd));
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -195,6 +317,7 @@ int main(int argc, char **argv)
         {"short_names_unchanged", test_short_names_unchanged, 0},
         {"long_names_digested", test_long_names_digested, 0},
         {"heap_order", test_heap_order, 0},
+        {"redirect_parser", test_redirect_parser, 0},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_NO_SERVER);

@@ -5,7 +5,8 @@
  * replies cut across reads are exercised too. Every reply it produces, and
  * every element of it down to a few levels, is passed to the library's
  * readers: wl_reply_error (status for an error reply), wl_reply_is_noscript,
- * wl_parse_redirect (MOVED/ASK/TRYAGAIN/CLUSTERDOWN),
+ * wl_parse_redirect (MOVED/ASK/TRYAGAIN/CLUSTERDOWN: ranges, no "?" host,
+ * the same answer when written back as Redis writes it),
  * wl_reply_i64, wl_reply_acquire (acquire script) and wl_reply_renew (renew
  * script, for several hold counts and every index). Checks that their
  * answers stay in their documented ranges.
@@ -21,6 +22,31 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* A MOVED/ASK redirect: slot and port in range, a host that is a usable
+ * name or "" (the sender's), never "?" (port 0 says "unknown endpoint"),
+ * and the same answer when written back the way Redis writes it. */
+static void check_redirect(const redisReply *r, const wl_redirect *rd)
+{
+    if (rd->slot < 0 || rd->slot >= WL_CLUSTER_SLOTS || rd->port < 0 || rd->port > 65535)
+        abort();
+    size_t len = strnlen(rd->host, sizeof rd->host);
+    if (len == sizeof rd->host || (rd->port == 0 && len != 0) || strcmp(rd->host, "?") == 0)
+        abort();
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)rd->host[i] <= ' ' || rd->host[i] == '[' || rd->host[i] == ']' || rd->host[i] == 0x7f)
+            abort();
+    char again[400];
+    snprintf(again, sizeof again, "%s %d %s:%d", rd->kind == WL_REDIRECT_MOVED ? "MOVED" : "ASK", rd->slot,
+             rd->port == 0 ? "?" : rd->host, rd->port == 0 ? 1 : rd->port);
+    redisReply copy = *r;
+    copy.str = again;
+    copy.len = strlen(again);
+    wl_redirect back;
+    if (!wl_parse_redirect(&copy, &back) || back.kind != rd->kind || back.slot != rd->slot ||
+        back.port != rd->port || strcmp(back.host, rd->host) != 0)
+        abort();
+}
+
 static void interpret(const wl_server *srv, const redisReply *r, int depth)
 {
     int rc = wl_reply_error(srv, r, "fuzz");
@@ -35,13 +61,11 @@ static void interpret(const wl_server *srv, const redisReply *r, int depth)
     if (wl_reply_is_noscript(r) && r->type != REDIS_REPLY_ERROR)
         abort();
     wl_redirect rd;
-    if (wl_parse_redirect(r, &rd)) { /* cluster redirects: a slot and port in range */
+    if (wl_parse_redirect(r, &rd)) {
         if (r->type != REDIS_REPLY_ERROR || rd.kind == WL_REDIRECT_NONE)
             abort();
-        if ((rd.kind == WL_REDIRECT_MOVED || rd.kind == WL_REDIRECT_ASK) &&
-            (rd.slot < 0 || rd.slot >= WL_CLUSTER_SLOTS || rd.port < 1 || rd.port > 65535 ||
-             memchr(rd.host, '\0', sizeof rd.host) == NULL))
-            abort();
+        if (rd.kind == WL_REDIRECT_MOVED || rd.kind == WL_REDIRECT_ASK)
+            check_redirect(r, &rd);
     }
     (void)wl_reply_i64(r);
 
