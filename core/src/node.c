@@ -654,8 +654,8 @@ static int run_pipeline_pinned(wl_server *srv, int ncmds, const wl_cmd *cmds, re
         bool reused;
         int rc = wl_server_get(node, &conn, &reused);
         if (rc == WATCHLOCK_ECONN && srv->cluster != NULL) { /* as wl_run_script_keep: where are its slots now? */
-            const char *key = cmds[0].argv[1];
-            size_t key_len = l0 ? l0[1] : strlen(key);
+            const char *key = k->argv[1];
+            size_t key_len = k->lens ? k->lens[1] : strlen(key);
             char msg[400];
             snprintf(msg, sizeof msg, "%s", watchlock_last_error());
             wl_server *next = reroute_after_failure(srv, node, 1, &key, &key_len);
