@@ -172,7 +172,11 @@ static void take_reply(watchlock_client *c, node_round *g, round_entry *es, redi
     }
     bool noscript = !use_eval && wl_reply_is_noscript(r);
     for (size_t i = from; i < to; i++) {
-        es[i].need_eval = noscript;
+        /* need_eval is set by the first pass only: in the second it names
+         * the entries of that pass, which its WAIT reply (or a failure of
+         * the node before it) must still demote. */
+        if (!use_eval)
+            es[i].need_eval = noscript;
         if (noscript)
             continue;
         /* An unexpected reply (an error for the whole script, such as OOM)
