@@ -238,9 +238,15 @@ static void *watchdog_main(void *arg)
             int64_t cap_ms = (nearest_deadline(c) - wl_now_us()) / 1000;
             pthread_mutex_unlock(&c->mu);
             int trips = wl_renew_round(c, es, batch.len, cap_ms);
-            int64_t done = wl_now_us();
             update_cpu(c);
+            if (wl_test_hook != NULL)
+                wl_test_hook(c, WL_HOOK_ROUND_DONE);
             pthread_mutex_lock(&c->mu);
+            /* Judged against a time read under the mutex: a reply applied
+             * after the deadline is too late, whenever it arrived, so a
+             * hold that anyone has seen LOST (state() records it, under
+             * this mutex) is never renewed back to HELD. */
+            int64_t done = wl_now_us();
             c->renew_rounds++;
             c->renew_roundtrips += trips;
             apply(c, es, batch.len, done);
