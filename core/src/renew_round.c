@@ -261,9 +261,16 @@ static bool run_pass(watchlock_client *c, node_round *gs, size_t ng, round_entry
         node_round *g = &gs[k];
         if (!g->failed)
             continue;
+        /* The replies that came before the failure (a timeout, a dropped
+         * connection) still count: a round is sent nearest deadline first,
+         * so a slow server renews what it answered in time instead of
+         * failing the whole round. Under min_replicas none of the pass's
+         * renewals counts without its WAIT's answer. */
+        size_t answered = c->server.ep.min_replicas > 0 ? g->from : g->cursor;
         for (size_t i = g->from; i < g->to; i++)
             if (!use_eval || es[i].need_eval) {
-                es[i].result = WL_WRITE_FAILED;
+                if (i >= answered)
+                    es[i].result = WL_WRITE_FAILED;
                 es[i].need_eval = false;
             }
         if (g->node->wd_conn != NULL) {

@@ -44,6 +44,7 @@
 #define IDLE_TICK_US 1000000 /* with no lock held, look at the heap this often */
 #define ROUND_MAX 4000       /* locks renewed by one round */
 #define PIGGYBACK_DIV 50     /* renew up to interval/50 early to share a round */
+#define ROUND_FLOOR_MS 250   /* a round's network waits are never cut shorter (round_budget_ms) */
 
 static int64_t interval_us(const watchlock_lock *l)
 {
@@ -119,12 +120,46 @@ static void *vec_push(vec *v)
     return (char *)v->items + v->size * v->len++;
 }
 
-/* With mu held: the nearest local deadline of any held lock (network
- * waits of a round end by then, so a stuck round retries in time). */
-static int64_t nearest_deadline(watchlock_client *c)
+/* With mu held: how long the network waits of a round may last, from its
+ * own holds only: until the nearest deadline among them that is at least
+ * ROUND_FLOOR_MS away (a stuck round then gives way to a retry on a fresh
+ * connection in time for them), and never less than ROUND_FLOOR_MS. A hold
+ * whose deadline is nearer than the floor is still sent, but does not
+ * shorten the round: if its reply comes too late, the loss timer has ended
+ * it and the reply is ignored (wl_write_applied). Holds outside the round
+ * (not due, not renewed at all, being released) play no part: before, the
+ * nearest deadline of every held lock capped every round, so one hold near
+ * its end (or a crowd of short unrenewed ones) gave all rounds a ~1 ms
+ * budget, every round failed at connect or read and took all its renewals
+ * with it — a cascade. */
+static int64_t round_budget_ms(const round_entry *es, size_t n, int64_t now)
 {
-    watchlock_lock *top = wl_heap_top(&c->deadline_heap);
-    return top != NULL ? top->deadline_us : INT64_MAX;
+    int64_t nearest = INT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        int64_t left = es[i].lock->deadline_us - now;
+        if (left >= ROUND_FLOOR_MS * 1000 && left < nearest)
+            nearest = left;
+    }
+    return nearest == INT64_MAX ? ROUND_FLOOR_MS : nearest / 1000;
+}
+
+static int by_deadline(const void *a, const void *b)
+{
+    int64_t x = ((const round_entry *)a)->lock->deadline_us, y = ((const round_entry *)b)->lock->deadline_us;
+    return x < y ? -1 : x > y;
+}
+
+/* With mu held: the round's renewals in deadline order, nearest first (the
+ * server runs a pipeline in order). Collected in the order they fell due,
+ * which is deadline order already for holds of one lease and interval: the
+ * sort runs only when it is not. */
+static void sort_by_deadline(round_entry *es, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        if (es[i].lock->deadline_us < es[i - 1].lock->deadline_us) {
+            qsort(es, n, sizeof *es, by_deadline);
+            return;
+        }
 }
 
 static void update_cpu(watchlock_client *c)
@@ -235,7 +270,8 @@ static void *watchdog_main(void *arg)
         collect(c, now, &batch);
         if (batch.len > 0) {
             round_entry *es = batch.items;
-            int64_t cap_ms = (nearest_deadline(c) - wl_now_us()) / 1000;
+            sort_by_deadline(es, batch.len);
+            int64_t cap_ms = round_budget_ms(es, batch.len, wl_now_us());
             pthread_mutex_unlock(&c->mu);
             int trips = wl_renew_round(c, es, batch.len, cap_ms);
             update_cpu(c);
