@@ -22,9 +22,21 @@
  * the deadline.
  *
  * Loss by deadline is not this thread's job: the loss timer (loss.c)
- * declares it, so a round stuck on the network delays no loss. The round's
- * connect and command timeouts still end by the nearest deadline, so a
- * stuck round gives way to a retry in time.
+ * declares it, so a round stuck on the network delays no loss. A round's
+ * connect and command timeouts end by the nearest deadline among its own
+ * holds (round_budget_ms: those at least ROUND_FLOOR_MS away, and never
+ * sooner than that floor), so a stuck round gives way to a retry in time,
+ * and no hold outside the round, nor one within the floor of its end, can
+ * make the round fail for the others.
+ *
+ * Under overload (renewals fall due faster than the server answers them)
+ * the thread degrades, it does not collapse: rounds run back to back, each
+ * takes at most ROUND_MAX holds in the order their renewals fell due and
+ * sends them nearest deadline first; a hold renewed too late for its
+ * deadline is ended by the loss timer (its late reply is ignored), which
+ * sheds exactly the holds the server could not keep, and every other hold
+ * goes on being renewed at the rate the server allows. Replies that came
+ * before a round failed still count.
  *
  * Locking: the heap and every lock's state are guarded by client->mu. The
  * thread holds it while choosing and while applying results, never during
