@@ -728,25 +728,43 @@ def scenario_capacity(srv: RedisServer, scale: dict, status: dict) -> dict:
     if "watchlock-c" in status:
         return out
     hold = scale["cap_hold_s"]
-    for n in scale["cap_steps"]:
+
+    def step(n: int) -> bool:
+        """Runs one step; True when it kept every hold."""
         log(f"capacity: {n} locks, lease {WD_LEASE_MS} ms, held {hold:g} s ({time.monotonic() - T0:.0f} s)")
         try:
             r = wlbench_watchdog(srv, n, WD_LEASE_MS, hold)
         except Exception as e:  # noqa: BLE001
-            out["errors"][f"step {n}"] = str(e)
-            log(f"capacity {n}: {e}")
-            break
+            if "watchlock_lock_acquire" in str(e):
+                # the server, busy renewing what was already held, answered an
+                # acquire after its lease: this many holds cannot even be taken
+                out["steps"].append({"locks": n, "lease_ms": WD_LEASE_MS, "hold_s": hold, "lost": None,
+                                     "acquire_failed": short(str(e), 200)})
+                log(f"  could not acquire them all: {short(str(e), 160)}")
+            else:
+                out["errors"][f"step {n}"] = str(e)
+                log(f"capacity {n}: {e}")
+            return False
         out["steps"].append({k: r.get(k) for k in ("locks", "lease_ms", "hold_s", "lost", "renewals",
                                                      "min_remaining_frac", "renewals_per_lock_interval",
                                                      "renewal_cpu_pct", "acquire_s")})
         log(f"  lost {r['lost']}, lowest remaining lease "
             f"{(r['min_remaining_frac'] or 0) * 100:.0f}%, {r['renewal_cpu_pct']:.1f}% watchdog CPU")
-        if r["lost"]:
+        return not r["lost"]
+
+    good = 0
+    for n in scale["cap_steps"]:
+        if not step(n):
+            # one more step half-way between the last good one and this one
+            mid = (good + n) // 2 // 10000 * 10000
+            if good and not out["errors"] and mid > good and step(mid):
+                good = mid
             break
-    kept = [st["locks"] for st in out["steps"] if not st["lost"]]
+        good = n
+    kept = [st["locks"] for st in out["steps"] if st["lost"] == 0]
     out["largest_without_loss"] = max(kept) if kept else 0
-    out["first_loss"] = next((st["locks"] for st in out["steps"] if st["lost"]), None)
-    out["lost_at_first_loss"] = next((st["lost"] for st in out["steps"] if st["lost"]), None)
+    failed = [st for st in out["steps"] if st["lost"] != 0]
+    out["first_loss"] = min((st["locks"] for st in failed), default=None)
     return out
 
 
@@ -759,13 +777,16 @@ def capacity_table(res: dict) -> list:
         return lines + ["  " + why, ""]
     for st in cap["steps"]:
         frac = st.get("min_remaining_frac")
+        if st.get("acquire_failed"):
+            lines.append(f"  {st['locks']:>9,} locks: could not all be acquired ({st['acquire_failed']})")
+            continue
         lines.append(f"  {st['locks']:>9,} locks, {st['hold_s']:.0f} s: lost {st['lost']:>7,}, lowest remaining "
                      f"lease {(f'{frac * 100:.0f}%' if frac is not None else 'n/a'):>4}, "
                      f"{fmt(st.get('renewals_per_lock_interval'), '.2f')} renewals per lock per interval, "
                      f"{st.get('renewal_cpu_pct') or 0:.1f}% watchdog CPU")
     first = cap.get("first_loss")
     lines.append(f"  largest without a loss: {cap['largest_without_loss']:,}"
-                 + (f" (first loss at {first:,}: {cap['lost_at_first_loss']:,} lost)" if first
+                 + (f" (the smallest step that was not kept: {first:,})" if first
                     else " (no step lost a hold: the top step is a lower bound)"))
     return lines + [""]
 
