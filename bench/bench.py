@@ -73,15 +73,18 @@ SCALES = {
     "full": dict(cycle_n=20000, cycle_max_s=8.0, repeats=3, handoff_s=10.0, wd_locks=10000, wd_hold_s=60.0,
                  big_locks=300000, big_hold_s=60.0, held_small=10000, held_large=1000000,
                  held_hold_s=300.0, held_small_hold_s=20.0, probe=2000, threads_s=5.0,
-                 cluster_locks=100000, cluster_hold_s=60.0),
+                 cluster_locks=100000, cluster_hold_s=60.0,
+                 cap_steps=[100000, 200000, 300000, 400000, 500000, 600000, 800000, 1000000], cap_hold_s=30.0),
     "quick": dict(cycle_n=5000, cycle_max_s=3.0, repeats=2, handoff_s=4.0, wd_locks=1000, wd_hold_s=10.0,
                   big_locks=30000, big_hold_s=15.0, held_small=10000, held_large=100000,
                   held_hold_s=20.0, held_small_hold_s=10.0, probe=1000, threads_s=2.0,
-                  cluster_locks=30000, cluster_hold_s=10.0),
+                  cluster_locks=30000, cluster_hold_s=10.0,
+                  cap_steps=[30000, 60000, 100000], cap_hold_s=10.0),
     "smoke": dict(cycle_n=200, cycle_max_s=1.0, repeats=1, handoff_s=0.5, wd_locks=100, wd_hold_s=3.0,
                   big_locks=300, big_hold_s=2.0, held_small=100, held_large=1000,
                   held_hold_s=1.0, held_small_hold_s=1.0, probe=100, threads_s=0.5, queue_only=True,
-                  cluster_locks=300, cluster_hold_s=2.0, cluster_smoke=True),
+                  cluster_locks=300, cluster_hold_s=2.0, cluster_smoke=True,
+                  cap_steps=[300], cap_hold_s=2.0),
 }
 # Issue 12's figures (Cluster): cycle through the cluster client within 1.1x of one
 # server's, and 100,000 locks over 3 masters on one watchdog with none lost.
@@ -710,6 +713,84 @@ def scenario_many(srv: RedisServer, scale: dict, status: dict) -> dict:
     return out
 
 
+# ---- scenario (g): capacity, the most holds one server keeps (issue 19) -----------
+
+
+def scenario_capacity(srv: RedisServer, scale: dict, status: dict) -> dict:
+    """(g) The largest number of holds one client keeps on one redis-server
+    without a loss on this machine: `wlbench watchdog` at growing N (the
+    issue's figures: 3 s lease, renewed every second), each step held
+    cap_hold_s, stopping at the first step that loses a hold. Client and
+    server not pinned (the watchdog and the server each get a core when the
+    machine has two). A loss in a step is the measurement, not a failure;
+    an error (wlbench failing, a timeout) is."""
+    out: dict = {"errors": {}, "steps": []}
+    if "watchlock-c" in status:
+        return out
+    hold = scale["cap_hold_s"]
+
+    def step(n: int) -> bool:
+        """Runs one step; True when it kept every hold."""
+        log(f"capacity: {n} locks, lease {WD_LEASE_MS} ms, held {hold:g} s ({time.monotonic() - T0:.0f} s)")
+        try:
+            r = wlbench_watchdog(srv, n, WD_LEASE_MS, hold)
+        except Exception as e:  # noqa: BLE001
+            if "watchlock_lock_acquire" in str(e):
+                # the server, busy renewing what was already held, answered an
+                # acquire after its lease: this many holds cannot even be taken
+                out["steps"].append({"locks": n, "lease_ms": WD_LEASE_MS, "hold_s": hold, "lost": None,
+                                     "acquire_failed": short(str(e), 200)})
+                log(f"  could not acquire them all: {short(str(e), 160)}")
+            else:
+                out["errors"][f"step {n}"] = str(e)
+                log(f"capacity {n}: {e}")
+            return False
+        out["steps"].append({k: r.get(k) for k in ("locks", "lease_ms", "hold_s", "lost", "renewals",
+                                                     "min_remaining_frac", "renewals_per_lock_interval",
+                                                     "renewal_cpu_pct", "acquire_s")})
+        log(f"  lost {r['lost']}, lowest remaining lease "
+            f"{(r['min_remaining_frac'] or 0) * 100:.0f}%, {r['renewal_cpu_pct']:.1f}% watchdog CPU")
+        return not r["lost"]
+
+    good = 0
+    for n in scale["cap_steps"]:
+        if not step(n):
+            # one more step half-way between the last good one and this one
+            mid = (good + n) // 2 // 10000 * 10000
+            if good and not out["errors"] and mid > good and step(mid):
+                good = mid
+            break
+        good = n
+    kept = [st["locks"] for st in out["steps"] if st["lost"] == 0]
+    out["largest_without_loss"] = max(kept) if kept else 0
+    failed = [st for st in out["steps"] if st["lost"] != 0]
+    out["first_loss"] = min((st["locks"] for st in failed), default=None)
+    return out
+
+
+def capacity_table(res: dict) -> list:
+    cap = res.get("capacity") or {}
+    lines = ["(g) Capacity: the most holds one client keeps on one server without a loss "
+             f"({WD_LEASE_MS // 1000} s lease, renewed every {WD_LEASE_MS // 3000} s; stepped, not pinned)"]
+    if cap.get("not_run") or not cap.get("steps"):
+        why = "not run (--only)" if cap.get("not_run") else short(str(cap.get("errors") or "not measured"), 120)
+        return lines + ["  " + why, ""]
+    for st in cap["steps"]:
+        frac = st.get("min_remaining_frac")
+        if st.get("acquire_failed"):
+            lines.append(f"  {st['locks']:>9,} locks: could not all be acquired ({st['acquire_failed']})")
+            continue
+        lines.append(f"  {st['locks']:>9,} locks, {st['hold_s']:.0f} s: lost {st['lost']:>7,}, lowest remaining "
+                     f"lease {(f'{frac * 100:.0f}%' if frac is not None else 'n/a'):>4}, "
+                     f"{fmt(st.get('renewals_per_lock_interval'), '.2f')} renewals per lock per interval, "
+                     f"{st.get('renewal_cpu_pct') or 0:.1f}% watchdog CPU")
+    first = cap.get("first_loss")
+    lines.append(f"  largest without a loss: {cap['largest_without_loss']:,}"
+                 + (f" (the smallest step that was not kept: {first:,})" if first
+                    else " (no step lost a hold: the top step is a lower bound)"))
+    return lines + [""]
+
+
 # ---- scenario (f): Redis Cluster (issue 12) ---------------------------------------
 #
 # A 3-master, 3-replica cluster from tests/harness/cluster.py, next to
@@ -1318,6 +1399,7 @@ def table(res: dict) -> str:
     else:
         lines.append("  not measured" + (f": {short(str(sc['errors']))}" if sc.get("errors") else ""))
     lines.append("")
+    lines += capacity_table(res)
     lines += cluster_table(res)
     smoke = res.get("mode") == "smoke"
     note = " (smoke run: tiny samples on a shared machine; the verdicts say nothing about speed)" if smoke else ""
@@ -1443,7 +1525,7 @@ def machine() -> dict:
 
 
 SCENARIOS = {"cycle": scenario_cycle, "handoff": scenario_handoff, "watchdog": scenario_watchdog,
-             "many": scenario_many, "cluster": scenario_cluster}
+             "many": scenario_many, "cluster": scenario_cluster, "capacity": scenario_capacity}
 
 
 def main() -> int:
@@ -1503,8 +1585,12 @@ def main() -> int:
 
     status: dict = {}  # library -> "skipped: why" or "FAILED: why" (one line); absent = available
     setup_c(status)
-    setup_python(mode, status)
-    setup_java(mode, status)
+    if any(x in only for x in ("cycle", "handoff", "watchdog")):
+        setup_python(mode, status)
+        setup_java(mode, status)
+    else:  # --only many/cluster/capacity: watchlock-c alone, nothing to install
+        for name in list(PY_PEERS) + ["watchlock-py", "redisson", "hiredis", "plots"]:
+            status[name] = skipped("not needed by --only " + ",".join(only))
     by_reason: dict = {}  # one line per reason: "redis-py, pottery: skipped: not installed; ..."
     for k, v in status.items():
         by_reason.setdefault(v, []).append(k)
@@ -1546,6 +1632,7 @@ def main() -> int:
     res["watchdog"].setdefault("errors", {})
     res["many"].setdefault("errors", {})
     res["cluster"].setdefault("errors", {})
+    res["capacity"].setdefault("errors", {})
     res["only"] = only
     res["targets13"] = evaluate13(res)
     res["targets12"] = evaluate12(res)
@@ -1557,7 +1644,8 @@ def main() -> int:
     # watchlock failures: any error in its own measurements, lost locks, overlaps.
     for section in SCENARIOS:
         for key, err in res[section].get("errors", {}).items():
-            if "watchlock" in key or key == "floor:c" or key == "all" or section in ("many", "cluster"):
+            if ("watchlock" in key or key == "floor:c" or key == "all"
+                    or section in ("many", "cluster", "capacity")):
                 failed = True
                 log(f"watchlock failure in {section} {key}: {err}")
     for m in ("queue", "greedy"):

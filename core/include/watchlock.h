@@ -355,9 +355,10 @@ WATCHLOCK_API int watchlock_lock_extend(watchlock_lock *lock, int64_t lease_ms);
 
 /* WATCHLOCK_UNLOCKED, _HELD or _LOST. Never blocks (no I/O). A held lock
  * past its local deadline reads as LOST at once, even before the loss timer
- * has marked it (and fired the callback); once LOST, nothing but release()
- * or a new acquire() changes that. A NULL or forked handle reads as
- * UNLOCKED. */
+ * has run: the read records the loss (the on-lost callback and the lost
+ * event fire once, as for any loss), so a renewal reply that comes later
+ * cannot make it HELD again. Once LOST, nothing but release() or a new
+ * acquire() changes that. A NULL or forked handle reads as UNLOCKED. */
 WATCHLOCK_API int watchlock_lock_state(const watchlock_lock *lock);
 /* Reason of the last loss (WATCHLOCK_LOST_*), NONE when not LOST. */
 WATCHLOCK_API int watchlock_lock_lost_reason(const watchlock_lock *lock);

@@ -603,6 +603,16 @@ typedef struct round_entry {
 int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
 void wl_renew_round_close(watchlock_client *c); /* the watchdog's connections */
 
+/* Tests only (tests/c/test_wd_hooks.c links the static library to set it;
+ * NULL otherwise, and not exported by the shared library): called on a
+ * library thread with no library mutex held, at the named point, to stage
+ * the thread interleavings that CPU starvation makes. */
+enum {
+    WL_HOOK_ROUND_DONE, /* watchdog: a round's I/O ended, its replies are not applied yet */
+    WL_HOOK_TIMER_DUE   /* loss timer: a deadline is due, the loss not declared yet */
+};
+extern void (*wl_test_hook)(watchlock_client *c, int point);
+
 /* Loss (loss.c). With client->mu held. */
 int wl_timer_ensure_started(watchlock_client *c);
 void wl_timer_stop(watchlock_client *c); /* without mu: joins */

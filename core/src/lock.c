@@ -1141,14 +1141,18 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     } while (0)
 
 /* The state as the caller should see it: a HELD lock past its local
- * deadline is LOST even if the watchdog (starved of CPU, or just resumed
- * after SIGSTOP) has not marked it yet. */
+ * deadline is LOST even if the loss timer (starved of CPU, or just resumed
+ * after SIGSTOP) has not marked it yet. The first reader past the deadline
+ * records the loss through the normal path (the on-lost callback and the
+ * lost event fire once), so LOST, once seen, stays: a renewal reply
+ * applied later finds the hold over (wl_write_applied). A hold being
+ * released just ends (UNLOCKED) when its lease runs out. Handles are never
+ * const objects: the cast only undoes the read-only view of the getters. */
 static int visible_state(const watchlock_lock *l, int *reason)
 {
     if (l->state == WATCHLOCK_HELD && wl_now_us() >= l->deadline_us) {
-        /* a hold being released just ends when its lease runs out */
-        *reason = l->releasing ? WATCHLOCK_LOST_NONE : wl_lock_expiry_reason(l);
-        return l->releasing ? WATCHLOCK_UNLOCKED : WATCHLOCK_LOST;
+        watchlock_lock *m = (watchlock_lock *)l;
+        wl_lose(m->client, m, wl_lock_expiry_reason(l), true);
     }
     *reason = l->state == WATCHLOCK_LOST ? l->lost_reason : WATCHLOCK_LOST_NONE;
     return l->state;

@@ -23,6 +23,8 @@
 
 #include <stdlib.h>
 
+void (*wl_test_hook)(watchlock_client *c, int point);
+
 /* The lock whose callback this thread is running (NULL outside callbacks). */
 static _Thread_local watchlock_lock *running_callback;
 
@@ -173,6 +175,14 @@ static void *timer_main(void *arg)
             wl_cond_wait_until(&c->tm_cond, &c->mu, top ? top->deadline_us : -1);
             c->tm_sleep_until = 0;
             continue;
+        }
+        if (wl_test_hook != NULL) {
+            pthread_mutex_unlock(&c->mu);
+            wl_test_hook(c, WL_HOOK_TIMER_DUE);
+            pthread_mutex_lock(&c->mu);
+            top = wl_heap_top(&c->deadline_heap);
+            if (c->wd_stop || top == NULL || top->deadline_us > wl_now_us())
+                continue;
         }
         wl_lose(c, top, wl_lock_expiry_reason(top), true);
     }

@@ -13,8 +13,10 @@
  * node had no script for; with min_replicas a WAIT after each pass's
  * scripts, whose answer decides whether that pass's renewals count.
  * Renewals a node redirected (MOVED/ASK: a resharding or a failover) are
- * sent once more one by one through wl_run_script, which follows
- * redirects. A connection that failed or timed out is dropped.
+ * sent once more one by one through wl_run_script_keep, which follows
+ * redirects (MOVED updates the map, ASK goes to the importing node with
+ * ASKING); with min_replicas each is followed by a WAIT on the connection
+ * that ran it. A connection that failed or timed out is dropped.
  *
  * Runs on the watchdog thread without any library mutex held; each node's
  * wd_conn belongs to that thread.
@@ -172,7 +174,11 @@ static void take_reply(watchlock_client *c, node_round *g, round_entry *es, redi
     }
     bool noscript = !use_eval && wl_reply_is_noscript(r);
     for (size_t i = from; i < to; i++) {
-        es[i].need_eval = noscript;
+        /* need_eval is set by the first pass only: in the second it names
+         * the entries of that pass, which its WAIT reply (or a failure of
+         * the node before it) must still demote. */
+        if (!use_eval)
+            es[i].need_eval = noscript;
         if (noscript)
             continue;
         /* An unexpected reply (an error for the whole script, such as OOM)
@@ -255,9 +261,16 @@ static bool run_pass(watchlock_client *c, node_round *gs, size_t ng, round_entry
         node_round *g = &gs[k];
         if (!g->failed)
             continue;
+        /* The replies that came before the failure (a timeout, a dropped
+         * connection) still count: a round is sent nearest deadline first,
+         * so a slow server renews what it answered in time instead of
+         * failing the whole round. Under min_replicas none of the pass's
+         * renewals counts without its WAIT's answer. */
+        size_t answered = c->server.ep.min_replicas > 0 ? g->from : g->cursor;
         for (size_t i = g->from; i < g->to; i++)
             if (!use_eval || es[i].need_eval) {
-                es[i].result = WL_WRITE_FAILED;
+                if (i >= answered)
+                    es[i].result = WL_WRITE_FAILED;
                 es[i].need_eval = false;
             }
         if (g->node->wd_conn != NULL) {
@@ -277,16 +290,45 @@ static int by_node_then_slot(const void *a, const void *b)
     return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-/* A redirected renewal, once more on its own, following MOVED/ASK. */
+/* min_replicas: whether enough replicas acknowledged conn's writes
+ * (WAIT on the connection that wrote). */
+static bool replicas_acked(watchlock_client *c, wl_conn *conn)
+{
+    const wl_endpoint *ep = &c->server.ep;
+    char n[16], ms[24];
+    snprintf(n, sizeof n, "%d", ep->min_replicas);
+    snprintf(ms, sizeof ms, "%" PRId64, ep->min_replicas_timeout_ms);
+    const char *argv[3] = {"WAIT", n, ms};
+    int64_t saved = wl_conn_timeout(conn);
+    wl_conn_set_timeout(conn, ep->min_replicas_timeout_ms + saved); /* the server waits first */
+    redisReply *r = wl_conn_command(conn, 3, argv, NULL);
+    wl_conn_set_timeout(conn, saved);
+    bool ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= ep->min_replicas;
+    if (r != NULL)
+        freeReplyObject(r);
+    return ok;
+}
+
+/* A redirected renewal, once more on its own, following MOVED (the map is
+ * updated and the script sent to the slot's new node) and ASK (ASKING +
+ * the script at the importing node, the map unchanged) through
+ * wl_run_script_keep. With min_replicas it counts only when the WAIT on
+ * the connection that ran it (the ASK target's, during a migration) says
+ * enough replicas have it. */
 static void renew_alone(watchlock_client *c, round_entry *e)
 {
     const char *argv[4] = {e->lock->keys.lock, e->ident, e->from_s, e->ms_s};
     size_t lens[4] = {e->lock->keys.lock_len, e->ident_len, e->from_len, e->ms_len};
     redisReply *r;
-    if (wl_run_script(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, "renew") == WATCHLOCK_OK) {
+    wl_conn *wrote = NULL;
+    wl_conn **keep = c->server.ep.min_replicas > 0 ? &wrote : NULL;
+    if (wl_run_script_keep(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, "renew", keep) == WATCHLOCK_OK) {
         e->result = wl_reply_renew(r, 1, 0);
         freeReplyObject(r);
+        if (wrote != NULL && e->result == WL_WRITE_OK && !replicas_acked(c, wrote))
+            e->result = WL_WRITE_FAILED;
     }
+    wl_server_put(&c->server, wrote); /* not pooled under Cluster: freed */
 }
 
 int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
@@ -335,10 +377,10 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
     free(gs);
     if (any_failed && c->server.cluster != NULL)
         wl_cluster_refresh(c->server.cluster, false); /* a node down or demoted: where are its slots now? */
-    /* With min_replicas a renewal counts only with its WAIT: redirected
-     * ones wait for the next round (routed by the refreshed map). */
+    /* Redirected renewals once more, one by one (with min_replicas, each
+     * with its own WAIT on the connection that ran it). */
     int64_t end = wl_now_us() + cap_ms * 1000;
-    for (size_t i = 0; i < n && c->server.ep.min_replicas == 0; i++)
+    for (size_t i = 0; i < n; i++)
         if (es[i].redirected && wl_now_us() < end) {
             renew_alone(c, &es[i]);
             trips++;

@@ -22,9 +22,20 @@
  * the deadline.
  *
  * Loss by deadline is not this thread's job: the loss timer (loss.c)
- * declares it, so a round stuck on the network delays no loss. The round's
- * connect and command timeouts still end by the nearest deadline, so a
- * stuck round gives way to a retry in time.
+ * declares it, so a round stuck on the network delays no loss. A round's
+ * connect and command timeouts end by the nearest deadline among its own
+ * holds (round_budget_ms: those at least ROUND_FLOOR_MS away, and never
+ * sooner than that floor), so a stuck round gives way to a retry in time,
+ * and no hold outside the round, nor one within the floor of its end, can
+ * make the round fail for the others.
+ *
+ * Under overload (renewals fall due faster than the server answers them)
+ * the thread degrades, it does not collapse: rounds run back to back, each
+ * takes at most ROUND_MAX holds in the order their renewals fell due and
+ * sends them nearest deadline first; a hold the backlog left too near its
+ * deadline is not sent but given up (shed()), so the backlog catches up and
+ * every other hold goes on being renewed in time at the rate the server
+ * allows. Replies that came before a round failed still count.
  *
  * Locking: the heap and every lock's state are guarded by client->mu. The
  * thread holds it while choosing and while applying results, never during
@@ -44,6 +55,7 @@
 #define IDLE_TICK_US 1000000 /* with no lock held, look at the heap this often */
 #define ROUND_MAX 4000       /* locks renewed by one round */
 #define PIGGYBACK_DIV 50     /* renew up to interval/50 early to share a round */
+#define ROUND_FLOOR_MS 250   /* a round's network waits are never cut shorter (round_budget_ms) */
 
 static int64_t interval_us(const watchlock_lock *l)
 {
@@ -119,12 +131,46 @@ static void *vec_push(vec *v)
     return (char *)v->items + v->size * v->len++;
 }
 
-/* With mu held: the nearest local deadline of any held lock (network
- * waits of a round end by then, so a stuck round retries in time). */
-static int64_t nearest_deadline(watchlock_client *c)
+/* With mu held: how long the network waits of a round may last, from its
+ * own holds only: until the nearest deadline among them that is at least
+ * ROUND_FLOOR_MS away (a stuck round then gives way to a retry on a fresh
+ * connection in time for them), and never less than ROUND_FLOOR_MS. A hold
+ * whose deadline is nearer than the floor is still sent, but does not
+ * shorten the round: if its reply comes too late, the loss timer has ended
+ * it and the reply is ignored (wl_write_applied). Holds outside the round
+ * (not due, not renewed at all, being released) play no part: before, the
+ * nearest deadline of every held lock capped every round, so one hold near
+ * its end (or a crowd of short unrenewed ones) gave all rounds a ~1 ms
+ * budget, every round failed at connect or read and took all its renewals
+ * with it — a cascade. */
+static int64_t round_budget_ms(const round_entry *es, size_t n, int64_t now)
 {
-    watchlock_lock *top = wl_heap_top(&c->deadline_heap);
-    return top != NULL ? top->deadline_us : INT64_MAX;
+    int64_t nearest = INT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        int64_t left = es[i].lock->deadline_us - now;
+        if (left >= ROUND_FLOOR_MS * 1000 && left < nearest)
+            nearest = left;
+    }
+    return nearest == INT64_MAX ? ROUND_FLOOR_MS : nearest / 1000;
+}
+
+static int by_deadline(const void *a, const void *b)
+{
+    int64_t x = ((const round_entry *)a)->lock->deadline_us, y = ((const round_entry *)b)->lock->deadline_us;
+    return x < y ? -1 : x > y;
+}
+
+/* With mu held: the round's renewals in deadline order, nearest first (the
+ * server runs a pipeline in order). Collected in the order they fell due,
+ * which is deadline order already for holds of one lease and interval: the
+ * sort runs only when it is not. */
+static void sort_by_deadline(round_entry *es, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        if (es[i].lock->deadline_us < es[i - 1].lock->deadline_us) {
+            qsort(es, n, sizeof *es, by_deadline);
+            return;
+        }
 }
 
 static void update_cpu(watchlock_client *c)
@@ -134,8 +180,36 @@ static void update_cpu(watchlock_client *c)
         atomic_store(&c->wd_cpu_us, (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
 }
 
+/* Load shedding. When the thread is behind (a renewal overdue by more
+ * than the shedding margin: renewals fall due faster than the server
+ * answers them) and a hold has less than that margin left, its renewal is
+ * not sent: the hold is given up and ends at its deadline (loss timer,
+ * reason "expired"). Sending it would spend server time on a reply that
+ * likely comes too late, and with every hold served in turn the backlog
+ * would then keep every hold that reaches the front of the queue near its
+ * deadline — a lost cause each, until all are lost (measured: 500,000 holds
+ * with 3 s leases on one server all lost). Giving up the holds at the front
+ * lets the backlog catch up, so the others are renewed in time: under
+ * overload the holds lost are about the excess the server cannot renew.
+ * A retry after a failed renewal is not overdue, so a hold whose renewals
+ * failed on the network is still tried until its deadline. The margin:
+ * ROUND_FLOOR_MS (at most an eighth of the lease), or twice the time
+ * recent rounds took (at most half the lease) when that is longer. */
+static bool shed(const watchlock_lock *l, int64_t now, int64_t round_us)
+{
+    int64_t margin = l->lease_ms * 1000 / 8;
+    if (margin > ROUND_FLOOR_MS * 1000)
+        margin = ROUND_FLOOR_MS * 1000;
+    int64_t slow = 2 * round_us, half = l->lease_ms * 1000 / 2;
+    if (slow > half)
+        slow = half;
+    if (slow > margin)
+        margin = slow;
+    return now - l->wake_us > margin && l->deadline_us - now < margin;
+}
+
 /* With mu held: pops what is due now and prepares its renewals. */
-static void collect(watchlock_client *c, int64_t now, vec *batch)
+static void collect(watchlock_client *c, int64_t now, int64_t round_us, vec *batch)
 {
     while (batch->len < ROUND_MAX) {
         watchlock_lock *l = wl_heap_top(&c->renew_heap);
@@ -151,6 +225,8 @@ static void collect(watchlock_client *c, int64_t now, vec *batch)
             wl_lose(c, l, wl_lock_expiry_reason(l), true);
             continue;
         }
+        if (shed(l, now, round_us))
+            continue; /* not renewed any more: the loss timer ends it at its deadline */
         int64_t ms = l->lease_ms;
         bool final_hold = false;
         if (l->max_hold_ms > 0) {
@@ -217,6 +293,7 @@ static void *watchdog_main(void *arg)
     wl_thread_start("watchlock-wd");
 
     vec batch = {.size = sizeof(round_entry)};
+    int64_t round_us = 0; /* how long recent rounds' I/O took (moving average), for shed() */
     pthread_mutex_lock(&c->mu);
     while (!c->wd_stop) {
         int64_t now = wl_now_us();
@@ -232,15 +309,24 @@ static void *watchdog_main(void *arg)
             continue;
         }
         batch.len = 0;
-        collect(c, now, &batch);
+        collect(c, now, round_us, &batch);
         if (batch.len > 0) {
             round_entry *es = batch.items;
-            int64_t cap_ms = (nearest_deadline(c) - wl_now_us()) / 1000;
+            sort_by_deadline(es, batch.len);
+            int64_t cap_ms = round_budget_ms(es, batch.len, wl_now_us());
             pthread_mutex_unlock(&c->mu);
+            int64_t t_io = wl_now_us();
             int trips = wl_renew_round(c, es, batch.len, cap_ms);
-            int64_t done = wl_now_us();
+            round_us += (wl_now_us() - t_io - round_us) / 4;
             update_cpu(c);
+            if (wl_test_hook != NULL)
+                wl_test_hook(c, WL_HOOK_ROUND_DONE);
             pthread_mutex_lock(&c->mu);
+            /* Judged against a time read under the mutex: a reply applied
+             * after the deadline is too late, whenever it arrived, so a
+             * hold that anyone has seen LOST (state() records it, under
+             * this mutex) is never renewed back to HELD. */
+            int64_t done = wl_now_us();
             c->renew_rounds++;
             c->renew_roundtrips += trips;
             apply(c, es, batch.len, done);

@@ -921,6 +921,103 @@ static void test_question_mark_endpoint(void)
     mnode_free(&n);
 }
 
+/* "CLUSTER MYID" of master i into out. */
+static void node_id(int i, char *out, size_t outlen)
+{
+    redisReply *r = rh_command(cluster.masters[i], "CLUSTER MYID");
+    CHECK(r != NULL && r->type == REDIS_REPLY_STRING);
+    snprintf(out, outlen, "%s", r->str);
+    freeReplyObject(r);
+}
+
+/* PTTL of key on an importing node (ASKING first, on the same connection). */
+static long long pttl_asking(int master, const char *key)
+{
+    redisContext *ctx = rh_connect(cluster.masters[master]);
+    CHECK(ctx != NULL);
+    redisReply *r = redisCommand(ctx, "ASKING");
+    if (r)
+        freeReplyObject(r);
+    r = redisCommand(ctx, "PTTL %s", key);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : LLONG_MIN;
+    if (r)
+        freeReplyObject(r);
+    redisFree(ctx);
+    return v;
+}
+
+/* Issue 19 item 9: min_replicas=1 and a slot migrating for longer than the
+ * lease. The hold's keys are MIGRATEd to the importing node while the slot
+ * stays MIGRATING/IMPORTING for three leases: every renewal gets ASK. The
+ * hold must stay HELD throughout, renewed at the ASK target (ASKING + the
+ * script, and WAIT on that connection: the target's replica acknowledges).
+ * Before: redirected renewals were never retried under min_replicas and
+ * the hold was lost one lease after the MIGRATE. */
+static void test_min_replicas_renewals_follow_ask(void)
+{
+    int src = 0, dst = 1, other = 2;
+    char name[80], key[100];
+    for (int i = 0;; i++) {
+        CHECK_MSG(i < 1000, "no name served by master %d", src);
+        snprintf(name, sizeof name, "c-cluster:ask:%d:%d", (int)getpid(), i);
+        snprintf(key, sizeof key, "watchlock:{%s}", name);
+        if (owner_of(key) == src)
+            break;
+    }
+    char url[2200];
+    snprintf(url, sizeof url, "%s%smin_replicas=1&min_replicas_timeout=500ms", cluster_url(),
+             strchr(cluster_url(), '?') ? "&" : "?");
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, name);
+    CHECK_OK(watchlock_lock_set_lease(l, 1500));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+
+    int slot = (int)key_slot(key, strlen(key));
+    char src_id[64], dst_id[64];
+    node_id(src, src_id, sizeof src_id);
+    node_id(dst, dst_id, sizeof dst_id);
+    CHECK(rh_ok(cluster.masters[dst], "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id));
+    CHECK(rh_ok(cluster.masters[src], "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id));
+    redisReply *keys = rh_command(cluster.masters[src], "CLUSTER GETKEYSINSLOT %d 100", slot);
+    CHECK(keys != NULL && keys->type == REDIS_REPLY_ARRAY && keys->elements > 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", rh_port(cluster.masters[dst]));
+    const char *argv[40];
+    int argc = 0;
+    const char *head[] = {"MIGRATE", "127.0.0.1", port, "", "0", "5000", "KEYS"};
+    for (size_t k = 0; k < sizeof head / sizeof *head; k++)
+        argv[argc++] = head[k];
+    for (size_t k = 0; k < keys->elements && argc < 40; k++)
+        argv[argc++] = keys->element[k]->str;
+    redisReply *m = rh_command_argv(cluster.masters[src], argc, argv, NULL);
+    CHECK_MSG(m != NULL && m->type == REDIS_REPLY_STATUS, "MIGRATE: %s", m && m->str ? m->str : "no reply");
+    freeReplyObject(m);
+    freeReplyObject(keys);
+    int64_t t0 = now_ms();
+    int64_t renewals0 = watchlock_lock_renewals(l);
+    /* three leases with every renewal redirected by ASK */
+    while (now_ms() - t0 < 4500) {
+        CHECK_MSG(watchlock_lock_state(l) == WATCHLOCK_HELD, "state %d (%s) %lld ms into the migration",
+                  watchlock_lock_state(l), watchlock_lost_reason_str(watchlock_lock_lost_reason(l)),
+                  (long long)(now_ms() - t0));
+        sleep_ms(20);
+    }
+    long long ttl = pttl_asking(dst, key);
+    int64_t renewed = watchlock_lock_renewals(l) - renewals0;
+    testing_note("slot %d migrating for 4.5 s: %lld renewals, PTTL on the importing node %lld", slot,
+                 (long long)renewed, ttl);
+    CHECK_INT(renewed, >=, 4);
+    CHECK_MSG(ttl > 0 && ttl <= 1500, "PTTL on the importing node: %lld", ttl);
+    /* end the migration: the slot is the destination's */
+    CHECK(rh_ok(cluster.masters[dst], "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    CHECK(rh_ok(cluster.masters[src], "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    CHECK(rh_ok(cluster.masters[other], "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
 static const test_case tests[] = {
     {"acquire_release_over_masters", test_acquire_release_over_masters, 0},
     {"renewals_on_all_masters", test_renewals_on_all_masters, 0},
@@ -929,6 +1026,7 @@ static const test_case tests[] = {
     {"nodes_leaving_the_map_are_closed", test_nodes_leaving_the_map_are_closed, 180},
     {"unknown_endpoint_redirects", test_unknown_endpoint_redirects, 60},
     {"question_mark_endpoint", test_question_mark_endpoint, 60},
+    {"min_replicas_renewals_follow_ask", test_min_replicas_renewals_follow_ask, 0},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)

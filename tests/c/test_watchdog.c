@@ -5,6 +5,7 @@
  * LOST_CONNECTION at the local deadline when the server is stopped or
  * frozen, LOST_EXPIRED without auto-renew, the lost-event queue.
  */
+#include "proxy_harness.h"
 #include "testing.h"
 
 #include <pthread.h>
@@ -602,6 +603,90 @@ static void test_lost_event_queue(void)
     watchlock_lock_free(quiet);
 }
 
+/* Issue 19 item 2: a master whose replica hangs off a cut link (the
+ * replication connection goes through the proxy, blackholed) and whose
+ * scripts are flushed every 200 ms, so every renewal runs the second pass
+ * (EVAL after NOSCRIPT). WAIT answers 0 there too: the renewals must not
+ * count, and the hold is lost within its lease. Before: the second pass's
+ * WAIT reply matched no entry (need_eval was cleared by the script's
+ * reply), the renewals counted, and the hold stayed HELD for ever. */
+typedef struct replicated {
+    rh_server *master, *replica;
+    ph_proxy *link; /* the replica's connection to the master */
+} replicated;
+
+static void replicated_start(replicated *r)
+{
+    r->master = rh_start(NULL);
+    CHECK(r->master != NULL);
+    r->link = ph_start(rh_port(r->master));
+    CHECK(r->link != NULL);
+    char port[16];
+    snprintf(port, sizeof port, "%d", ph_port(r->link));
+    const char *const extra[] = {"--replicaof", "127.0.0.1", port, NULL};
+    rh_options opts = {.extra = extra};
+    r->replica = rh_start(&opts);
+    CHECK(r->replica != NULL);
+    WAIT_FOR(rh_info(r->master, "replication", "connected_slaves") == 1, 20000);
+    CHECK_EQ(rh_info(r->master, "replication", "connected_slaves"), 1);
+    /* the replica acknowledges: a write on a fresh connection is WAITed for */
+    redisContext *ctx = rh_connect(r->master);
+    CHECK(ctx != NULL);
+    long long acked = 0;
+    int64_t until = now_ms() + 20000;
+    while (acked < 1 && now_ms() < until) {
+        redisReply *x = redisCommand(ctx, "SET probe 1");
+        if (x)
+            freeReplyObject(x);
+        x = redisCommand(ctx, "WAIT 1 500");
+        acked = x && x->type == REDIS_REPLY_INTEGER ? x->integer : 0;
+        if (x)
+            freeReplyObject(x);
+    }
+    redisFree(ctx);
+    CHECK_EQ(acked, 1);
+}
+
+static void replicated_free(replicated *r)
+{
+    rh_free(r->replica);
+    ph_free(r->link);
+    rh_free(r->master);
+}
+
+static void test_min_replicas_second_pass_counts_wait(void)
+{
+    replicated r;
+    replicated_start(&r);
+    char url[256];
+    snprintf(url, sizeof url, "%s?min_replicas=1&min_replicas_timeout=200ms", rh_url(r.master));
+    watchlock_client *c = open_client(url);
+    watchlock_lock *l = new_lock(c, "second-pass");
+    lost_log log = {0};
+    CHECK_OK(watchlock_lock_set_lease(l, 1500));
+    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(ph_cmd(r.link, "blackhole")); /* the replica acknowledges nothing from now on */
+    int64_t cut = now_ms();
+    /* SCRIPT FLUSH every 200 ms until the hold is lost (or clearly kept too long) */
+    while (watchlock_lock_state(l) == WATCHLOCK_HELD && now_ms() - cut < 6000) {
+        CHECK(rh_ok(r.master, "SCRIPT FLUSH"));
+        int64_t next = now_ms() + 200;
+        while (now_ms() < next && watchlock_lock_state(l) == WATCHLOCK_HELD)
+            sleep_ms(5);
+    }
+    int64_t lost_after = now_ms() - cut;
+    testing_note("link cut, scripts flushed every 200 ms: state %d after %lld ms, %lld renewals",
+                 watchlock_lock_state(l), (long long)lost_after, (long long)watchlock_lock_renewals(l));
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    CHECK_INT(lost_after, <=, 1500 + 1000);
+    WAIT_FOR(atomic_load(&log.count) > 0, 5000);
+    CHECK_EQ(atomic_load(&log.count), 1);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    replicated_free(&r);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -620,6 +705,7 @@ int main(int argc, char **argv)
         {"lost_connection_server_stopped", test_lost_connection_server_stopped, 0},
         {"lost_connection_server_frozen", test_lost_connection_server_frozen, 0},
         {"lost_event_queue", test_lost_event_queue, 0},
+        {"min_replicas_second_pass_counts_wait", test_min_replicas_second_pass_counts_wait, 0},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);

@@ -1,0 +1,253 @@
+/*
+ * test_overload.c - the watchdog under load degrades, it does not collapse
+ * (issue 19 item 6): a round's network budget comes from its own holds'
+ * deadlines, never from holds outside it, so one hold near its end (or a
+ * crowd of short holds that are not renewed) cannot fail every round; a
+ * server slowed on purpose under many holds loses only holds that truly
+ * ran out.
+ *
+ * The hold count of overload_with_pauses is 100,000 in a plain build and
+ * 10,000 under sanitizers; WATCHLOCK_TEST_OVERLOAD_N overrides it.
+ */
+#include "proxy_harness.h"
+#include "testing.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
+/* Holds that are not renewed (auto-renew off, short leases ending one
+ * every 50 ms) next to renewed ones, on a link with a 60 ms round trip.
+ * The renewed holds never time out. Before: every round's connect and
+ * command timeout was capped by the nearest deadline of any held lock —
+ * one of the unrenewed ones, never more than 50 ms away, less than the
+ * round trip — so every round timed out, dropped its connection and failed
+ * all its renewals, and the renewed holds were lost one lease later. */
+static void test_unrenewed_holds_do_not_fail_rounds(void)
+{
+    enum { RENEWED = 10, UNRENEWED = 60 };
+    ph_proxy *px = ph_start(rh_port(test_server()));
+    CHECK(px != NULL);
+    watchlock_client *c = open_client(ph_url(px));
+    watchlock_lock *renewed[RENEWED], *unrenewed[UNRENEWED];
+    for (int i = 0; i < RENEWED; i++) {
+        char name[40];
+        snprintf(name, sizeof name, "renewed-%d", i);
+        renewed[i] = new_lock(c, name);
+        CHECK_OK(watchlock_lock_set_lease(renewed[i], 1500));
+        CHECK_OK(watchlock_lock_acquire(renewed[i], 0));
+    }
+    int64_t t0 = now_ms();
+    for (int i = 0; i < UNRENEWED; i++) {
+        char name[40];
+        snprintf(name, sizeof name, "unrenewed-%d", i);
+        unrenewed[i] = new_lock(c, name);
+        CHECK_OK(watchlock_lock_set_auto_renew(unrenewed[i], 0));
+        CHECK_OK(watchlock_lock_set_lease(unrenewed[i], 1000 + 50 * i));
+        CHECK_OK(watchlock_lock_acquire(unrenewed[i], 0));
+    }
+    CHECK_OK(ph_cmd(px, "delay up 30 down 30"));
+    int64_t renewals0 = watchlock_client_stat(c, WATCHLOCK_STAT_RENEWALS);
+    /* until every unrenewed hold has ended, and a lease more */
+    while (now_ms() - t0 < 1000 + 50 * UNRENEWED + 1500) {
+        for (int i = 0; i < RENEWED; i++)
+            CHECK_MSG(watchlock_lock_state(renewed[i]) == WATCHLOCK_HELD, "renewed-%d: state %d (%s) after %lld ms",
+                      i, watchlock_lock_state(renewed[i]),
+                      watchlock_lost_reason_str(watchlock_lock_lost_reason(renewed[i])),
+                      (long long)(now_ms() - t0));
+        sleep_ms(20);
+    }
+    int64_t renewals = watchlock_client_stat(c, WATCHLOCK_STAT_RENEWALS) - renewals0;
+    testing_note("%d renewed holds kept for %lld ms next to %d ending unrenewed: %lld renewals", RENEWED,
+                 (long long)(now_ms() - t0), UNRENEWED, (long long)renewals);
+    CHECK_INT(renewals, >=, RENEWED * 6);
+    for (int i = 0; i < UNRENEWED; i++) { /* they truly ran out */
+        CHECK_EQ(watchlock_lock_state(unrenewed[i]), WATCHLOCK_LOST);
+        CHECK_EQ(watchlock_lock_lost_reason(unrenewed[i]), WATCHLOCK_LOST_EXPIRED);
+    }
+    CHECK_OK(ph_cmd(px, "clear"));
+    for (int i = 0; i < RENEWED; i++)
+        CHECK_OK(watchlock_lock_release(renewed[i]));
+    watchlock_client_close(c);
+    for (int i = 0; i < RENEWED; i++)
+        watchlock_lock_free(renewed[i]);
+    for (int i = 0; i < UNRENEWED; i++)
+        watchlock_lock_free(unrenewed[i]);
+    ph_free(px);
+}
+
+typedef struct acquirer {
+    watchlock_client *client;
+    watchlock_lock **locks;
+    int from, to;
+    int64_t lease_ms;
+} acquirer;
+
+static void *acquire_range(void *arg)
+{
+    acquirer *a = arg;
+    for (int i = a->from; i < a->to; i++) {
+        char name[40];
+        snprintf(name, sizeof name, "overload-%d", i);
+        a->locks[i] = new_lock(a->client, name);
+        CHECK_OK(watchlock_lock_set_lease(a->locks[i], a->lease_ms));
+        CHECK_OK(watchlock_lock_acquire(a->locks[i], 0));
+    }
+    return NULL;
+}
+
+typedef struct pauser {
+    atomic_int stop;
+    int pause_ms, every_ms;
+    int pulses;
+} pauser;
+
+/* CLIENT PAUSE pulses from a connection of its own. */
+static void *pause_pulses(void *arg)
+{
+    pauser *p = arg;
+    while (!atomic_load(&p->stop)) {
+        CHECK(rh_ok(test_server(), "CLIENT PAUSE %d", p->pause_ms));
+        p->pulses++;
+        int64_t next = now_ms() + p->every_ms;
+        while (!atomic_load(&p->stop) && now_ms() < next)
+            sleep_ms(10);
+    }
+    return NULL;
+}
+
+/* Many holds on one server that CLIENT PAUSE freezes for 300 ms every
+ * second: pauses well below the lease cost no hold. */
+static void test_overload_with_pauses(void)
+{
+    int n = SANITIZED ? 10000 : 100000;
+    const char *env = getenv("WATCHLOCK_TEST_OVERLOAD_N");
+    if (env != NULL && atoi(env) > 0)
+        n = atoi(env);
+    const int64_t lease_ms = 8000;
+    enum { THREADS = 4 };
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock **locks = calloc((size_t)n, sizeof *locks);
+    CHECK(locks != NULL);
+    int64_t t_acq = now_ms();
+    pthread_t th[THREADS];
+    acquirer a[THREADS];
+    for (int k = 0; k < THREADS; k++) {
+        a[k] = (acquirer){c, locks, n * k / THREADS, n * (k + 1) / THREADS, lease_ms};
+        CHECK(pthread_create(&th[k], NULL, acquire_range, &a[k]) == 0);
+    }
+    for (int k = 0; k < THREADS; k++)
+        CHECK(pthread_join(th[k], NULL) == 0);
+    int64_t acquired_in = now_ms() - t_acq;
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS), n);
+
+    pauser p = {.pause_ms = 300, .every_ms = 1000};
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, pause_pulses, &p) == 0);
+    int64_t t0 = now_ms(), renewals0 = watchlock_client_stat(c, WATCHLOCK_STAT_RENEWALS);
+    int64_t min_held = n;
+    while (now_ms() - t0 < 2 * lease_ms + 1000) {
+        int64_t held = watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS);
+        if (held < min_held)
+            min_held = held;
+        sleep_ms(50);
+    }
+    atomic_store(&p.stop, 1);
+    CHECK(pthread_join(pt, NULL) == 0);
+    int lost = 0, first_lost = -1;
+    for (int i = 0; i < n; i++)
+        if (watchlock_lock_state(locks[i]) != WATCHLOCK_HELD && lost++ == 0)
+            first_lost = i;
+    int64_t renewals = watchlock_client_stat(c, WATCHLOCK_STAT_RENEWALS) - renewals0;
+    testing_note("%d holds (acquired in %lld ms), lease %lld ms, %d pauses of %d ms over %lld ms: %lld renewals, "
+                 "%d lost, fewest held %lld, watchdog CPU %lld ms",
+                 n, (long long)acquired_in, (long long)lease_ms, p.pulses, p.pause_ms, (long long)(now_ms() - t0),
+                 (long long)renewals, lost, (long long)min_held,
+                 (long long)(watchlock_client_stat(c, WATCHLOCK_STAT_WATCHDOG_CPU_US) / 1000));
+    CHECK_MSG(lost == 0, "%d of %d holds lost (the first: overload-%d, %s)", lost, n, first_lost,
+              first_lost >= 0 ? watchlock_lost_reason_str(watchlock_lock_lost_reason(locks[first_lost])) : "");
+    CHECK_INT(renewals, >=, (int64_t)n * 2); /* every hold renewed across two leases */
+    watchlock_client_close(c);
+    for (int i = 0; i < n; i++)
+        watchlock_lock_free(locks[i]);
+    free(locks);
+}
+
+/* Beyond capacity the watchdog sheds holds, it does not lose them all.
+ * Through a proxy adding 200 ms each way, one round (at most 4,000
+ * renewals) takes 400 ms, so one client renews at most ~10,000 holds a
+ * second: with 2 s leases, served in turn, about 20,000 holds can be kept.
+ * 30,000 are held. Before: every hold was served in turn, the backlog left
+ * each one near its deadline when its turn came, its renewal came back too
+ * late, and all were lost. Now the holds at the front of a backlog that
+ * have less left than the shedding margin are given up (ended at their
+ * deadline, reason expired) and the others are renewed in time: a good
+ * share is kept, and those are kept for good. */
+static void test_beyond_capacity_sheds_not_collapses(void)
+{
+    int n = 30000;
+    const char *env = getenv("WATCHLOCK_TEST_SHED_N");
+    if (env != NULL && atoi(env) > 0)
+        n = atoi(env);
+    const int64_t lease_ms = 2000;
+    enum { THREADS = 4 };
+    ph_proxy *px = ph_start(rh_port(test_server()));
+    CHECK(px != NULL);
+    watchlock_client *c = open_client(ph_url(px));
+    watchlock_lock **locks = calloc((size_t)n, sizeof *locks);
+    CHECK(locks != NULL);
+    pthread_t th[THREADS];
+    acquirer a[THREADS];
+    for (int k = 0; k < THREADS; k++) {
+        a[k] = (acquirer){c, locks, n * k / THREADS, n * (k + 1) / THREADS, lease_ms};
+        CHECK(pthread_create(&th[k], NULL, acquire_range, &a[k]) == 0);
+    }
+    for (int k = 0; k < THREADS; k++)
+        CHECK(pthread_join(th[k], NULL) == 0);
+    CHECK_OK(ph_cmd(px, "delay up 200 down 200"));
+    int64_t t0 = now_ms();
+    int64_t held_at[4] = {0};
+    for (int s = 0; s < 4; s++) { /* after 3, 4.5, 6 and 7.5 s */
+        int64_t at = t0 + 3000 + 1500 * s;
+        while (now_ms() < at)
+            sleep_ms(20);
+        held_at[s] = watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS);
+    }
+    int expired = 0, other = 0;
+    for (int i = 0; i < n; i++)
+        if (watchlock_lock_state(locks[i]) != WATCHLOCK_HELD) {
+            if (watchlock_lock_lost_reason(locks[i]) == WATCHLOCK_LOST_EXPIRED)
+                expired++;
+            else
+                other++;
+        }
+    testing_note("%d holds, 2 s lease, 400 ms round trip: held %lld / %lld / %lld / %lld after 3 / 4.5 / 6 / 7.5 s "
+                 "(lost: %d expired, %d other)",
+                 n, (long long)held_at[0], (long long)held_at[1], (long long)held_at[2], (long long)held_at[3],
+                 expired, other);
+    CHECK_INT(held_at[3], >=, n / 10);           /* no collapse: a share kept (0 before) ... */
+    CHECK_INT(held_at[3], >=, held_at[1] * 9 / 10); /* ... and kept for good */
+    CHECK_OK(ph_cmd(px, "clear"));
+    watchlock_client_close(c);
+    for (int i = 0; i < n; i++)
+        watchlock_lock_free(locks[i]);
+    free(locks);
+    ph_free(px);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case tests[] = {
+        {"unrenewed_holds_do_not_fail_rounds", test_unrenewed_holds_do_not_fail_rounds, 0},
+        {"overload_with_pauses", test_overload_with_pauses, 120},
+        {"beyond_capacity_sheds_not_collapses", test_beyond_capacity_sheds_not_collapses, 120},
+        {NULL, NULL, 0},
+    };
+    return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);
+}
