@@ -17,7 +17,7 @@
 #define WATCHLOCK_INTERNAL_H
 
 #include "watchlock.h"
-#include "transport.h"
+#include "transport/transport.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>

@@ -104,7 +104,7 @@ def test_sdist_carries_the_sources_and_the_license(wheel):
     with tarfile.open(wheel[0]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for needed in ("LICENSE", "setup.py", "pyproject.toml", "core/include/watchlock.h",
-                   "core/src/lock.c", "bindings/watchlock.i", "bindings/python.i",
+                   "core/src/locks/lock.c", "bindings/watchlock.i", "bindings/python.i",
                    "python/watchlock/__init__.py", "python/watchlock/py.typed",
                    # SWIG's output, made by `setup.py sdist`: no SWIG needed to build
                    "swig/watchlock_python_wrap.c", "swig/_native.py", "swig/inputs.sha256"):
