@@ -6,7 +6,7 @@
  * host is suspended and would still read HELD.
  *
  * A suspend is simulated through the library's internal test hook
- * wl_test_suspend_us (core/src/internal.h), which adds to CLOCK_BOOTTIME
+ * wl_test_suspend_us (core/src/base/base.h), which adds to CLOCK_BOOTTIME
  * only, exactly what a real suspend does: CLOCK_MONOTONIC does not see it.
  * The hook is hidden (not exported by libwatchlock.so, see
  * check_exports.cmake), so this binary links the static library, and its
@@ -15,7 +15,7 @@
  */
 #include "testing.h"
 
-#include "internal.h"
+#include "base/base.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

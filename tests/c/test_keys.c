@@ -1,18 +1,18 @@
 /*
- * test_keys.c - the name -> key mapping itself (core/src/keys.c), without
+ * test_keys.c - the name -> key mapping itself (core/src/proto/keys.c), without
  * a server: SHA-256 against the FIPS 180-4 examples, short names mapped as
  * before (escaped, readable, invertible), long names mapped to a bounded
  * digest tag that no short name can produce, and two long names that
  * differ only in their last byte mapped to different keys. Also the
- * deadline/renewal heap (core/src/heap.c): random inserts, key changes
+ * deadline/renewal heap (core/src/base/heap.c): random inserts, key changes
  * and removals against a model. The cluster redirect parser
- * (wl_parse_redirect, core/src/cluster.c) on the error replies Redis sends
+ * (wl_parse_redirect, core/src/proto/replies.c) on the error replies Redis sends
  * (MOVED/ASK with an IP, a hostname, IPv6, an empty endpoint, "?") and on
  * malformed ones. Links the static library for the internal functions.
  */
 #include "testing.h"
 
-#include "internal.h"
+#include "proto/proto.h"
 
 #include <stdlib.h>
 
@@ -129,9 +129,17 @@ static void test_long_names_digested(void)
     free(name);
 }
 
+/* An item of the generic heap: its key and its position live in it, at
+ * offsets the heap is told (as in a hold: deadline_us, dl_idx). */
+typedef struct heap_item {
+    char other[24];
+    int64_t deadline_us;
+    size_t dl_idx;
+} heap_item;
+
 /* The heap's invariant (every parent <= its children, every handle's
  * stored position right) and its minimum, after every operation. */
-static void check_heap(const wl_heap *h, watchlock_lock *ls, const bool *in, size_t n)
+static void check_heap(const wl_heap *h, heap_item *ls, const bool *in, size_t n)
 {
     size_t count = 0;
     int64_t min = INT64_MAX;
@@ -139,7 +147,7 @@ static void check_heap(const wl_heap *h, watchlock_lock *ls, const bool *in, siz
         CHECK_EQ(wl_heap_contains(h, &ls[i]), in[i]);
         if (in[i]) {
             count++;
-            CHECK_EQ(h->items[ls[i].dl_idx].lock == &ls[i], 1);
+            CHECK_EQ(h->items[ls[i].dl_idx].item == &ls[i], 1);
             if (ls[i].deadline_us < min)
                 min = ls[i].deadline_us;
         }
@@ -148,7 +156,7 @@ static void check_heap(const wl_heap *h, watchlock_lock *ls, const bool *in, siz
     for (size_t i = 1; i < h->len; i++)
         CHECK_MSG(h->items[(i - 1) / 4].key <= h->items[i].key, "item %zu below its parent", i);
     if (count > 0)
-        CHECK_EQ(wl_heap_top(h)->deadline_us, min);
+        CHECK_EQ(((heap_item *)wl_heap_top(h))->deadline_us, min);
     else
         CHECK(wl_heap_top(h) == NULL);
 }
@@ -156,10 +164,10 @@ static void check_heap(const wl_heap *h, watchlock_lock *ls, const bool *in, siz
 static void test_heap_order(void)
 {
     enum { N = 300 };
-    static watchlock_lock ls[N];
+    static heap_item ls[N];
     bool in[N] = {0};
     wl_heap h;
-    wl_heap_init(&h, offsetof(watchlock_lock, deadline_us), offsetof(watchlock_lock, dl_idx));
+    wl_heap_init(&h, offsetof(heap_item, deadline_us), offsetof(heap_item, dl_idx));
     for (size_t i = 0; i < N; i++)
         ls[i].dl_idx = WL_NOT_IN_HEAP;
     srand(7);
@@ -180,7 +188,7 @@ static void test_heap_order(void)
     /* Draining it gives the keys in order. */
     int64_t last = INT64_MIN;
     while (wl_heap_top(&h) != NULL) {
-        watchlock_lock *top = wl_heap_top(&h);
+        heap_item *top = wl_heap_top(&h);
         CHECK_INT(top->deadline_us, >=, last);
         last = top->deadline_us;
         wl_heap_remove(&h, top);

@@ -1,11 +1,11 @@
 /*
  * test_wd_hooks.c - thread interleavings of the watchdog and the loss
  * timer that only CPU starvation makes, staged deterministically through
- * the library's test hook (wl_test_hook, core/src/internal.h). Linked with
+ * the library's test hook (wl_test_hook, core/src/hold/hold.h). Linked with
  * the static library, which has the hook (the shared one does not export
  * it).
  */
-#include "internal.h"
+#include "hold/hold.h"
 #include "testing.h"
 
 #include <stdatomic.h>

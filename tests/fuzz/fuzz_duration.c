@@ -1,11 +1,11 @@
 /*
  * fuzz_duration.c - libFuzzer harness for watchlock_parse_duration()
- * (core/src/util.c) with a NUL-terminated copy of the input. Checks that
+ * (core/src/base/util.c) with a NUL-terminated copy of the input. Checks that
  * an accepted duration is within 0 .. WATCHLOCK_MAX_LEASE_MS, that a
  * refused one leaves *out_ms at 0 with a detail message, and that parsing
  * is deterministic; ASan and UBSan watch the float-to-integer conversion.
  */
-#include "internal.h"
+#include "base/base.h"
 
 #include <stdlib.h>
 #include <string.h>

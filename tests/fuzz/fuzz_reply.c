@@ -14,7 +14,7 @@
  * Input format: the first byte picks where the rest is cut in two
  * (1 + byte % size); the rest is RESP.
  */
-#include "internal.h"
+#include "node/node.h"
 
 #include <stdio.h>
 #include <stdlib.h>

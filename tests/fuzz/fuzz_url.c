@@ -1,5 +1,5 @@
 /*
- * fuzz_url.c - libFuzzer harness for the URL parser (core/src/url.c):
+ * fuzz_url.c - libFuzzer harness for the URL parser (core/src/proto/url.c):
  * wl_endpoint_parse() on a NUL-terminated copy of the input, then
  * wl_endpoint_clear(). Besides crashes, leaks and undefined behaviour
  * (ASan, UBSan) it checks what a parsed endpoint promises: one of host or
@@ -7,7 +7,7 @@
  * range, TLS options only on TLS URLs, positive timeouts, a terminated label; and
  * that a failure leaves a detail message and an endpoint safe to clear.
  */
-#include "internal.h"
+#include "proto/proto.h"
 
 #include <stdlib.h>
 #include <string.h>

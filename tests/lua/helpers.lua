@@ -40,7 +40,7 @@ function H.redis(...)
   return (out:gsub("\n$", ""))
 end
 
--- The Redis key of a lock name (no braces or '%' in test names: see core/src/keys.c).
+-- The Redis key of a lock name (no braces or '%' in test names: see core/src/proto/keys.c).
 function H.lock_key(name)
   assert(not name:find("[{}%%]"), "lock_key: name needs escaping")
   return "watchlock:{" .. name .. "}"

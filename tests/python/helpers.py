@@ -20,7 +20,7 @@ class RedisAt(RedisServer):
 
 
 def lock_key(name: str | bytes) -> bytes:
-    """The Redis key of a lock name (core/src/keys.c: escape %, {, })."""
+    """The Redis key of a lock name (core/src/proto/keys.c: escape %, {, })."""
     data = name.encode() if isinstance(name, str) else name
     esc = data.replace(b"%", b"%25").replace(b"{", b"%7B").replace(b"}", b"%7D")
     return b"watchlock:{" + esc + b"}"

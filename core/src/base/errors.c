@@ -1,5 +1,5 @@
 /* errors.c - status texts and the per-thread detail message. */
-#include "internal.h"
+#include "base/base.h"
 
 #include <stdarg.h>
 #include <stdio.h>

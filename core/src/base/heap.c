@@ -1,11 +1,13 @@
 /*
- * heap.c - a min-heap of lock handles on one of their int64_t fields.
+ * heap.c - a min-heap of items on one of their int64_t fields. It knows
+ * no watchlock type: an item is a pointer, its key and its position live
+ * in the item at the offsets given to wl_heap_init.
  *
- * A client keeps two: the watchdog's (keyed on wake_us: when a lock needs
- * its next renewal) and the loss timer's (keyed on deadline_us: when a lock
- * is lost unless renewed). Each handle stores its position in each heap so
- * that a changed key is re-sifted, or the handle removed, in O(log n).
- * Callers hold client->mu.
+ * A client keeps two over its holds: the watchdog's (keyed on wake_us:
+ * when a hold needs its next renewal) and the loss timer's (keyed on
+ * deadline_us: when a hold is lost unless renewed). Each item stores its
+ * position in each heap so that a changed key is re-sifted, or the item
+ * removed, in O(log n). Callers serialize (the client's mutex).
  *
  * 4-ary: every level a sift passes writes the moved handle's position into
  * that handle, a cache miss with many locks held, and a renewal moves its
@@ -13,16 +15,16 @@
  * the levels (9 instead of 17 at 150,000 locks); the extra comparisons are
  * within one cache line of the item array.
  */
-#include "internal.h"
+#include "base/base.h"
 
 #include <stdlib.h>
 
-static int64_t key_of(const wl_heap *h, const watchlock_lock *l)
+static int64_t key_of(const wl_heap *h, const void *l)
 {
     return *(const int64_t *)((const char *)l + h->key_off);
 }
 
-static size_t *idx_of(const wl_heap *h, watchlock_lock *l)
+static size_t *idx_of(const wl_heap *h, void *l)
 {
     return (size_t *)((char *)l + h->idx_off);
 }
@@ -30,7 +32,7 @@ static size_t *idx_of(const wl_heap *h, watchlock_lock *l)
 static void put(wl_heap *h, size_t i, wl_heap_item it)
 {
     h->items[i] = it;
-    *idx_of(h, it.lock) = i;
+    *idx_of(h, it.item) = i;
 }
 
 #define ARITY 4
@@ -82,12 +84,12 @@ void wl_heap_free(wl_heap *h)
     h->len = h->cap = 0;
 }
 
-bool wl_heap_contains(const wl_heap *h, const watchlock_lock *l)
+bool wl_heap_contains(const wl_heap *h, const void *l)
 {
     return *(const size_t *)((const char *)l + h->idx_off) != WL_NOT_IN_HEAP;
 }
 
-int wl_heap_update(wl_heap *h, watchlock_lock *l)
+int wl_heap_update(wl_heap *h, void *l)
 {
     size_t *idx = idx_of(h, l);
     int64_t key = key_of(h, l);
@@ -112,7 +114,7 @@ int wl_heap_update(wl_heap *h, watchlock_lock *l)
     return 0;
 }
 
-void wl_heap_remove(wl_heap *h, watchlock_lock *l)
+void wl_heap_remove(wl_heap *h, void *l)
 {
     size_t *idx = idx_of(h, l);
     size_t i = *idx;
@@ -125,10 +127,10 @@ void wl_heap_remove(wl_heap *h, watchlock_lock *l)
     wl_heap_item moved = h->items[h->len];
     put(h, i, moved);
     sift_down(h, i);
-    sift_up(h, *idx_of(h, moved.lock));
+    sift_up(h, *idx_of(h, moved.item));
 }
 
-watchlock_lock *wl_heap_top(const wl_heap *h)
+void *wl_heap_top(const wl_heap *h)
 {
-    return h->len > 0 ? h->items[0].lock : NULL;
+    return h->len > 0 ? h->items[0].item : NULL;
 }

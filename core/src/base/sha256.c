@@ -7,7 +7,7 @@
  * on OpenSSL. tests/c/test_basics.c checks it against the FIPS 180-4
  * example vectors.
  */
-#include "internal.h"
+#include "base/base.h"
 
 #include <string.h>
 

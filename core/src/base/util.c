@@ -1,5 +1,5 @@
 /* util.c - clocks, condition variables, randomness, fork generation, durations. */
-#include "internal.h"
+#include "base/base.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -32,7 +32,7 @@
  * CONFIG GET and INFO that are denied (or renamed away, as managed services
  * do) are findings (UNCHECKED): the check says what it could not see.
  */
-#include "internal.h"
+#include "client/client.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -41,16 +41,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-typedef struct finding {
-    int code;
-    char *message;
-} finding;
-
-struct watchlock_report {
-    size_t n, cap;
-    finding *items;
-};
 
 /* The state of one check: the connection, the report, and the keys of a
  * random probe name. */
@@ -68,35 +58,6 @@ static const char no_sha[] = "0000000000000000000000000000000000000000";
 
 /* Commands the lock scripts call (scripts.c) and those sent around them. */
 static const char *const script_commands = "GET, SET, DEL, PEXPIRE, PTTL, EXISTS, TIME";
-
-static int add_finding(watchlock_report *r, int code, const char *fmt, ...) WL_FORMAT(3, 4);
-
-static int add_finding(watchlock_report *r, int code, const char *fmt, ...)
-{
-    void *items = r->items;
-    int grown = wl_grow(&items, &r->cap, r->n, sizeof *r->items, 4);
-    r->items = items;
-    if (grown != 0)
-        return wl_fail(WATCHLOCK_ENOMEM, "check: out of memory");
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *msg = len < 0 ? NULL : malloc((size_t)len + 1);
-    if (msg == NULL)
-        return wl_fail(WATCHLOCK_ENOMEM, "check: out of memory");
-    va_start(ap, fmt);
-    vsnprintf(msg, (size_t)len + 1, fmt, ap);
-    va_end(ap);
-    /* One line: text from the server (error messages) could hold anything. */
-    for (char *p = msg; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = ' ';
-    r->items[r->n].code = code;
-    r->items[r->n].message = msg;
-    r->n++;
-    return WATCHLOCK_OK;
-}
 
 static bool reply_has(const redisReply *r, const char *text)
 {
@@ -192,7 +153,7 @@ static int check_settings(checker *k)
                     st_minrep != CFG_DENIED;
     }
     if (!config_ok) {
-        rc = add_finding(rep, WATCHLOCK_CHECK_UNCHECKED,
+        rc = wl_report_add(rep, WATCHLOCK_CHECK_UNCHECKED,
                          "cannot read the server's configuration (CONFIG GET: %s): eviction, persistence and "
                          "replica settings were not checked",
                          why);
@@ -200,7 +161,7 @@ static int check_settings(checker *k)
             return rc;
     } else {
         if (st_policy == CFG_FOUND && strcmp(policy, "noeviction") != 0 &&
-            (rc = add_finding(rep, WATCHLOCK_CHECK_EVICTION,
+            (rc = wl_report_add(rep, WATCHLOCK_CHECK_EVICTION,
                               "maxmemory-policy is %s, not noeviction: under memory pressure the server may evict "
                               "lock keys and let a second owner in (set maxmemory-policy noeviction)",
                               policy)) != WATCHLOCK_OK)
@@ -208,18 +169,18 @@ static int check_settings(checker *k)
         bool has_aof = st_aof == CFG_FOUND && strcmp(aof, "yes") == 0;
         bool has_rdb = st_save == CFG_FOUND && save[0] != '\0';
         if (!has_aof && !has_rdb)
-            rc = add_finding(rep, WATCHLOCK_CHECK_NO_PERSISTENCE,
+            rc = wl_report_add(rep, WATCHLOCK_CHECK_NO_PERSISTENCE,
                              "no persistence (appendonly no, save \"\"): a restart forgets every lock while its "
                              "holders go on (set appendonly yes and appendfsync always, or restart the server only "
                              "after the longest lease)");
         else if (!has_aof)
-            rc = add_finding(rep, WATCHLOCK_CHECK_SNAPSHOT_ONLY,
+            rc = wl_report_add(rep, WATCHLOCK_CHECK_SNAPSHOT_ONLY,
                              "RDB snapshots only (save \"%s\", appendonly no): a restart forgets the locks taken "
                              "since the last snapshot (set appendonly yes and appendfsync always, or restart the "
                              "server only after the longest lease)",
                              save);
         else if (st_fsync == CFG_FOUND && strcmp(fsync, "always") != 0)
-            rc = add_finding(rep, WATCHLOCK_CHECK_FSYNC,
+            rc = wl_report_add(rep, WATCHLOCK_CHECK_FSYNC,
                              "appendonly yes but appendfsync %s: a crash of the server's host may lose the last "
                              "second of lock writes (set appendfsync always)",
                              fsync);
@@ -232,7 +193,7 @@ static int check_settings(checker *k)
     if ((rc = ask(k, &r, 2, argv, "check: INFO failed")) != WATCHLOCK_OK)
         return rc;
     if (is_denied(r) || is_unknown(r)) {
-        rc = add_finding(rep, WATCHLOCK_CHECK_UNCHECKED,
+        rc = wl_report_add(rep, WATCHLOCK_CHECK_UNCHECKED,
                          "cannot read INFO replication (%.200s): replicas were not checked", r->str);
     } else if (r->type == REDIS_REPLY_ERROR) {
         rc = wl_reply_error(k->srv, r, "check: INFO failed");
@@ -244,12 +205,12 @@ static int check_settings(checker *k)
         if (strcmp(role, "slave") == 0 || strcmp(role, "replica") == 0) {
             info_field(r->str, "master_host", host, sizeof host);
             info_field(r->str, "master_port", port, sizeof port);
-            rc = add_finding(rep, WATCHLOCK_CHECK_REPLICA_ROLE,
+            rc = wl_report_add(rep, WATCHLOCK_CHECK_REPLICA_ROLE,
                              "the server is a replica of %s:%s: lock writes fail (READONLY) or stay on this "
                              "replica (point watchlock at the master)",
                              host, port);
         } else if (n_replicas > 0 && config_ok && st_minrep == CFG_FOUND && strtol(minrep, NULL, 10) == 0) {
-            rc = add_finding(rep, WATCHLOCK_CHECK_REPLICAS,
+            rc = wl_report_add(rep, WATCHLOCK_CHECK_REPLICAS,
                              "%ld replica%s connected but min-replicas-to-write is 0: a failover to a replica that "
                              "missed the latest lock writes lets a second owner in (set min-replicas-to-write, "
                              "and promote a replica only after the longest lease)",
@@ -307,17 +268,17 @@ static int write_denials(checker *k, const denials *d)
 {
     int rc = WATCHLOCK_OK;
     if (d->commands[0])
-        rc = add_finding(k->report, WATCHLOCK_CHECK_ACL_COMMANDS,
+        rc = wl_report_add(k->report, WATCHLOCK_CHECK_ACL_COMMANDS,
                          "the ACL user '%s' may not run %s: locks fail with NOPERM (they need EVALSHA and EVAL, "
                          "and the scripts call %s)",
                          k->user, d->commands, script_commands);
     if (rc == WATCHLOCK_OK && d->keys)
-        rc = add_finding(k->report, WATCHLOCK_CHECK_ACL_KEYS,
+        rc = wl_report_add(k->report, WATCHLOCK_CHECK_ACL_KEYS,
                          "the ACL user '%s' may not read and write the keys watchlock:*: locks fail with NOPERM "
                          "(grant ~watchlock:*)",
                          k->user);
     if (rc == WATCHLOCK_OK && d->channels[0])
-        rc = add_finding(k->report, WATCHLOCK_CHECK_ACL_CHANNELS,
+        rc = wl_report_add(k->report, WATCHLOCK_CHECK_ACL_CHANNELS,
                          "the ACL user '%s' may not %s on the channels watchlock:*: a release does not wake "
                          "waiters, who wait out the holder's lease instead (grant &watchlock:* and +subscribe "
                          "+publish)",
@@ -528,13 +489,6 @@ static int check_once(checker *k, bool *reused)
     return rc;
 }
 
-static void report_clear(watchlock_report *r)
-{
-    for (size_t i = 0; i < r->n; i++)
-        free(r->items[i].message);
-    r->n = 0;
-}
-
 int watchlock_client_check(watchlock_report **out, watchlock_client *client)
 {
     if (out == NULL)
@@ -546,7 +500,7 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *client)
     checker k;
     memset(&k, 0, sizeof k);
     k.sharded = client->server.cluster != NULL;
-    k.report = calloc(1, sizeof *k.report);
+    k.report = wl_report_new();
     if (k.report == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "check: out of memory");
     char probe[64] = "watchlock-check:";
@@ -578,7 +532,7 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *client)
         wl_server_put(k.srv, k.ctx);
         if (!stale)
             break;
-        report_clear(k.report);
+        wl_report_clear(k.report);
     }
     wl_server_unpin(&client->server, pin);
     wl_keys_clear(&k.keys);
@@ -588,45 +542,4 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *client)
     }
     *out = k.report;
     return WATCHLOCK_OK;
-}
-
-size_t watchlock_report_count(const watchlock_report *report)
-{
-    return report ? report->n : 0;
-}
-
-int watchlock_report_code(const watchlock_report *report, size_t i)
-{
-    return report && i < report->n ? report->items[i].code : 0;
-}
-
-const char *watchlock_report_message(const watchlock_report *report, size_t i)
-{
-    return report && i < report->n ? report->items[i].message : "";
-}
-
-void watchlock_report_free(watchlock_report *report)
-{
-    if (report == NULL)
-        return;
-    report_clear(report);
-    free(report->items);
-    free(report);
-}
-
-const char *watchlock_check_name(int code)
-{
-    switch (code) {
-    case WATCHLOCK_CHECK_EVICTION: return "eviction";
-    case WATCHLOCK_CHECK_NO_PERSISTENCE: return "no_persistence";
-    case WATCHLOCK_CHECK_FSYNC: return "fsync";
-    case WATCHLOCK_CHECK_ACL_COMMANDS: return "acl_commands";
-    case WATCHLOCK_CHECK_ACL_KEYS: return "acl_keys";
-    case WATCHLOCK_CHECK_ACL_CHANNELS: return "acl_channels";
-    case WATCHLOCK_CHECK_REPLICAS: return "replicas";
-    case WATCHLOCK_CHECK_SNAPSHOT_ONLY: return "snapshot_only";
-    case WATCHLOCK_CHECK_REPLICA_ROLE: return "replica_role";
-    case WATCHLOCK_CHECK_UNCHECKED: return "unchecked";
-    default: return "unknown";
-    }
 }

@@ -2,7 +2,7 @@
  * client.c - opening and closing clients, reference counting, admin calls,
  * lost events and stats.
  */
-#include "internal.h"
+#include "client/client.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -193,7 +193,7 @@ void watchlock_client_close(watchlock_client *c)
             l->hold_gen++;
         }
         if (l->abandoned) /* a dropped handle's hold: released above, like the others */
-            wl_abandoned_end(c, l);
+            l->ops->abandoned_end(c, l);
     }
     c->held = 0;
     pthread_mutex_unlock(&c->mu);
@@ -233,7 +233,7 @@ void watchlock_client_close(watchlock_client *c)
         wl_conn_free(ctx);
     }
     for (size_t i = 0; i < k; i++)
-        wl_lock_unref(held[i]);
+        held[i]->ops->unref(held[i]);
     free(held);
     free(args);
     wl_server_close(&c->server);

@@ -19,7 +19,7 @@
  * watchlock_client_close() wait until the count drops to zero (minus the
  * calling thread's own callback, so either may be called from inside one).
  */
-#include "internal.h"
+#include "hold/hold.h"
 
 #include <stdlib.h>
 
@@ -81,7 +81,7 @@ static void *callback_main(void *arg)
         pthread_cond_broadcast(&c->cb_cond);
         pthread_mutex_unlock(&c->mu);
     }
-    wl_lock_unref(l); /* may free the lock, and then the client */
+    l->ops->unref(l); /* may free the lock, and then the client */
     return NULL;
 }
 
@@ -130,7 +130,7 @@ void wl_lose(watchlock_client *c, watchlock_lock *l, int reason, bool fire)
     if (l->abandoned) {
         /* Its handle was dropped (watchlock_lock_abandon): nobody to tell,
          * and the client lets go of the handle now. */
-        wl_abandoned_end(c, l);
+        l->ops->abandoned_end(c, l);
         return;
     }
     c->held--;
@@ -210,4 +210,13 @@ void wl_timer_stop(watchlock_client *c)
     pthread_mutex_unlock(&c->mu);
     if (started)
         pthread_join(c->tm_thread, NULL);
+}
+
+int wl_lock_expiry_reason(const watchlock_lock *l)
+{
+    if (l->stop_reason != WATCHLOCK_LOST_NONE)
+        return l->stop_reason;
+    /* A renewal still on the wire at the deadline is a renewal the network
+     * did not answer in time. */
+    return l->renew_failing || l->renew_inflight ? WATCHLOCK_LOST_CONNECTION : WATCHLOCK_LOST_EXPIRED;
 }

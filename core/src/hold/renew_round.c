@@ -21,7 +21,7 @@
  * Runs on the watchdog thread without any library mutex held; each node's
  * wd_conn belongs to that thread.
  */
-#include "internal.h"
+#include "hold/hold.h"
 
 #include <inttypes.h>
 #include <poll.h>

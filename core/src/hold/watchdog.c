@@ -15,7 +15,7 @@
  * wait for a few milliseconds at most, however many locks are held; what is
  * still due is taken by the next round at once.
  *
- * Each renewal is a hold write (lock.c): it names the hold's token and the
+ * Each renewal is a hold write (hold.c): it names the hold's token and the
  * epochs it accepts, and wl_write_applied() takes its reply: a confirmed
  * write moves the local deadline to send time + lease - margin, "not ours"
  * loses the hold (taken), a network failure is retried every RETRY_US until
@@ -43,7 +43,7 @@
  * the write's hold_gen tells whether its hold still exists when the reply
  * comes back.
  */
-#include "internal.h"
+#include "hold/hold.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -105,15 +105,6 @@ static void schedule_at(watchlock_client *c, watchlock_lock *l, int64_t renew_at
 void wl_watchdog_schedule(watchlock_client *c, watchlock_lock *l)
 {
     schedule_at(c, l, l->confirmed_us + interval_us(l));
-}
-
-int wl_lock_expiry_reason(const watchlock_lock *l)
-{
-    if (l->stop_reason != WATCHLOCK_LOST_NONE)
-        return l->stop_reason;
-    /* A renewal still on the wire at the deadline is a renewal the network
-     * did not answer in time. */
-    return l->renew_failing || l->renew_inflight ? WATCHLOCK_LOST_CONNECTION : WATCHLOCK_LOST_EXPIRED;
 }
 
 /* ---- one round ---- */
@@ -283,7 +274,7 @@ static void apply(watchlock_client *c, round_entry *es, size_t n, int64_t now)
                 schedule_at(c, l, now + retry);
             }
         }
-        wl_lock_unref(l); /* never the last reference of the client: close joins us first */
+        l->ops->unref(l); /* never the last reference of the client: close joins us first */
     }
 }
 

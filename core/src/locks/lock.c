@@ -1,7 +1,8 @@
 /*
- * lock.c - lock handles: create/free, options, acquire (with pub/sub
- * waiting), release, extend, the hold writes shared with the watchdog, and
- * state queries.
+ * lock.c - the plain lock: acquire (the fast path, the acquire script, the
+ * owner record, WAIT for replicas, waiting by pub/sub between attempts)
+ * and extend. The handle is handle.c's, release release.c's, the wait
+ * wait.c's, the hold's identity and writes hold/hold.c's.
  *
  * A handle's state lives under client->mu; io_mu serializes the handle's own
  * round trips so that a release and a re-acquire of one handle from two
@@ -13,7 +14,7 @@
  * a write delayed on the wire never acts on a later hold nor shortens a
  * lease a later write set. Release names the hold (any epoch).
  */
-#include "internal.h"
+#include "locks/locks.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,7 +22,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DEFAULT_LEASE_MS 30000
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
 #define NO_TTL_POLL_US 1000000   /* a key without expiry (not ours): re-check this often */
 /* A digested long name's ":name" key is written by the first acquire of a
@@ -30,289 +30,8 @@
  * more than the rest of the cycle (Lua hashes every byte of an argument). */
 #define NAME_REFRESH_US (INT64_C(3600) * 1000000)
 
-static atomic_uint_fast64_t next_lock_id = 1;
-
-int wl_check_lock(const watchlock_lock *l)
-{
-    if (l == NULL)
-        return wl_fail(WATCHLOCK_EINVAL, "lock is NULL");
-    if (l->fork_gen != wl_fork_generation())
-        return wl_fail(WATCHLOCK_EFORKED,
-                       "lock %s belongs to the parent process (inherited across fork); the child cannot use it",
-                       l->quoted);
-    if (atomic_load(&l->client->closed))
-        return wl_fail(WATCHLOCK_ECLOSED, "lock %s: client is closed", l->quoted);
-    return WATCHLOCK_OK;
-}
-
-int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len)
-{
-    if (out == NULL)
-        return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
-    *out = NULL;
-    int rc = wl_check_client(c);
-    if (rc == WATCHLOCK_OK)
-        rc = wl_check_name(name, name_len);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    watchlock_lock *l = calloc(1, sizeof *l);
-    if (l == NULL || (l->name = malloc(name_len + 1)) == NULL) {
-        free(l);
-        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-    }
-    memcpy(l->name, name, name_len);
-    l->name[name_len] = '\0';
-    l->name_len = name_len;
-    wl_quote_name(l->quoted, sizeof l->quoted, name, name_len);
-    if (wl_random_token(l->token) != 0) {
-        free(l->name);
-        free(l);
-        return wl_fail(WATCHLOCK_EINTERNAL, "getrandom failed");
-    }
-    if ((rc = wl_keys_make(&l->keys, name, name_len)) != WATCHLOCK_OK) {
-        free(l->name);
-        free(l);
-        return rc;
-    }
-    if (pthread_mutex_init(&l->io_mu, NULL) != 0) {
-        wl_keys_clear(&l->keys);
-        free(l->name);
-        free(l);
-        return wl_fail(WATCHLOCK_EINTERNAL, "pthread_mutex_init failed");
-    }
-    atomic_init(&l->refs, 1);
-    l->key_hash = UINT64_C(14695981039346656037); /* FNV-1a */
-    for (size_t i = 0; i < l->keys.lock_len; i++)
-        l->key_hash = (l->key_hash ^ (unsigned char)l->keys.lock[i]) * UINT64_C(1099511628211);
-    l->key_hash |= 1;
-    l->id = atomic_fetch_add(&next_lock_id, 1);
-    l->fork_gen = c->fork_gen;
-    l->client = c;
-    l->lease_ms = DEFAULT_LEASE_MS;
-    l->auto_renew = true;
-    l->state = WATCHLOCK_UNLOCKED;
-    l->heap_idx = WL_NOT_IN_HEAP;
-    l->dl_idx = WL_NOT_IN_HEAP;
-    atomic_fetch_add(&c->refs, 1);
-    pthread_mutex_lock(&c->mu);
-    l->next = c->locks;
-    if (c->locks)
-        c->locks->prev = l;
-    c->locks = l;
-    pthread_mutex_unlock(&c->mu);
-    *out = l;
-    return WATCHLOCK_OK;
-}
-
-void wl_lock_unref(watchlock_lock *l)
-{
-    if (atomic_fetch_sub(&l->refs, 1) != 1)
-        return;
-    watchlock_client *c = l->client;
-    pthread_mutex_destroy(&l->io_mu);
-    wl_keys_clear(&l->keys);
-    free(l->name);
-    free(l->owner_label);
-    free(l);
-    wl_client_unref(c);
-}
-
-static void forget_wait(watchlock_lock *l);
-
-void watchlock_lock_free(watchlock_lock *l)
-{
-    if (l == NULL || l->fork_gen != wl_fork_generation())
-        return; /* forked child: never release or touch the parent's lock */
-    watchlock_client *c = l->client;
-    pthread_mutex_lock(&c->mu);
-    l->freed = true; /* no callback starts from now on */
-    l->on_lost = NULL;
-    wl_wait_callbacks(c, l);
-    /* Held: release it. Lost by its deadline: release deletes the key if
-     * it still holds this hold (for the safety margin), so waiters need not
-     * wait for it to expire. */
-    bool held = l->state != WATCHLOCK_UNLOCKED;
-    if (held)
-        l->hold_count = 1;
-    pthread_mutex_unlock(&c->mu);
-    if (held && !atomic_load(&c->closed))
-        watchlock_lock_release(l);
-    forget_wait(l);
-    pthread_mutex_lock(&c->mu);
-    wl_unschedule_all(c, l);
-    if (l->state == WATCHLOCK_HELD)
-        c->held--;
-    l->state = WATCHLOCK_UNLOCKED;
-    if (l->prev)
-        l->prev->next = l->next;
-    else
-        c->locks = l->next;
-    if (l->next)
-        l->next->prev = l->prev;
-    pthread_mutex_unlock(&c->mu);
-    wl_lock_unref(l);
-}
-
-/* ---- dropped handles: abandon ---- */
-
-static void unlink_lock(watchlock_client *c, watchlock_lock *l)
-{
-    if (l->prev)
-        l->prev->next = l->next;
-    else
-        c->locks = l->next;
-    if (l->next)
-        l->next->prev = l->prev;
-    l->prev = l->next = NULL;
-}
-
-void wl_abandoned_end(watchlock_client *c, watchlock_lock *l)
-{
-    wl_unschedule_all(c, l);
-    if (l->state == WATCHLOCK_HELD)
-        c->held--;
-    l->state = WATCHLOCK_UNLOCKED;
-    l->releasing = false;
-    l->hold_count = 0;
-    l->hold_gen++;
-    l->abandoned = false;
-    unlink_lock(c, l);
-    wl_lock_unref(l);
-}
-
-/* A dropped handle is not an unlock (docs/design.md, "Dropped handles"): a
- * held lock stays in the client's hands, no longer renewed, until its
- * local deadline (the loss timer then calls wl_abandoned_end through
- * wl_lose, silently), a renewal already on the wire finds it taken, or
- * close releases it with the other held locks. The client's list keeps
- * the handle meanwhile, with the user's reference. */
-int watchlock_lock_abandon(watchlock_lock *l)
-{
-    if (l == NULL || l->fork_gen != wl_fork_generation())
-        return 0; /* forked child: the parent's lock is none of its business */
-    watchlock_client *c = l->client;
-    forget_wait(l);
-    pthread_mutex_lock(&c->mu);
-    l->freed = true; /* no callback starts from now on */
-    l->on_lost = NULL;
-    wl_wait_callbacks(c, l);
-    /* Whether close has already ended the hold is read here, under mu:
-     * close marks every hold UNLOCKED under it before releasing them. */
-    int dropped = 0;
-    if (l->state == WATCHLOCK_HELD) {
-        dropped = !l->releasing && wl_now_us() < l->deadline_us;
-        l->abandoned = true;
-        l->auto_renew = false;          /* a renewal in flight is not rescheduled */
-        wl_watchdog_unschedule(c, l);   /* the deadline heap keeps it: the loss timer ends it */
-        pthread_mutex_unlock(&c->mu);
-        return dropped;
-    }
-    wl_unschedule_all(c, l);
-    l->state = WATCHLOCK_UNLOCKED;
-    unlink_lock(c, l);
-    pthread_mutex_unlock(&c->mu);
-    wl_lock_unref(l);
-    return 0;
-}
-
-/* ---- options ---- */
-
-#define WITH_LOCK_STATE(l, body)                                                                   \
-    do {                                                                                           \
-        int rc_ = wl_check_lock(l);                                                                \
-        if (rc_ != WATCHLOCK_OK)                                                                   \
-            return rc_;                                                                            \
-        pthread_mutex_lock(&(l)->client->mu);                                                      \
-        body;                                                                                      \
-        pthread_mutex_unlock(&(l)->client->mu);                                                    \
-        return WATCHLOCK_OK;                                                                       \
-    } while (0)
-
-int watchlock_lock_set_lease(watchlock_lock *l, int64_t lease_ms)
-{
-    if (l != NULL && (lease_ms <= 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS))
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms", l->quoted,
-                       lease_ms);
-    WITH_LOCK_STATE(l, l->lease_ms = lease_ms);
-}
-
-int watchlock_lock_set_auto_renew(watchlock_lock *l, int on)
-{
-    if (l != NULL && on != 0 && on != 1)
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: auto-renew must be 0 or 1, got %d", l->quoted, on);
-    WITH_LOCK_STATE(l, l->auto_renew = on != 0);
-}
-
-int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
-{
-    int rc = wl_check_lock(l);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    pthread_mutex_lock(&l->client->mu);
-    int64_t lease = l->lease_ms;
-    if (interval_ms >= 0 && interval_ms < lease)
-        l->interval_ms = interval_ms;
-    pthread_mutex_unlock(&l->client->mu);
-    if ((interval_ms < 0 || interval_ms >= lease) && lease < 2)
-        return wl_fail(WATCHLOCK_EINVAL,
-                       "lock %s: a lease of %" PRId64 " ms leaves no room for a renew interval (only 0 = lease/3)",
-                       l->quoted, lease);
-    if (interval_ms < 0 || interval_ms >= lease)
-        return wl_fail(WATCHLOCK_EINVAL,
-                       "lock %s: renew interval must be 0 (lease/3) or 1 .. %" PRId64 " ms (below the lease), got %" PRId64,
-                       l->quoted, lease - 1, interval_ms);
-    return WATCHLOCK_OK;
-}
-
-int watchlock_lock_set_max_renewals(watchlock_lock *l, int64_t max)
-{
-    if (l != NULL && max < 0)
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: max renewals must be >= 0 (0 = unlimited)", l->quoted);
-    WITH_LOCK_STATE(l, l->max_renewals = max);
-}
-
-int watchlock_lock_set_max_hold(watchlock_lock *l, int64_t max_hold_ms)
-{
-    if (l != NULL && (max_hold_ms < 0 || max_hold_ms > WATCHLOCK_MAX_LEASE_MS * 100))
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: max hold must be >= 0 ms (0 = unlimited)", l->quoted);
-    WITH_LOCK_STATE(l, l->max_hold_ms = max_hold_ms);
-}
-
-int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *userdata)
-{
-    WITH_LOCK_STATE(l, {
-        l->on_lost = fn;
-        l->on_lost_data = userdata;
-    });
-}
-
 /* ---- owner record (written by acquire, read by admin.c) ---- */
 
-int watchlock_lock_set_owner_label(watchlock_lock *l, const char *label)
-{
-    size_t len = label != NULL ? strnlen(label, WATCHLOCK_MAX_LABEL + 1) : 0;
-    if (l != NULL && len > WATCHLOCK_MAX_LABEL)
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: owner label is longer than %d bytes", l->quoted,
-                       WATCHLOCK_MAX_LABEL);
-    int rc = wl_check_lock(l);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    char *copy = NULL;
-    if (label != NULL) {
-        if ((copy = malloc(len + 1)) == NULL)
-            return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-        memcpy(copy, label, len + 1);
-    }
-    pthread_mutex_lock(&l->client->mu);
-    char *old = l->owner_label;
-    l->owner_label = copy;
-    pthread_mutex_unlock(&l->client->mu);
-    free(old);
-    return WATCHLOCK_OK;
-}
-
-/* The owner record's fields for one acquire: the label as set when the
- * attempt began, this host's name and this process's pid. */
 typedef struct owner_args {
     bool set;
     char label[WATCHLOCK_MAX_LABEL + 1];
@@ -352,93 +71,13 @@ static int owner_args_add(const watchlock_lock *l, owner_args *o, const char **a
     return 3;
 }
 
-/* ---- hold identity and writes (shared with the watchdog) ---- */
+/* The plain lock's answers to the hold layer and to the handle (hold.h). */
+static const wl_hold_ops plain_lock_ops = {
+    .unref = wl_lock_unref, .abandoned_end = wl_abandoned_end, .release = watchlock_lock_release};
 
-int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms)
+int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len)
 {
-    /* 1% of the lease + the fixed safety margin (URL option safety_margin),
-     * never more than half the lease. */
-    int64_t margin = lease_ms * 10 + c->server.ep.safety_margin_ms * 1000;
-    int64_t half = lease_ms * 500;
-    return margin < half ? margin : half;
-}
-
-size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf)
-{
-    size_t n = strlen(l->token); /* 32 hex digits */
-    memcpy(buf, l->token, n);
-    buf[n++] = '.';
-    if (epoch < 0) {
-        buf[n] = '\0';
-        return n;
-    }
-    return n + wl_fmt_i64(buf + n, epoch);
-}
-
-void wl_release_args_make(const watchlock_lock *l, wl_release_args *a)
-{
-    a->argv[0] = l->keys.lock;
-    a->lens[0] = l->keys.lock_len;
-    a->lens[1] = wl_ident(l, -1, a->prefix);
-    a->argv[1] = a->prefix;
-    a->argv[2] = l->keys.channel;
-    a->lens[2] = l->keys.channel_len;
-    a->argv[3] = wl_publish_command(&l->client->server);
-    a->lens[3] = strlen(a->argv[3]);
-}
-
-void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w)
-{
-    if (ms != l->epoch_ms) { /* a different lease: a new epoch */
-        l->epoch_to++;
-        l->epoch_ms = ms;
-    }
-    *w = (wl_write){.gen = l->hold_gen, .from = l->epoch, .to = l->epoch_to, .ms = ms, .sent = sent};
-    /* From now on this write may land at any moment, and leave `ms` from
-     * then on: never count on more than that. */
-    int64_t d = sent + ms * 1000 - wl_margin_us(c, ms);
-    if (d < l->deadline_us)
-        wl_set_deadline(c, l, d);
-}
-
-bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire,
-                      int64_t now)
-{
-    if (l->hold_gen != w->gen || l->state != WATCHLOCK_HELD)
-        return false; /* that hold is over */
-    if (now >= l->deadline_us) {
-        /* Too late: the hold was LOST at its deadline (state() may already
-         * have said so), and LOST stays LOST whatever the reply says. */
-        wl_lose(c, l, wl_lock_expiry_reason(l), fire);
-        return false;
-    }
-    switch (result) {
-    case WL_WRITE_OK:
-        if (w->to > l->epoch)
-            l->epoch = w->to;
-        if (w->to == l->epoch_to) { /* the newest lease: count on it */
-            int64_t d = w->sent + w->ms * 1000 - wl_margin_us(c, w->ms);
-            if (d > l->deadline_us)
-                wl_set_deadline(c, l, d);
-            if (w->sent > l->confirmed_us)
-                l->confirmed_us = w->sent;
-        }
-        l->renew_failing = false;
-        return true;
-    case WL_WRITE_STALE: /* a newer write of ours is on the server */
-        if (w->to < l->epoch_to)
-            return true;
-        break; /* cannot happen for the newest epoch: treat as not ours */
-    case WL_WRITE_NOT_OWNER:
-        if (l->releasing)
-            return true; /* our own release got there first */
-        break;
-    default:
-        l->renew_failing = true;
-        return true;
-    }
-    wl_lose(c, l, WATCHLOCK_LOST_TAKEN, fire);
-    return false;
+    return wl_handle_new(out, c, name, name_len, &plain_lock_ops);
 }
 
 /* ---- acquire ---- */
@@ -739,68 +378,6 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     return rc;
 }
 
-/* A wait that timed out while the holder's lease still ran is kept on the
- * handle (subscription, wake-up generation, end of the holder's lease), so
- * that the next acquire with a wait resumes it instead of sending another
- * acquire that would fail the same way. Bindings that wait in slices (to
- * stay interruptible) therefore never poll the server. */
-static void save_wait(watchlock_lock *l, wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t until_us)
-{
-    watchlock_client *c = l->client;
-    pthread_mutex_lock(&c->mu);
-    wl_sub_entry *old = l->wait_entry;
-    wl_subscriber *old_sub = l->wait_sub;
-    l->wait_entry = entry;
-    l->wait_sub = sub;
-    l->wait_gen = gen;
-    l->wait_until_us = until_us;
-    pthread_mutex_unlock(&c->mu);
-    if (old != NULL)
-        wl_sub_leave(old_sub, old);
-}
-
-static wl_sub_entry *take_wait(watchlock_lock *l, wl_subscriber **sub, uint64_t *gen, int64_t *until_us)
-{
-    watchlock_client *c = l->client;
-    pthread_mutex_lock(&c->mu);
-    wl_sub_entry *entry = l->wait_entry;
-    *sub = l->wait_sub;
-    *gen = l->wait_gen;
-    *until_us = l->wait_until_us;
-    l->wait_entry = NULL;
-    l->wait_sub = NULL;
-    pthread_mutex_unlock(&c->mu);
-    return entry;
-}
-
-static void forget_wait(watchlock_lock *l)
-{
-    uint64_t gen;
-    int64_t until;
-    wl_subscriber *sub;
-    wl_sub_entry *entry = take_wait(l, &sub, &gen, &until);
-    if (entry != NULL)
-        wl_sub_leave(sub, entry);
-}
-
-/* Joins the lock's release channel on the subscriber that carries it. */
-static int join_channel(watchlock_lock *l, wl_subscriber **sub, wl_sub_entry **entry)
-{
-    char what[120];
-    wl_what(what, sizeof what, "acquire", l->quoted);
-    return wl_client_join(l->client, l->keys.channel, l->keys.channel_len, what, sub, entry);
-}
-
-/* When the holder's lease ends, by the PTTL an attempt saw. */
-static int64_t holder_end(int64_t pttl_ms)
-{
-    int64_t now = wl_now_us();
-    if (pttl_ms > 0)
-        return now + pttl_ms * 1000 + 1000;
-    return pttl_ms == -1 ? now + NO_TTL_POLL_US : now;
-}
-
-static int finish_pending_release(watchlock_lock *l);
 
 int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
 {
@@ -816,7 +393,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     }
     bool releasing = l->state == WATCHLOCK_HELD && l->releasing;
     pthread_mutex_unlock(&c->mu);
-    if (releasing && (rc = finish_pending_release(l)) != WATCHLOCK_OK)
+    if (releasing && (rc = wl_lock_finish_pending_release(l)) != WATCHLOCK_OK)
         return rc;
 
     int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
@@ -826,16 +403,16 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     wl_subscriber *sub = NULL;
     bool resume = false;
     if (wait_ms != 0) {
-        entry = take_wait(l, &sub, &gen, &lease_end);
+        entry = wl_wait_take(l, &sub, &gen, &lease_end);
         resume = entry != NULL && wl_sub_generation(sub, entry) == gen && wl_now_us() < lease_end;
     }
     if (entry == NULL) {
         rc = attempt(l, &pttl);
         if (rc != WATCHLOCK_ETIMEDOUT || wait_ms == 0)
             goto out;
-        if ((rc = join_channel(l, &sub, &entry)) != WATCHLOCK_OK)
+        if ((rc = wl_wait_join(l, &sub, &entry)) != WATCHLOCK_OK)
             return rc;
-        lease_end = holder_end(pttl);
+        lease_end = wl_wait_holder_end(pttl);
     }
     rc = WATCHLOCK_ETIMEDOUT;
     for (;;) {
@@ -851,7 +428,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
                 wl_cluster_moved(c->server.cluster, rd.slot, rd.host, rd.port);
             else if (c->server.cluster != NULL)
                 wl_cluster_refresh(c->server.cluster, true); /* the slot moved: a fresh map */
-            if ((rc = join_channel(l, &sub, &entry)) != WATCHLOCK_OK)
+            if ((rc = wl_wait_join(l, &sub, &entry)) != WATCHLOCK_OK)
                 return rc;
         }
         if (!resume) {
@@ -866,7 +443,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
             rc = attempt(l, &pttl);
             if (rc != WATCHLOCK_ETIMEDOUT)
                 break;
-            lease_end = holder_end(pttl);
+            lease_end = wl_wait_holder_end(pttl);
         }
         resume = false;
         /* Sleep until woken by a release, but never past the holder's lease. */
@@ -874,7 +451,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         bool woken = at > wl_now_us() && wl_sub_wait(sub, entry, gen, at);
         if (!woken && until >= 0 && wl_now_us() >= until) {
             if (wl_now_us() < lease_end) { /* keep the wait for the next call */
-                save_wait(l, sub, entry, gen, lease_end);
+                wl_wait_save(l, sub, entry, gen, lease_end);
                 entry = NULL;
             }
             rc = WATCHLOCK_ETIMEDOUT;
@@ -887,171 +464,6 @@ out:
     if (rc == WATCHLOCK_ETIMEDOUT)
         return wl_fail(rc, "lock %s is held by another owner%s", l->quoted,
                        wait_ms == 0 ? "" : " and was not released in time");
-    return rc;
-}
-
-/* ---- release ---- */
-
-/* The release script once more, on a fresh connection whose timeouts end
- * by the hold's deadline. */
-static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t deadline_us, redisReply **out,
-                         const char *what)
-{
-    int64_t cap_ms = (deadline_us - wl_now_us()) / 1000;
-    if (cap_ms < 1)
-        return wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what);
-    wl_conn *ctx;
-    uint64_t pin = wl_server_pin(&c->server); /* cluster.c: the node stays valid while used */
-    wl_server *node = wl_server_route(&c->server, a->argv[0], a->lens[0]);
-    int rc = node == NULL ? WATCHLOCK_ECONN : wl_server_connect(node, cap_ms, &ctx);
-    wl_server_unpin(&c->server, pin);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    redisReply *reply = NULL;
-    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, a->argv, a->lens) != 0 ||
-        wl_conn_get_reply(ctx, &reply) != 0) {
-        rc = wl_conn_error(&c->server, ctx, what);
-    } else {
-        rc = wl_reply_error(&c->server, reply, what);
-        if (rc == WATCHLOCK_OK)
-            *out = reply;
-        else
-            freeReplyObject(reply);
-    }
-    wl_server_put(&c->server, ctx); /* the node itself without cluster; under it, freed (unpinned node) */
-    return rc;
-}
-
-/* With io_mu held, for a hold whose count reached 0 and that is marked
- * releasing (no longer renewed): deletes the key if it still holds this
- * hold. A first try whose outcome is unknown (the connection failed) is
- * tried once more on a fresh connection while the lease lasts; a retry that
- * finds no key, or another owner's (a waiter got in after the earlier try
- * ran), means released: the earlier try's outcome is unknown, and the
- * hold was ours until then. If nothing is confirmed, the hold
- * stays (HELD, releasing, not renewed) until a later release confirms it or
- * its lease runs out. */
-static int release_hold(watchlock_lock *l, bool retry)
-{
-    watchlock_client *c = l->client;
-    wl_release_args a;
-    pthread_mutex_lock(&c->mu);
-    wl_release_args_make(l, &a);
-    int64_t deadline = l->deadline_us;
-    uint64_t gen = l->hold_gen;
-    pthread_mutex_unlock(&c->mu);
-
-    char what[160];
-    wl_what(what, sizeof what, "release", l->quoted);
-    redisReply *r = NULL;
-    int rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what);
-    retry = retry || wl_script_was_resent();
-    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
-        retry = true;
-        rc = release_fresh(c, &a, deadline, &r, what);
-    }
-    int64_t result = 0;
-    if (r != NULL) {
-        result = wl_reply_i64(r);
-        freeReplyObject(r);
-    }
-    pthread_mutex_lock(&c->mu);
-    if (gen != l->hold_gen || l->state != WATCHLOCK_HELD) {
-        /* Ended meanwhile: its lease ran out (the key is gone by expiry),
-         * or the client was closed (close released it). */
-        pthread_mutex_unlock(&c->mu);
-        return WATCHLOCK_OK;
-    }
-    if (rc != WATCHLOCK_OK) {
-        pthread_mutex_unlock(&c->mu);
-        return rc == WATCHLOCK_ECONN
-                   ? wl_fail(rc, "%s: not confirmed by the server (%s); the hold is kept, not renewed, until a "
-                                 "later release confirms it or its lease runs out", what, watchlock_last_error())
-                   : rc;
-    }
-    /* After a try whose outcome is unknown (it may have run: DEL +
-     * PUBLISH, and a waiter may have taken the name since), "no key" and
-     * "another owner" both mean released: the hold was ours until that
-     * first try, and nothing says otherwise (issue 19 item 5). Only a
-     * first try that is certain (its reply arrived) reports "another
-     * owner" as a loss. */
-    bool released = result == 1 || (retry && (result == 0 || result == -1));
-    wl_unschedule_all(c, l);
-    c->held--;
-    l->state = WATCHLOCK_UNLOCKED;
-    l->hold_count = 0;
-    l->hold_gen++;
-    l->releasing = false;
-    if (!released)
-        l->lost_reason = WATCHLOCK_LOST_TAKEN;
-    pthread_mutex_unlock(&c->mu);
-    if (!released)
-        return wl_fail(WATCHLOCK_ENOTOWNER,
-                       "lock %s was lost before release (its lease ran out or another owner took it)", l->quoted);
-    return WATCHLOCK_OK;
-}
-
-/* acquire() on a handle whose last release is not confirmed: finish it first. */
-static int finish_pending_release(watchlock_lock *l)
-{
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&l->client->mu);
-    bool pending = l->state == WATCHLOCK_HELD && l->releasing;
-    pthread_mutex_unlock(&l->client->mu);
-    int rc = pending ? release_hold(l, true) : WATCHLOCK_OK;
-    pthread_mutex_unlock(&l->io_mu);
-    return rc == WATCHLOCK_ENOTOWNER ? WATCHLOCK_OK : rc;
-}
-
-int watchlock_lock_release(watchlock_lock *l)
-{
-    int rc = wl_check_lock(l);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    watchlock_client *c = l->client;
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&c->mu);
-    if (l->state == WATCHLOCK_HELD && !l->releasing && wl_now_us() >= l->deadline_us)
-        wl_lose(c, l, wl_lock_expiry_reason(l), true); /* past its deadline: LOST, as state() says */
-    if (l->state == WATCHLOCK_LOST) {
-        bool last = l->hold_count <= 1;
-        if (last)
-            l->state = WATCHLOCK_UNLOCKED;
-        if (l->hold_count > 0)
-            l->hold_count--;
-        int reason = l->lost_reason;
-        wl_release_args a;
-        wl_release_args_make(l, &a);
-        pthread_mutex_unlock(&c->mu);
-        if (last && reason != WATCHLOCK_LOST_TAKEN) {
-            /* Declared lost by the local deadline: the key may still hold
-             * this hold for the safety margin. Delete it if so (checked, so
-             * never someone else's) to wake waiters now. */
-            redisReply *r;
-            if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, "release") == WATCHLOCK_OK)
-                freeReplyObject(r);
-        }
-        pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s was lost (%s) before release", l->quoted,
-                       watchlock_lost_reason_str(reason));
-    }
-    if (l->state != WATCHLOCK_HELD) {
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s is not held by this handle", l->quoted);
-    }
-    if (l->hold_count > 1 && !l->releasing) {
-        l->hold_count--;
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return WATCHLOCK_OK;
-    }
-    bool retry = l->releasing; /* an earlier release's outcome is unknown */
-    l->releasing = true;
-    wl_heap_remove(&c->renew_heap, l); /* no more renewals; the deadline still ends it */
-    pthread_mutex_unlock(&c->mu);
-    rc = release_hold(l, retry);
-    pthread_mutex_unlock(&l->io_mu);
     return rc;
 }
 
@@ -1127,109 +539,3 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     return WATCHLOCK_OK;
 }
 
-/* ---- queries (no I/O) ---- */
-
-#define READ_LOCK_STATE(l, type, fallback, expr)                                                   \
-    do {                                                                                           \
-        if ((l) == NULL || (l)->fork_gen != wl_fork_generation())                                  \
-            return (fallback);                                                                     \
-        watchlock_client *c_ = (l)->client;                                                        \
-        pthread_mutex_lock(&c_->mu);                                                               \
-        type v_ = (expr);                                                                          \
-        pthread_mutex_unlock(&c_->mu);                                                             \
-        return v_;                                                                                 \
-    } while (0)
-
-/* The state as the caller should see it: a HELD lock past its local
- * deadline is LOST even if the loss timer (starved of CPU, or just resumed
- * after SIGSTOP) has not marked it yet. The first reader past the deadline
- * records the loss through the normal path (the on-lost callback and the
- * lost event fire once), so LOST, once seen, stays: a renewal reply
- * applied later finds the hold over (wl_write_applied). A hold being
- * released just ends (UNLOCKED) when its lease runs out. Handles are never
- * const objects: the cast only undoes the read-only view of the getters. */
-static int visible_state(const watchlock_lock *l, int *reason)
-{
-    if (l->state == WATCHLOCK_HELD && wl_now_us() >= l->deadline_us) {
-        watchlock_lock *m = (watchlock_lock *)l;
-        wl_lose(m->client, m, wl_lock_expiry_reason(l), true);
-    }
-    *reason = l->state == WATCHLOCK_LOST ? l->lost_reason : WATCHLOCK_LOST_NONE;
-    return l->state;
-}
-
-static int state_of(const watchlock_lock *l)
-{
-    int reason;
-    return visible_state(l, &reason);
-}
-
-static int lost_reason_of(const watchlock_lock *l)
-{
-    int reason;
-    visible_state(l, &reason);
-    return reason;
-}
-
-int watchlock_lock_state(const watchlock_lock *l)
-{
-    READ_LOCK_STATE(l, int, WATCHLOCK_UNLOCKED, state_of(l));
-}
-
-int watchlock_lock_lost_reason(const watchlock_lock *l)
-{
-    READ_LOCK_STATE(l, int, WATCHLOCK_LOST_NONE, lost_reason_of(l));
-}
-
-static int64_t remaining(const watchlock_lock *l)
-{
-    if (l->state != WATCHLOCK_HELD)
-        return 0;
-    int64_t left = (l->deadline_us - wl_now_us()) / 1000;
-    return left > 0 ? left : 0;
-}
-
-int64_t watchlock_lock_remaining_ms(const watchlock_lock *l)
-{
-    READ_LOCK_STATE(l, int64_t, 0, remaining(l));
-}
-
-int64_t watchlock_lock_fencing_token(const watchlock_lock *l)
-{
-    READ_LOCK_STATE(l, int64_t, 0, l->fence);
-}
-
-int64_t watchlock_lock_hold_count(const watchlock_lock *l)
-{
-    READ_LOCK_STATE(l, int64_t, 0, l->state == WATCHLOCK_UNLOCKED ? 0 : l->hold_count);
-}
-
-int64_t watchlock_lock_renewals(const watchlock_lock *l)
-{
-    READ_LOCK_STATE(l, int64_t, 0, l->renewals);
-}
-
-const char *watchlock_lock_name(const watchlock_lock *l, size_t *len)
-{
-    if (len)
-        *len = l ? l->name_len : 0;
-    return l ? l->name : NULL;
-}
-
-uint64_t watchlock_lock_id(const watchlock_lock *l)
-{
-    return l ? l->id : 0;
-}
-
-int64_t watchlock_lock_lease(const watchlock_lock *l)
-{
-    READ_LOCK_STATE(l, int64_t, 0, l->lease_ms);
-}
-
-/* lost_reason is set by wl_lose and cleared only by the next successful
- * acquire, so once the handle is UNLOCKED it still names the last hold's
- * loss (NONE when that hold was released normally). */
-int watchlock_lock_last_lost_reason(const watchlock_lock *l)
-{
-    READ_LOCK_STATE(l, int, WATCHLOCK_LOST_NONE, l->state == WATCHLOCK_UNLOCKED ? l->lost_reason : lost_reason_of(l));
-}

@@ -10,7 +10,7 @@
  * A connection that saw any error (I/O, timeout, protocol) is never put back:
  * after a command timeout a late reply must not be matched to a later request.
  */
-#include "internal.h"
+#include "node/node.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 
 #define MAX_IDLE 16
 
-int wl_server_init(wl_server *srv, const char *url)
+int wl_node_init(wl_server *srv, const char *url)
 {
     memset(srv, 0, sizeof *srv);
     int rc = wl_endpoint_parse(&srv->ep, url);
@@ -42,12 +42,6 @@ int wl_server_init(wl_server *srv, const char *url)
         srv->port = srv->ep.port;
         srv->addr_known = true;
         snprintf(srv->label, sizeof srv->label, "%s", srv->ep.label);
-    }
-    if (srv->ep.kind == WL_KIND_CLUSTER && (rc = wl_cluster_new(srv, &srv->cluster)) != WATCHLOCK_OK) {
-        pthread_mutex_destroy(&srv->mu);
-        wl_tls_free(srv->tls);
-        wl_endpoint_clear(&srv->ep);
-        return rc;
     }
     return WATCHLOCK_OK;
 }
@@ -73,33 +67,6 @@ int wl_server_init_node(wl_server *node, const wl_server *parent, const char *ho
     return WATCHLOCK_OK;
 }
 
-wl_server *wl_server_route(wl_server *srv, const void *key, size_t len)
-{
-    if (srv->cluster == NULL)
-        return srv;
-    return wl_cluster_route(srv->cluster, wl_key_slot(key, len));
-}
-
-const char *wl_publish_command(const wl_server *srv)
-{
-    return srv->ep.kind == WL_KIND_CLUSTER ? "SPUBLISH" : "PUBLISH";
-}
-
-wl_server *wl_server_any(wl_server *srv)
-{
-    if (srv->cluster == NULL)
-        return srv;
-    wl_server *node;
-    if (wl_cluster_masters(srv->cluster, &node, 1) == 1)
-        return node;
-    int rc = wl_cluster_refresh(srv->cluster, true);
-    if (rc == WATCHLOCK_OK && wl_cluster_masters(srv->cluster, &node, 1) == 1)
-        return node;
-    if (rc == WATCHLOCK_OK)
-        wl_fail(WATCHLOCK_ECONN, "no cluster node serves any slot (%s)", srv->ep.label);
-    return NULL;
-}
-
 /* With srv->mu held: frees the idle connections. */
 static void drop_idle_locked(wl_server *srv)
 {
@@ -108,43 +75,27 @@ static void drop_idle_locked(wl_server *srv)
     srv->n_idle = 0;
 }
 
-void wl_server_close(wl_server *srv)
+void wl_node_close(wl_server *srv)
 {
     pthread_mutex_lock(&srv->mu);
     srv->closed = true;
     drop_idle_locked(srv);
     pthread_mutex_unlock(&srv->mu);
-    wl_cluster_close(srv->cluster);
 }
 
-uint64_t wl_server_pin(wl_server *srv)
-{
-    return srv->cluster != NULL ? wl_cluster_pin(srv->cluster) : 0;
-}
-
-void wl_server_unpin(wl_server *srv, uint64_t pin)
-{
-    if (srv->cluster != NULL)
-        wl_cluster_unpin(srv->cluster, pin);
-}
-
-void wl_server_retire(wl_server *node)
+wl_subscriber *wl_node_retire(wl_server *node)
 {
     pthread_mutex_lock(&node->mu);
     node->retired = true;
     drop_idle_locked(node);
     wl_subscriber *sub = node->sub;
     pthread_mutex_unlock(&node->mu);
-    wl_subscriber_retire(sub);
+    return sub;
 }
 
-void wl_server_destroy(wl_server *srv)
+void wl_node_destroy(wl_server *srv)
 {
-    wl_server_close(srv);
-    wl_cluster_free(srv->cluster);
-    srv->cluster = NULL;
-    wl_subscriber_free(srv->sub);
-    srv->sub = NULL;
+    wl_node_close(srv);
     wl_conn_free(srv->wd_conn);
     free(srv->idle);
     pthread_mutex_destroy(&srv->mu);
@@ -230,18 +181,6 @@ int wl_reply_error(const wl_server *srv, const redisReply *reply, const char *wh
     return wl_fail(WATCHLOCK_ESERVER, "%s: %.*s", what, len, s);
 }
 
-bool wl_reply_is_noscript(const redisReply *reply)
-{
-    return reply != NULL && reply->type == REDIS_REPLY_ERROR && reply->str != NULL &&
-           strncmp(reply->str, "NOSCRIPT", 8) == 0;
-}
-
-bool wl_reply_is_readonly(const redisReply *reply)
-{
-    return reply != NULL && reply->type == REDIS_REPLY_ERROR && reply->str != NULL &&
-           (strncmp(reply->str, "READONLY", 8) == 0 || strncmp(reply->str, "MASTERDOWN", 10) == 0);
-}
-
 /* One command during connection setup; frees the connection on failure. */
 static int setup_command(wl_server *srv, wl_conn **connp, int argc, const char **argv, const char *what,
                          redisReply **keep)
@@ -303,13 +242,8 @@ static int connect_node(wl_server *srv, const char *host, int port, const char *
 int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out)
 {
     *out = NULL;
-    if (srv->cluster != NULL) { /* no key to route by: any master */
-        uint64_t pin = wl_server_pin(srv);
-        wl_server *node = wl_server_any(srv); /* NULL: it said why (refused, TLS, no slots) */
-        int rc = node ? wl_server_connect(node, timeout_cap_ms, out) : WATCHLOCK_ECONN;
-        wl_server_unpin(srv, pin);
-        return rc;
-    }
+    if (srv->hooks != NULL && srv->hooks->connect != NULL) /* the topology finds the node (cluster: any master) */
+        return srv->hooks->connect(srv, timeout_cap_ms, out);
     const wl_endpoint *ep = &srv->ep;
     int64_t ct = ep->connect_timeout_ms, cmd = ep->command_timeout_ms;
     if (timeout_cap_ms > 0) {
@@ -332,7 +266,9 @@ int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out)
         gen = srv->addr_gen;
         pthread_mutex_unlock(&srv->mu);
         if (!known) {
-            if ((rc = wl_sentinel_discover(srv, ct, host, sizeof host, &port)) != WATCHLOCK_OK)
+            if (srv->hooks == NULL || srv->hooks->discover == NULL)
+                return wl_fail(WATCHLOCK_EINTERNAL, "%s: no address and no topology to ask", srv->ep.label);
+            if ((rc = srv->hooks->discover(srv, ct, host, sizeof host, &port)) != WATCHLOCK_OK)
                 return rc;
             wl_server_set_address(srv, host, port);
             pthread_mutex_lock(&srv->mu);
@@ -354,7 +290,7 @@ int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out)
 
 int wl_server_get(wl_server *srv, wl_conn **out, bool *reused)
 {
-    if (srv->cluster != NULL) {
+    if (srv->hooks != NULL && srv->hooks->connect != NULL) { /* not one node: not pooled */
         *reused = false;
         return wl_server_connect(srv, 0, out);
     }
@@ -378,7 +314,7 @@ void wl_server_put(wl_server *srv, wl_conn *conn)
 {
     if (conn == NULL)
         return;
-    if (srv->cluster != NULL) { /* not routed by key (wl_server_get on the cluster): not pooled */
+    if (srv->hooks != NULL && srv->hooks->connect != NULL) { /* not one node (wl_server_get on a cluster) */
         wl_conn_free(conn);
         return;
     }
@@ -429,13 +365,9 @@ int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int na
     return wl_conn_append(conn, 3 + total, av, al);
 }
 
-/* One script call on conn: EVALSHA, then EVAL when the server lost its
- * cache. *readonly: the server refused it as a replica (it did not run).
- * rd: a cluster redirect or retry-later (it did not run either). asking:
- * send ASKING first (the slot is being imported by this node). */
-static int script_once(wl_server *srv, wl_conn *conn, int script, int nkeys, int nargs, const char *const *argv,
-                       const size_t *argvlen, redisReply **out, const char *what, bool *readonly, wl_redirect *rd,
-                       bool asking)
+int wl_node_script_once(wl_server *srv, wl_conn *conn, int script, int nkeys, int nargs, const char *const *argv,
+                        const size_t *argvlen, redisReply **out, const char *what, bool *readonly, wl_redirect *rd,
+                        bool asking)
 {
     *readonly = false;
     rd->kind = WL_REDIRECT_NONE;
@@ -481,224 +413,28 @@ static int script_once(wl_server *srv, wl_conn *conn, int script, int nkeys, int
     return wl_fail(WATCHLOCK_EINTERNAL, "%s: script missing after EVAL", what);
 }
 
-static _Thread_local bool script_resent;
-
-bool wl_script_was_resent(void)
+void wl_scripts_learn(wl_conn *conn)
 {
-    return script_resent;
-}
-
-#define MAX_REDIRECTS 8
-#define TRYAGAIN_PAUSE_US 20000
-
-/* After a node could not be reached (nothing was sent): the map is asked
- * again, and the call goes on where it points now, if elsewhere. */
-static wl_server *reroute_after_failure(wl_server *srv, wl_server *failed, int nkeys, const char *const *argv,
-                                        const size_t *argvlen)
-{
-    if (srv->cluster == NULL)
-        return NULL;
-    wl_cluster_refresh(srv->cluster, false); /* a node went away: where are its slots now? */
-    wl_server *node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
-    return node != failed ? node : NULL;
-}
-
-static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
-                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep);
-
-int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
-                       const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep)
-{
-    uint64_t pin = wl_server_pin(srv); /* the nodes it routes to stay valid */
-    int rc = run_script_pinned(srv, script, nkeys, nargs, argv, argvlen, out, what, keep);
-    wl_server_unpin(srv, pin);
-    return rc;
-}
-
-static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
-                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep)
-{
-    *out = NULL;
-    if (keep != NULL)
-        *keep = NULL;
-    script_resent = false;
-    /* Under Cluster: the node of the first key's slot, then wherever
-     * MOVED/ASK point, within the command timeout. */
-    wl_server *node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
-    if (node == NULL)
-        return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
-    int64_t deadline = wl_deadline_after_ms(srv->ep.command_timeout_ms);
-    bool asking = false;
-    int retries = 0, redirects = 0, reroutes = 0;
-    for (;;) {
-        wl_conn *conn;
-        bool reused;
-        int rc = wl_server_get(node, &conn, &reused);
-        if (rc == WATCHLOCK_ECONN && srv->cluster != NULL) {
-            /* Not reached, nothing sent: a node that left the cluster (a
-             * replaced pod) is asked about once, then the slot's owner now. */
-            char msg[400];
-            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
-            wl_server *next = reroute_after_failure(srv, node, nkeys, argv, argvlen);
-            if (next != NULL && reroutes++ < MAX_REDIRECTS && (deadline < 0 || wl_now_us() < deadline)) {
-                node = next;
-                asking = false;
-                continue;
-            }
-            return wl_fail(rc, "%s", msg);
-        }
-        if (rc != WATCHLOCK_OK)
-            return rc;
-        bool readonly;
-        wl_redirect rd;
-        rc = script_once(node, conn, script, nkeys, nargs, argv, argvlen, out, what, &readonly, &rd, asking);
-        /* A pooled connection the server dropped while idle (restart, CLIENT
-         * KILL, idle timeout) fails at once with EOF/reset: the command never
-         * ran, so one retry on a fresh connection is safe. So is a script a
-         * demoted master refused (READONLY), or one a cluster node redirected
-         * (MOVED, ASK) or asked to try again (TRYAGAIN, CLUSTERDOWN).
-         * Timeouts are not retried. */
-        int err = wl_conn_err(conn);
-        bool retry = readonly || (rc == WATCHLOCK_ECONN && reused && (err == WL_CERR_EOF || err == WL_CERR_RESET));
-        if (rc == WATCHLOCK_OK && keep != NULL)
-            *keep = conn;
+    if (wl_scripts_have_sha())
+        return;
+    for (int i = 0; i < WL_SCRIPT_COUNT; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", wl_scripts[i].body};
+        if (wl_conn_append(conn, 3, argv, NULL) != 0)
+            return; /* out of memory: the connection is marked failed */
+    }
+    char shas[WL_SCRIPT_COUNT][41];
+    bool ok = true;
+    for (int i = 0; i < WL_SCRIPT_COUNT; i++) {
+        redisReply *r = NULL;
+        if (wl_conn_get_reply(conn, &r) != 0)
+            return; /* the connection is broken: the caller drops it */
+        if (r->type == REDIS_REPLY_STRING && r->len == 40 && strspn(r->str, "0123456789abcdef") == 40)
+            memcpy(shas[i], r->str, 41);
         else
-            wl_server_put(node, conn);
-        if (rc == WATCHLOCK_ESERVER && nkeys > 0) { /* name the key the server objected to */
-            char msg[400];
-            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
-            return wl_fail(rc, "%s (key %.*s)", msg, (int)(argvlen[0] < 200 ? argvlen[0] : 200), argv[0]);
-        }
-        bool in_time = deadline < 0 || wl_now_us() < deadline;
-        /* MOVED at most MAX_REDIRECTS times (a map in flux); ASK and
-         * TRYAGAIN go back and forth while a slot migrates: until the
-         * deadline. */
-        if (rd.kind != WL_REDIRECT_NONE && srv->cluster != NULL && in_time &&
-            (rd.kind != WL_REDIRECT_MOVED || redirects++ < MAX_REDIRECTS)) {
-            asking = rd.kind == WL_REDIRECT_ASK && rd.port != 0;
-            if (rd.port == 0 && (rd.kind == WL_REDIRECT_MOVED || rd.kind == WL_REDIRECT_ASK)) {
-                /* "?": a node without a usable address: ask the map (MOVED:
-                 * at once, at most MAX_REDIRECTS times; ASK, which repeats
-                 * until the deadline: 20 ms later, rate-limited), go where
-                 * it points */
-                if (rd.kind == WL_REDIRECT_ASK) {
-                    struct timespec ts = {0, TRYAGAIN_PAUSE_US * 1000};
-                    nanosleep(&ts, NULL);
-                }
-                wl_cluster_refresh(srv->cluster, rd.kind == WL_REDIRECT_MOVED);
-                node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
-            } else if (rd.kind == WL_REDIRECT_MOVED) {
-                wl_cluster_moved(srv->cluster, rd.slot, rd.host, rd.port);
-                node = wl_cluster_node_at(srv->cluster, rd.host, rd.port);
-            } else if (rd.kind == WL_REDIRECT_ASK) {
-                node = wl_cluster_node_at(srv->cluster, rd.host, rd.port);
-            } else { /* TRYAGAIN (a migration mid-way), CLUSTERDOWN (a failover): a moment later */
-                struct timespec ts = {0, TRYAGAIN_PAUSE_US * 1000};
-                nanosleep(&ts, NULL);
-                if (rd.kind == WL_REDIRECT_CLUSTERDOWN)
-                    wl_cluster_refresh(srv->cluster, false);
-                node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
-            }
-            if (node == NULL)
-                return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
-            continue; /* the redirected script did not run */
-        }
-        if (!retry || retries++ > 0)
-            return rc;
-        script_resent = true;
-        if (srv->cluster != NULL && readonly) { /* a failed-over master: ask where the slot is now */
-            wl_cluster_refresh(srv->cluster, true);
-            node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
-            if (node == NULL)
-                return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
-        }
+            ok = false; /* e.g. NOPERM: keep sending EVAL */
+        freeReplyObject(r);
     }
-}
-
-/* Plain commands, pipelined: every command is written, then every reply
- * read, one round trip on one pooled connection of the node that serves
- * the first command's key (the server itself unless it is a cluster). A
- * pooled connection the server dropped while idle fails at once
- * (EOF/reset, nothing ran): one retry on a fresh one, as for scripts. A
- * READONLY reply (a failover demoted the server) drops the connection and
- * puts the address in doubt. Redirects (MOVED, ASK, TRYAGAIN) are not
- * followed: under Cluster each command of the pipeline may have run or
- * been redirected on its own, so the replies, redirects included, are the
- * caller's to judge (and to repeat with a script, which follows them). */
-static int run_pipeline_pinned(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies,
-                               const char *what, wl_conn **keep);
-
-int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies, const char *what,
-                    wl_conn **keep)
-{
-    uint64_t pin = wl_server_pin(srv);
-    int rc = run_pipeline_pinned(srv, ncmds, cmds, replies, what, keep);
-    wl_server_unpin(srv, pin);
-    return rc;
-}
-
-static int run_pipeline_pinned(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies,
-                               const char *what, wl_conn **keep)
-{
-    if (keep != NULL)
-        *keep = NULL;
-    for (int i = 0; i < ncmds; i++)
-        replies[i] = NULL;
-    const wl_cmd *k = cmds[0].argc > 1 || ncmds == 1 ? &cmds[0] : &cmds[1]; /* MULTI: route by the next */
-    wl_server *node = wl_server_route(srv, k->argv[1], k->lens ? k->lens[1] : strlen(k->argv[1]));
-    if (node == NULL)
-        return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
-    int reroutes = 0;
-    for (int attempt = 0;; attempt++) {
-        wl_conn *conn;
-        bool reused;
-        int rc = wl_server_get(node, &conn, &reused);
-        if (rc == WATCHLOCK_ECONN && srv->cluster != NULL) { /* as wl_run_script_keep: where are its slots now? */
-            const char *key = k->argv[1];
-            size_t key_len = k->lens ? k->lens[1] : strlen(key);
-            char msg[400];
-            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
-            wl_server *next = reroute_after_failure(srv, node, 1, &key, &key_len);
-            if (next != NULL && reroutes++ < MAX_REDIRECTS) {
-                node = next;
-                attempt--;
-                continue;
-            }
-            return wl_fail(rc, "%s", msg);
-        }
-        if (rc != WATCHLOCK_OK)
-            return rc;
-        int i = 0;
-        while (i < ncmds && wl_conn_append(conn, cmds[i].argc, cmds[i].argv, cmds[i].lens) == 0)
-            i++;
-        int got = 0;
-        if (i == ncmds)
-            while (got < ncmds && wl_conn_get_reply(conn, &replies[got]) == 0)
-                got++;
-        if (got == ncmds) {
-            for (i = 0; i < ncmds; i++)
-                if (wl_reply_is_readonly(replies[i]))
-                    wl_conn_fail(conn, "the server became a replica");
-            if (keep != NULL && wl_conn_err(conn) == WL_CERR_NONE)
-                *keep = conn;
-            else
-                wl_server_put(node, conn);
-            return WATCHLOCK_OK;
-        }
-        for (i = 0; i < got; i++) {
-            freeReplyObject(replies[i]);
-            replies[i] = NULL;
-        }
-        rc = wl_conn_error(node, conn, what);
-        int err = wl_conn_err(conn);
-        wl_server_put(node, conn);
-        if (attempt > 0 || !reused || (err != WL_CERR_EOF && err != WL_CERR_RESET))
-            return rc;
-    }
-}
-
-int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv, const size_t *argvlen,
-                  redisReply **out, const char *what)
-{
-    return wl_run_script_keep(srv, script, nkeys, nargs, argv, argvlen, out, what, NULL);
+    if (!ok)
+        return;
+    wl_scripts_set_shas((const char(*)[41])shas);
 }

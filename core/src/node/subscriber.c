@@ -28,7 +28,7 @@
  * handling replies and queueing commands; socket writes of these small
  * commands happen under it too, reads only after poll() said readable.
  */
-#include "internal.h"
+#include "node/node.h"
 
 #include <errno.h>
 #include <poll.h>

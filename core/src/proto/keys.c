@@ -23,7 +23,7 @@
  * stores the name itself in "watchlock:{%H<hex>}:name" (written by the
  * acquire script, TTL as the fence's) for `watchlock list`.
  */
-#include "internal.h"
+#include "proto/proto.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -140,4 +140,29 @@ int wl_name_from_lock_key(const char *key, size_t key_len, char *out, size_t *ou
     }
     *out_len = n;
     return 0;
+}
+
+/* CRC16-CCITT (XMODEM), as the Redis Cluster specification defines it. */
+static uint16_t crc16(const unsigned char *p, size_t len)
+{
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (uint16_t)(p[i] << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
+int wl_key_slot(const void *key, size_t len)
+{
+    const unsigned char *k = key;
+    const unsigned char *open = memchr(k, '{', len);
+    if (open != NULL) {
+        size_t start = (size_t)(open - k) + 1;
+        const unsigned char *close = memchr(k + start, '}', len - start);
+        if (close != NULL && close > k + start)
+            return crc16(k + start, (size_t)(close - (k + start))) & (WL_CLUSTER_SLOTS - 1);
+    }
+    return crc16(k, len) & (WL_CLUSTER_SLOTS - 1);
 }

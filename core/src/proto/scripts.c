@@ -8,7 +8,7 @@
  * server's time in microseconds whenever it does not exist, so they keep
  * increasing after the counter key expires.
  */
-#include "internal.h"
+#include "proto/proto.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -195,29 +195,8 @@ bool wl_scripts_have_sha(void)
     return atomic_load_explicit(&shas_ready, memory_order_acquire);
 }
 
-void wl_scripts_learn(wl_conn *conn)
+void wl_scripts_set_shas(const char shas[][41])
 {
-    if (wl_scripts_have_sha())
-        return;
-    for (int i = 0; i < WL_SCRIPT_COUNT; i++) {
-        const char *argv[3] = {"SCRIPT", "LOAD", wl_scripts[i].body};
-        if (wl_conn_append(conn, 3, argv, NULL) != 0)
-            return; /* out of memory: the connection is marked failed */
-    }
-    char shas[WL_SCRIPT_COUNT][41];
-    bool ok = true;
-    for (int i = 0; i < WL_SCRIPT_COUNT; i++) {
-        redisReply *r = NULL;
-        if (wl_conn_get_reply(conn, &r) != 0)
-            return; /* the connection is broken: the caller drops it */
-        if (r->type == REDIS_REPLY_STRING && r->len == 40 && strspn(r->str, "0123456789abcdef") == 40)
-            memcpy(shas[i], r->str, 41);
-        else
-            ok = false; /* e.g. NOPERM: keep sending EVAL */
-        freeReplyObject(r);
-    }
-    if (!ok)
-        return;
     pthread_mutex_lock(&shas_mu);
     if (!wl_scripts_have_sha()) {
         for (int i = 0; i < WL_SCRIPT_COUNT; i++)

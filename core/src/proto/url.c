@@ -15,7 +15,7 @@
  * min_replicas_timeout (duration). Unknown options are errors, so a typo
  * never silently falls back to a default.
  */
-#include "internal.h"
+#include "proto/proto.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -446,4 +446,14 @@ void wl_endpoint_clear(wl_endpoint *ep)
     free(ep->user);
     free(ep->password);
     memset(ep, 0, sizeof *ep);
+}
+
+void wl_tls_opts_clear(wl_tls_opts *o)
+{
+    free(o->cacert);
+    free(o->cacertdir);
+    free(o->cert);
+    free(o->key);
+    free(o->sni);
+    memset(o, 0, sizeof *o);
 }

@@ -16,7 +16,7 @@
  * points now). Its memory, its subscriber thread (joined) and the
  * watchdog's connection to it are freed once no thread can still hold a
  * pointer to it. Node pointers are handed out under a pin
- * (wl_cluster_pin/unpin, wl_server_pin in node.c): whoever gets a node
+ * (wl_cluster_pin/unpin, wl_server_pin in route.c): whoever gets a node
  * from route, node_at, masters, node or any uses it only while pinned.
  * Pins count in two epochs; a node retired in epoch E is freed when the
  * epoch reaches E + 2 (the epoch advances only when no pin of the previous
@@ -32,7 +32,7 @@
  * the retired list. Taken after client.mu and before a node's server.mu (or
  * a subscriber's mutex, a leaf); no I/O under it.
  */
-#include "internal.h"
+#include "topology/topology.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,31 +58,6 @@ struct wl_cluster {
     int64_t retired_denied; /* SUBSCRIBE refusals counted by freed subscribers */
 };
 
-/* CRC16-CCITT (XMODEM), as the Redis Cluster specification defines it. */
-static uint16_t crc16(const unsigned char *p, size_t len)
-{
-    uint16_t crc = 0;
-    for (size_t i = 0; i < len; i++) {
-        crc ^= (uint16_t)(p[i] << 8);
-        for (int b = 0; b < 8; b++)
-            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
-    }
-    return crc;
-}
-
-int wl_key_slot(const void *key, size_t len)
-{
-    const unsigned char *k = key;
-    const unsigned char *open = memchr(k, '{', len);
-    if (open != NULL) {
-        size_t start = (size_t)(open - k) + 1;
-        const unsigned char *close = memchr(k + start, '}', len - start);
-        if (close != NULL && close > k + start)
-            return crc16(k + start, (size_t)(close - (k + start))) & (WL_CLUSTER_SLOTS - 1);
-    }
-    return crc16(k, len) & (WL_CLUSTER_SLOTS - 1);
-}
-
 int wl_cluster_new(wl_server *parent, wl_cluster **out)
 {
     *out = NULL;
@@ -105,13 +80,16 @@ void wl_cluster_close(wl_cluster *cl)
         return;
     pthread_mutex_lock(&cl->mu);
     for (size_t i = 0; i < cl->n_nodes; i++)
-        wl_server_close(cl->nodes[i]);
+        wl_node_close(cl->nodes[i]);
     pthread_mutex_unlock(&cl->mu);
 }
 
 static void node_free(wl_server *node)
 {
-    wl_server_destroy(node); /* its subscriber (joined), pool and the watchdog's connection */
+    wl_node_close(node);
+    wl_subscriber_free(node->sub); /* joined */
+    node->sub = NULL;
+    wl_node_destroy(node); /* its pool and the watchdog's connection */
     free(node);
 }
 
@@ -331,7 +309,7 @@ static bool apply_slots(wl_cluster *cl, const redisReply *r, const wl_server *as
     while (retiring != NULL) {
         wl_server *node = retiring;
         retiring = node->retired_next;
-        wl_server_retire(node);
+        wl_subscriber_retire(wl_node_retire(node)); /* its waiters move */
         pthread_mutex_lock(&cl->mu);
         node->retired_next = cl->retired;
         cl->retired = node;
@@ -473,83 +451,4 @@ wl_server *wl_cluster_node(wl_cluster *cl, size_t i)
     wl_server *node = i < cl->n_nodes ? cl->nodes[i] : NULL;
     pthread_mutex_unlock(&cl->mu);
     return node;
-}
-
-/* A decimal number of digits only (no sign, no space), at most max; -1 otherwise. */
-static long parse_decimal(const char *p, size_t len, long max)
-{
-    if (len == 0 || len > 10)
-        return -1;
-    long v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return -1;
-        v = v * 10 + (p[i] - '0');
-    }
-    return v <= max ? v : -1;
-}
-
-/* "MOVED <slot> <endpoint>:<port>" and "ASK ..." as Redis writes them
- * (cluster.c, clusterRedirectClient): the endpoint is the node's preferred
- * endpoint (cluster-preferred-endpoint-type): an IP (IPv6 without
- * brackets, so the port follows the last ':'), a hostname, "" for
- * unknown-endpoint (use the node that sent the redirect, with this port)
- * or "?" for a node told to prefer its hostname that has none (no address
- * at all: port 0 tells the caller to ask the slot map). Anything else,
- * bad slots and ports included, is not a redirect. */
-bool wl_parse_redirect(const redisReply *r, wl_redirect *rd)
-{
-    memset(rd, 0, sizeof *rd);
-    if (r == NULL || r->type != REDIS_REPLY_ERROR || r->str == NULL)
-        return false;
-    const char *s = r->str;
-    size_t len = strnlen(s, r->len);
-    if (len >= 8 && strncmp(s, "TRYAGAIN", 8) == 0) {
-        rd->kind = WL_REDIRECT_TRYAGAIN;
-        return true;
-    }
-    if (len >= 11 && strncmp(s, "CLUSTERDOWN", 11) == 0) {
-        rd->kind = WL_REDIRECT_CLUSTERDOWN;
-        return true;
-    }
-    bool moved = len >= 6 && strncmp(s, "MOVED ", 6) == 0, ask = len >= 4 && strncmp(s, "ASK ", 4) == 0;
-    if (!moved && !ask)
-        return false;
-    const char *p = s + (moved ? 6 : 4), *end = s + len;
-    const char *sp = memchr(p, ' ', (size_t)(end - p));
-    if (sp == NULL)
-        return false;
-    long slot = parse_decimal(p, (size_t)(sp - p), WL_CLUSTER_SLOTS - 1);
-    const char *host = sp + 1;
-    const char *colon = NULL;
-    for (const char *q = host; q < end; q++)
-        if (*q == ':')
-            colon = q;
-    if (slot < 0 || colon == NULL)
-        return false;
-    long port = parse_decimal(colon + 1, (size_t)(end - colon - 1), 65535);
-    size_t host_len = (size_t)(colon - host);
-    if (port < 1)
-        return false;
-    if (host_len >= 2 && host[0] == '[' && host[host_len - 1] == ']') { /* [IPv6]:port */
-        host++;
-        host_len -= 2;
-        if (host_len == 0)
-            return false;
-    }
-    for (size_t i = 0; i < host_len; i++)
-        if ((unsigned char)host[i] <= ' ' || host[i] == '[' || host[i] == ']' || host[i] == 0x7f)
-            return false;
-    if (host_len >= sizeof rd->host)
-        return false;
-    rd->kind = moved ? WL_REDIRECT_MOVED : WL_REDIRECT_ASK;
-    rd->slot = (int)slot;
-    if (host_len == 1 && host[0] == '?') {
-        rd->port = 0; /* unknown endpoint: where the slot map says */
-        return true;
-    }
-    memcpy(rd->host, host, host_len); /* "" = the node that answered; the caller fills it in */
-    rd->host[host_len] = '\0';
-    rd->port = (int)port;
-    return true;
 }

@@ -18,7 +18,7 @@
  * Locking: wl_sentinel.mu guards stop; it is a leaf. The thread takes
  * wl_server.mu only through wl_server_set_address / wl_server_suspect.
  */
-#include "internal.h"
+#include "topology/topology.h"
 
 #include <poll.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * Records go through a small BIO of our own that writes with MSG_NOSIGNAL, so
  * a server that went away never raises SIGPIPE in the application.
  */
-#include "internal.h"
+#include "transport/transport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,16 +27,6 @@ struct wl_tls {
     SSL_CTX *ctx;
     bool insecure;
 };
-
-void wl_tls_opts_clear(wl_tls_opts *o)
-{
-    free(o->cacert);
-    free(o->cacertdir);
-    free(o->cert);
-    free(o->key);
-    free(o->sni);
-    memset(o, 0, sizeof *o);
-}
 
 /* The newest OpenSSL error as text ("" when none); clears the queue. */
 static const char *ssl_error_text(char *buf, size_t len)

@@ -3,7 +3,7 @@
  * non-blocking I/O with deadlines, pipelining, RESP through hiredis's reader.
  * TLS records go through tls.c. See transport.h for the contract.
  */
-#include "internal.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,6 @@
 /*
- * transport.h - one socket to one Redis server (transport.c, tls.c).
+ * transport/transport.h - the transport layer: one socket to one Redis
+ * server (tls.c, transport.c). Calls into base/ and proto/ only.
  *
  * The core owns its sockets: connect with a deadline, non-blocking reads
  * and writes with deadlines, pipelining, TCP keepalive, close-on-exec, and
@@ -12,6 +13,8 @@
  */
 #ifndef WATCHLOCK_TRANSPORT_H
 #define WATCHLOCK_TRANSPORT_H
+
+#include "proto/proto.h"
 
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
@@ -29,17 +32,6 @@ enum {
     WL_CERR_TLS,      /* TLS handshake or record failure */
     WL_CERR_OOM,
 };
-
-/* TLS settings of a URL (url.c), turned into an SSL_CTX by wl_tls_new. */
-typedef struct wl_tls_opts {
-    bool on;
-    bool insecure;   /* insecure=1: no verification of the server */
-    char *cacert;    /* CA bundle file; NULL: cacertdir or the system store */
-    char *cacertdir; /* directory of hashed CA certificates */
-    char *cert;      /* client certificate (mutual TLS) */
-    char *key;       /* its private key */
-    char *sni;       /* server name to send and verify; NULL: the URL's host */
-} wl_tls_opts;
 
 typedef struct wl_tls wl_tls; /* a shared, immutable SSL_CTX (thread-safe) */
 
@@ -60,7 +52,6 @@ typedef struct wl_conn wl_conn;
  * missing or unusable. Never fails for plain URLs (returns NULL *out). */
 int wl_tls_new(const wl_tls_opts *opts, wl_tls **out);
 void wl_tls_free(wl_tls *tls);
-void wl_tls_opts_clear(wl_tls_opts *opts);
 
 /* TLS records on a connected socket (tls.c, used by transport.c only).
  * wl_tls_connect runs the handshake within the deadline and checks the

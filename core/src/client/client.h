@@ -1,0 +1,31 @@
+/*
+ * client/client.h - the client layer: open/close, the client's subscriber
+ * (client.c), admin calls (admin.c) and check (check.c). Calls into hold/
+ * and the layers below.
+ */
+#ifndef WATCHLOCK_CLIENT_H
+#define WATCHLOCK_CLIENT_H
+
+#include "hold/hold.h"
+
+/* Checks shared by every entry point: NULL, forked, closed. */
+int wl_check_client(const watchlock_client *c);
+int wl_check_name(const void *name, size_t len);
+/* Checks client and name, then makes the name's keys (admin calls). */
+int wl_admin_keys(watchlock_client *c, const void *name, size_t name_len, wl_keys *keys);/* The subscriber that carries wake-ups for `channel`: the client's, or
+ * under Cluster the one of the node that serves the channel's slot (made on
+ * first use). NULL (ECONN set) when no node serves it. */
+wl_subscriber *wl_client_sub(watchlock_client *c, const char *channel, size_t len);
+/* wl_client_sub + wl_sub_join as one step (the subscriber cannot be freed
+ * in between). `what` prefixes the error message. */
+int wl_client_join(watchlock_client *c, const char *channel, size_t len, const char *what, wl_subscriber **sub,
+                   wl_sub_entry **entry);
+void wl_client_unref(watchlock_client *c);
+
+/* The check's report (report.c): adds a finding (its message made one
+ * line); OK or ENOMEM. */
+watchlock_report *wl_report_new(void); /* empty; NULL out of memory */
+int wl_report_add(watchlock_report *r, int code, const char *fmt, ...) WL_FORMAT(3, 4);
+void wl_report_clear(watchlock_report *r); /* forgets the findings, keeps the report */
+
+#endif

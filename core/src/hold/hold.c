@@ -1,0 +1,98 @@
+/*
+ * hold.c - one hold's identity and the writes that move its lease, whatever
+ * the lock kind: the key holds "<token>.<epoch>"; renewals and extend send
+ * (token, epoch, epoch_to, ms); wl_write_prepare picks the epoch and lowers
+ * the local deadline to what the write may leave on the server,
+ * wl_write_applied takes its reply (docs/design.md, hold identity).
+ * Called with client->mu held.
+ */
+#include "hold/hold.h"
+
+#include <string.h>
+
+int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms)
+{
+    /* 1% of the lease + the fixed safety margin (URL option safety_margin),
+     * never more than half the lease. */
+    int64_t margin = lease_ms * 10 + c->server.ep.safety_margin_ms * 1000;
+    int64_t half = lease_ms * 500;
+    return margin < half ? margin : half;
+}
+
+size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf)
+{
+    size_t n = strlen(l->token); /* 32 hex digits */
+    memcpy(buf, l->token, n);
+    buf[n++] = '.';
+    if (epoch < 0) {
+        buf[n] = '\0';
+        return n;
+    }
+    return n + wl_fmt_i64(buf + n, epoch);
+}
+
+void wl_release_args_make(const watchlock_lock *l, wl_release_args *a)
+{
+    a->argv[0] = l->keys.lock;
+    a->lens[0] = l->keys.lock_len;
+    a->lens[1] = wl_ident(l, -1, a->prefix);
+    a->argv[1] = a->prefix;
+    a->argv[2] = l->keys.channel;
+    a->lens[2] = l->keys.channel_len;
+    a->argv[3] = wl_publish_command(&l->client->server);
+    a->lens[3] = strlen(a->argv[3]);
+}
+
+void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w)
+{
+    if (ms != l->epoch_ms) { /* a different lease: a new epoch */
+        l->epoch_to++;
+        l->epoch_ms = ms;
+    }
+    *w = (wl_write){.gen = l->hold_gen, .from = l->epoch, .to = l->epoch_to, .ms = ms, .sent = sent};
+    /* From now on this write may land at any moment, and leave `ms` from
+     * then on: never count on more than that. */
+    int64_t d = sent + ms * 1000 - wl_margin_us(c, ms);
+    if (d < l->deadline_us)
+        wl_set_deadline(c, l, d);
+}
+
+bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire,
+                      int64_t now)
+{
+    if (l->hold_gen != w->gen || l->state != WATCHLOCK_HELD)
+        return false; /* that hold is over */
+    if (now >= l->deadline_us) {
+        /* Too late: the hold was LOST at its deadline (state() may already
+         * have said so), and LOST stays LOST whatever the reply says. */
+        wl_lose(c, l, wl_lock_expiry_reason(l), fire);
+        return false;
+    }
+    switch (result) {
+    case WL_WRITE_OK:
+        if (w->to > l->epoch)
+            l->epoch = w->to;
+        if (w->to == l->epoch_to) { /* the newest lease: count on it */
+            int64_t d = w->sent + w->ms * 1000 - wl_margin_us(c, w->ms);
+            if (d > l->deadline_us)
+                wl_set_deadline(c, l, d);
+            if (w->sent > l->confirmed_us)
+                l->confirmed_us = w->sent;
+        }
+        l->renew_failing = false;
+        return true;
+    case WL_WRITE_STALE: /* a newer write of ours is on the server */
+        if (w->to < l->epoch_to)
+            return true;
+        break; /* cannot happen for the newest epoch: treat as not ours */
+    case WL_WRITE_NOT_OWNER:
+        if (l->releasing)
+            return true; /* our own release got there first */
+        break;
+    default:
+        l->renew_failing = true;
+        return true;
+    }
+    wl_lose(c, l, WATCHLOCK_LOST_TAKEN, fire);
+    return false;
+}

@@ -1,0 +1,235 @@
+/*
+ * hold/hold.h - the hold layer: one hold's life whatever its kind: identity
+ * and epochs, the local deadline, the loss timer and lost reports (loss.c),
+ * the watchdog's rounds (watchdog.c, renew_round.c). Calls into
+ * topology/ and the layers below.
+ */
+#ifndef WATCHLOCK_HOLD_H
+#define WATCHLOCK_HOLD_H
+
+#include "topology/topology.h"
+
+typedef struct wl_lost_event {
+    uint64_t lock_id;
+    int reason;
+    struct wl_lost_event *next;
+} wl_lost_event;
+
+#define WL_SEEDED_SLOTS 4096 /* client->seeded: 32 KiB per client */
+
+struct watchlock_client {
+    atomic_int refs;  /* the user's reference + one per lock handle */
+    unsigned fork_gen;
+    wl_server server; /* one server today; Redlock/Sentinel will hold several */
+    atomic_bool closed;
+    /* Names this client has acquired, so their fence counters are seeded
+     * (lock.c acquire_fast): a direct-mapped set of lock keys' hashes
+     * (watchlock_lock.key_hash), relaxed atomics. Only a name found here
+     * takes the fast acquire: a name's first acquire (most acquires, when
+     * names are used once) goes to the script in one round trip instead of
+     * a fast attempt that would find the counter new, and a user whose ACL
+     * denies scripts is refused at its first acquire rather than left
+     * holding a key it could neither renew nor release. A stale or
+     * colliding entry only costs one fast attempt that falls back. */
+    atomic_uint_fast64_t seeded[WL_SEEDED_SLOTS];
+    /* The server refused the fast acquire's MULTI (an ACL without
+     * @transaction): acquires go to the script from then on (lock.c). */
+    atomic_bool no_fast;
+
+    pthread_mutex_t mu; /* guards everything below */
+    watchlock_lock *locks; /* every live handle (doubly linked) */
+    /* watchdog: renewals */
+    pthread_t wd_thread;
+    bool wd_started;
+    bool wd_stop;
+    pthread_cond_t wd_cond;
+    int64_t wd_sleep_until; /* when the sleeping thread looks next; 0 while awake */
+    wl_heap renew_heap;     /* held locks being renewed, on wake_us */
+    /* loss timer: declares holds lost at their local deadline (loss.c) */
+    pthread_t tm_thread;
+    bool tm_started;
+    pthread_cond_t tm_cond;
+    int64_t tm_sleep_until;
+    wl_heap deadline_heap; /* held locks, on deadline_us */
+    /* on-lost callbacks: one detached thread per loss (loss.c) */
+    int cb_running; /* callbacks started and not yet returned */
+    pthread_cond_t cb_cond;
+    /* lost events */
+    bool events_on;
+    wl_lost_event *ev_head, *ev_tail;
+    pthread_cond_t ev_cond;
+    /* subscriber, created with the client, thread started on first wait */
+    wl_subscriber *sub;
+    /* stats */
+    int64_t held;
+    int64_t renew_rounds, renew_roundtrips, renewals;
+    atomic_llong wd_cpu_us;
+};
+
+/* What the hold layer (the watchdog, the loss timer) and the client's
+ * close ask of the lock kind that made a hold, without knowing the kind:
+ * installed by locks/ when the handle is made. */
+typedef struct wl_hold_ops {
+    /* drops one reference to the handle (may free it, and then the client) */
+    void (*unref)(watchlock_lock *l);
+    /* with client->mu held: the hold of an abandoned handle is over (its
+     * local deadline passed, a renewal found it taken, or the client is
+     * closing): out of both heaps and the client's list, and the client's
+     * reference to it dropped (which may free the handle, never the client) */
+    void (*abandoned_end)(watchlock_client *c, watchlock_lock *l);
+    /* the kind's release, for a handle freed while it holds (no mutex held) */
+    int (*release)(watchlock_lock *l);
+} wl_hold_ops;
+
+struct watchlock_lock {
+    const wl_hold_ops *ops; /* the lock kind's (set at creation, never changed) */
+    watchlock_client *client; /* counted reference */
+    atomic_int refs;          /* the user's + the watchdog's while in flight + one per pending callback */
+    uint64_t id;
+    unsigned fork_gen;
+    char *name; /* NUL-terminated copy */
+    size_t name_len;
+    char quoted[96]; /* the name, printable, for messages */
+    wl_keys keys;
+    pthread_mutex_t io_mu;
+
+    /* guarded by client->mu */
+    watchlock_lock *prev, *next;
+    int64_t lease_ms, interval_ms, max_renewals, max_hold_ms;
+    bool auto_renew;
+    watchlock_lost_fn on_lost;
+    void *on_lost_data;
+    int state;
+    int lost_reason;
+    int64_t hold_count;
+    uint64_t hold_gen; /* bumped at every acquire and final release */
+    /* Hold identity (see docs/design.md): the key holds "<token>.<epoch>".
+     * token is fresh for every hold (made when the previous one ended, and
+     * kept across failed attempts so that a retried acquire finds its own
+     * key); the epoch changes whenever a write sets a different lease. */
+    char token[33];
+    int64_t epoch;    /* the server holds this epoch or a later one of ours */
+    int64_t epoch_to; /* the epoch our newest write installs (== epoch when none pending) */
+    int64_t epoch_ms; /* the lease that goes with epoch_to */
+    int64_t fence;
+    int64_t renewals;
+    int64_t acquired_us;  /* when the acquiring script was sent */
+    int64_t deadline_us;  /* local deadline of the current lease */
+    int64_t renew_at_us;  /* next renewal due */
+    int64_t wake_us;      /* renew_heap key */
+    int stop_reason;      /* MAX_RENEWALS / MAX_HOLD once renewal stopped */
+    bool renew_failing;   /* the last renewal failed on the network */
+    bool renew_inflight;  /* the watchdog has a renewal of this hold on the wire */
+    bool releasing;       /* release() could not confirm: not renewed, kept until confirmed or expired */
+    bool freed;           /* watchlock_lock_free() has begun: no callback may start */
+    bool abandoned;       /* watchlock_lock_abandon() left the hold to its lease: the client owns the
+                             handle until the hold ends (wl_abandoned_end) */
+    bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */
+    int64_t token_lease_ms; /* lease of the attempts made with token */
+    bool last_busy;       /* io_mu: the last attempt found the name held: the next goes to the script */
+    uint64_t key_hash;    /* of keys.lock, never 0: its slot in client->seeded */
+    int64_t confirmed_us; /* when the newest confirmed write of the hold was sent */
+    int cb_running;       /* this lock's callbacks now running */
+    size_t heap_idx;      /* index in client->renew_heap */
+    size_t dl_idx;        /* index in client->deadline_heap */
+    /* a wait that timed out, resumed by the next acquire (see acquire) */
+    wl_sub_entry *wait_entry;
+    wl_subscriber *wait_sub; /* the subscriber wait_entry belongs to */
+    uint64_t wait_gen;
+    int64_t wait_until_us;
+    /* owner record (watchlock_lock_set_owner_label), guarded by client->mu:
+     * NULL = none is written at acquire */
+    char *owner_label;
+    int64_t name_stored_us; /* a digested name: when an acquire last stored it (0 never); client->mu */
+};
+
+/* KEYS and ARGV of the release script for this lock's hold (1 key,
+ * WL_RELEASE_NARGS args), made with client->mu held (it reads the token). argv points into
+ * the struct: do not copy it. */
+#define WL_IDENT_SIZE 56
+#define WL_RELEASE_NARGS 3 /* the hold's prefix, the channel, the publish command */
+typedef struct wl_release_args {
+    char prefix[WL_IDENT_SIZE];
+    const char *argv[1 + WL_RELEASE_NARGS];
+    size_t lens[1 + WL_RELEASE_NARGS];
+} wl_release_args;
+void wl_release_args_make(const watchlock_lock *l, wl_release_args *a);
+/* Watchdog (watchdog.c). Called with client->mu held. */
+int wl_watchdog_ensure_started(watchlock_client *c);
+void wl_watchdog_schedule(watchlock_client *c, watchlock_lock *l); /* (re)insert with fresh wake_us */
+void wl_watchdog_unschedule(watchlock_client *c, watchlock_lock *l);
+void wl_watchdog_stop(watchlock_client *c); /* called without mu: joins */
+/* Why a held lock whose local deadline passed is lost. */
+int wl_lock_expiry_reason(const watchlock_lock *l);
+
+/* Hold writes (hold.c): renewals and extend send (token, epoch, epoch_to,
+ * ms). wl_write_prepare picks the epoch for a write setting lease `ms` and
+ * lowers the local deadline to what that write may leave on the server;
+ * wl_write_applied takes its reply. With client->mu held. */
+typedef struct wl_write {
+    uint64_t gen;     /* hold the write is for */
+    int64_t from, to; /* epochs the script accepts / installs */
+    int64_t ms;       /* lease it sets */
+    int64_t sent;     /* when it was sent (wl_now_us: CLOCK_BOOTTIME us) */
+} wl_write;
+void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w);
+/* Returns true when the hold is still HELD afterwards. Lost holds are
+ * reported through wl_lose (fire = callbacks and events). now: a time read
+ * after the reply arrived (a round reads it once for all its replies),
+ * judged against the hold's deadline. */
+bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire,
+                      int64_t now);
+/* The margin taken off a lease for the local deadline, in us. */
+int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms);
+/* Sets deadline_us and keeps the deadline heap in order. */
+void wl_set_deadline(watchlock_client *c, watchlock_lock *l, int64_t deadline_us);
+/* The hold identity "<token>.<epoch>" into buf (WL_IDENT_SIZE bytes); epoch < 0
+ * gives the prefix "<token>." that names the hold whatever its epoch.
+ * Returns the length. With client->mu held. */
+size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf);
+
+/* One hold's renewal in a round (watchdog.c prepares it with mu held;
+ * renew_round.c sends it without). */
+typedef struct round_entry {
+    watchlock_lock *lock;
+    wl_write w;
+    bool final_hold;            /* the last renewal allowed by max_hold */
+    char ident[WL_IDENT_SIZE]; /* "<token>.<to>": the hold at the epoch this write installs */
+    char from_s[24], ms_s[24];
+    unsigned char ident_len, from_len, ms_len;
+    int result; /* WL_WRITE_* */
+    /* renew_round.c's own */
+    bool need_eval;   /* the node had no script: EVAL in the second pass */
+    bool redirected;  /* MOVED/ASK: sent again on its own */
+    int slot;         /* the key's cluster slot (0 otherwise) */
+    wl_server *node;  /* where it goes */
+} round_entry;
+/* Sends the renewals es[0..n) (results into es[i].result), every node at
+ * once, ending network waits by cap_ms; may reorder es. Returns round trips. */
+int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
+void wl_renew_round_close(watchlock_client *c); /* the watchdog's connections */
+
+/* Tests only (tests/c/test_wd_hooks.c links the static library to set it;
+ * NULL otherwise, and not exported by the shared library): called on a
+ * library thread with no library mutex held, at the named point, to stage
+ * the thread interleavings that CPU starvation makes. */
+enum {
+    WL_HOOK_ROUND_DONE, /* watchdog: a round's I/O ended, its replies are not applied yet */
+    WL_HOOK_TIMER_DUE   /* loss timer: a deadline is due, the loss not declared yet */
+};
+extern void (*wl_test_hook)(watchlock_client *c, int point);
+
+/* Loss (loss.c). With client->mu held. */
+int wl_timer_ensure_started(watchlock_client *c);
+void wl_timer_stop(watchlock_client *c); /* without mu: joins */
+/* Marks the hold LOST (sticky). fire: queue the lost event and start the
+ * on-lost callback (off every timing path). A hold that was being released
+ * ends UNLOCKED instead, silently. */
+void wl_lose(watchlock_client *c, watchlock_lock *l, int reason, bool fire);
+/* Takes a hold out of both heaps (release, loss, free, close). */
+void wl_unschedule_all(watchlock_client *c, watchlock_lock *l);
+/* Waits until no callback of `l` (or, l NULL, of the client) runs, except
+ * one the calling thread is running itself. */
+void wl_wait_callbacks(watchlock_client *c, watchlock_lock *l);
+
+#endif

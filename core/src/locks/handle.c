@@ -1,0 +1,404 @@
+/*
+ * handle.c - the lock handle: create, free, abandon, options, the owner
+ * label, and the state queries (no I/O). Acquire, release and extend of the
+ * plain lock are lock.c's; the wait between attempts is wait.c's.
+ *
+ * A handle's state lives under client->mu; io_mu serializes the handle's own
+ * round trips so that a release and a re-acquire of one handle from two
+ * threads cannot cross on the wire.
+ */
+#include "locks/locks.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_LEASE_MS 30000
+
+static atomic_uint_fast64_t next_lock_id = 1;
+
+int wl_check_lock(const watchlock_lock *l)
+{
+    if (l == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "lock is NULL");
+    if (l->fork_gen != wl_fork_generation())
+        return wl_fail(WATCHLOCK_EFORKED,
+                       "lock %s belongs to the parent process (inherited across fork); the child cannot use it",
+                       l->quoted);
+    if (atomic_load(&l->client->closed))
+        return wl_fail(WATCHLOCK_ECLOSED, "lock %s: client is closed", l->quoted);
+    return WATCHLOCK_OK;
+}
+
+int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, const wl_hold_ops *ops)
+{
+    if (out == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
+    *out = NULL;
+    int rc = wl_check_client(c);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_check_name(name, name_len);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    watchlock_lock *l = calloc(1, sizeof *l);
+    if (l == NULL || (l->name = malloc(name_len + 1)) == NULL) {
+        free(l);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    memcpy(l->name, name, name_len);
+    l->name[name_len] = '\0';
+    l->name_len = name_len;
+    wl_quote_name(l->quoted, sizeof l->quoted, name, name_len);
+    if (wl_random_token(l->token) != 0) {
+        free(l->name);
+        free(l);
+        return wl_fail(WATCHLOCK_EINTERNAL, "getrandom failed");
+    }
+    if ((rc = wl_keys_make(&l->keys, name, name_len)) != WATCHLOCK_OK) {
+        free(l->name);
+        free(l);
+        return rc;
+    }
+    if (pthread_mutex_init(&l->io_mu, NULL) != 0) {
+        wl_keys_clear(&l->keys);
+        free(l->name);
+        free(l);
+        return wl_fail(WATCHLOCK_EINTERNAL, "pthread_mutex_init failed");
+    }
+    atomic_init(&l->refs, 1);
+    l->key_hash = UINT64_C(14695981039346656037); /* FNV-1a */
+    for (size_t i = 0; i < l->keys.lock_len; i++)
+        l->key_hash = (l->key_hash ^ (unsigned char)l->keys.lock[i]) * UINT64_C(1099511628211);
+    l->key_hash |= 1;
+    l->id = atomic_fetch_add(&next_lock_id, 1);
+    l->fork_gen = c->fork_gen;
+    l->client = c;
+    l->ops = ops;
+    l->lease_ms = DEFAULT_LEASE_MS;
+    l->auto_renew = true;
+    l->state = WATCHLOCK_UNLOCKED;
+    l->heap_idx = WL_NOT_IN_HEAP;
+    l->dl_idx = WL_NOT_IN_HEAP;
+    atomic_fetch_add(&c->refs, 1);
+    pthread_mutex_lock(&c->mu);
+    l->next = c->locks;
+    if (c->locks)
+        c->locks->prev = l;
+    c->locks = l;
+    pthread_mutex_unlock(&c->mu);
+    *out = l;
+    return WATCHLOCK_OK;
+}
+
+void wl_lock_unref(watchlock_lock *l)
+{
+    if (atomic_fetch_sub(&l->refs, 1) != 1)
+        return;
+    watchlock_client *c = l->client;
+    pthread_mutex_destroy(&l->io_mu);
+    wl_keys_clear(&l->keys);
+    free(l->name);
+    free(l->owner_label);
+    free(l);
+    wl_client_unref(c);
+}
+
+void watchlock_lock_free(watchlock_lock *l)
+{
+    if (l == NULL || l->fork_gen != wl_fork_generation())
+        return; /* forked child: never release or touch the parent's lock */
+    watchlock_client *c = l->client;
+    pthread_mutex_lock(&c->mu);
+    l->freed = true; /* no callback starts from now on */
+    l->on_lost = NULL;
+    wl_wait_callbacks(c, l);
+    /* Held: release it. Lost by its deadline: release deletes the key if
+     * it still holds this hold (for the safety margin), so waiters need not
+     * wait for it to expire. */
+    bool held = l->state != WATCHLOCK_UNLOCKED;
+    if (held)
+        l->hold_count = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (held && !atomic_load(&c->closed))
+        l->ops->release(l);
+    wl_wait_forget(l);
+    pthread_mutex_lock(&c->mu);
+    wl_unschedule_all(c, l);
+    if (l->state == WATCHLOCK_HELD)
+        c->held--;
+    l->state = WATCHLOCK_UNLOCKED;
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        c->locks = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    pthread_mutex_unlock(&c->mu);
+    wl_lock_unref(l);
+}
+
+/* ---- dropped handles: abandon ---- */
+
+static void unlink_lock(watchlock_client *c, watchlock_lock *l)
+{
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        c->locks = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+}
+
+void wl_abandoned_end(watchlock_client *c, watchlock_lock *l)
+{
+    wl_unschedule_all(c, l);
+    if (l->state == WATCHLOCK_HELD)
+        c->held--;
+    l->state = WATCHLOCK_UNLOCKED;
+    l->releasing = false;
+    l->hold_count = 0;
+    l->hold_gen++;
+    l->abandoned = false;
+    unlink_lock(c, l);
+    wl_lock_unref(l);
+}
+
+/* A dropped handle is not an unlock (docs/design.md, "Dropped handles"): a
+ * held lock stays in the client's hands, no longer renewed, until its
+ * local deadline (the loss timer then calls wl_abandoned_end through
+ * wl_lose, silently), a renewal already on the wire finds it taken, or
+ * close releases it with the other held locks. The client's list keeps
+ * the handle meanwhile, with the user's reference. */
+int watchlock_lock_abandon(watchlock_lock *l)
+{
+    if (l == NULL || l->fork_gen != wl_fork_generation())
+        return 0; /* forked child: the parent's lock is none of its business */
+    watchlock_client *c = l->client;
+    wl_wait_forget(l);
+    pthread_mutex_lock(&c->mu);
+    l->freed = true; /* no callback starts from now on */
+    l->on_lost = NULL;
+    wl_wait_callbacks(c, l);
+    /* Whether close has already ended the hold is read here, under mu:
+     * close marks every hold UNLOCKED under it before releasing them. */
+    int dropped = 0;
+    if (l->state == WATCHLOCK_HELD) {
+        dropped = !l->releasing && wl_now_us() < l->deadline_us;
+        l->abandoned = true;
+        l->auto_renew = false;          /* a renewal in flight is not rescheduled */
+        wl_watchdog_unschedule(c, l);   /* the deadline heap keeps it: the loss timer ends it */
+        pthread_mutex_unlock(&c->mu);
+        return dropped;
+    }
+    wl_unschedule_all(c, l);
+    l->state = WATCHLOCK_UNLOCKED;
+    unlink_lock(c, l);
+    pthread_mutex_unlock(&c->mu);
+    wl_lock_unref(l);
+    return 0;
+}
+
+/* ---- options ---- */
+
+#define WITH_LOCK_STATE(l, body)                                                                   \
+    do {                                                                                           \
+        int rc_ = wl_check_lock(l);                                                                \
+        if (rc_ != WATCHLOCK_OK)                                                                   \
+            return rc_;                                                                            \
+        pthread_mutex_lock(&(l)->client->mu);                                                      \
+        body;                                                                                      \
+        pthread_mutex_unlock(&(l)->client->mu);                                                    \
+        return WATCHLOCK_OK;                                                                       \
+    } while (0)
+
+int watchlock_lock_set_lease(watchlock_lock *l, int64_t lease_ms)
+{
+    if (l != NULL && (lease_ms <= 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS))
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms", l->quoted,
+                       lease_ms);
+    WITH_LOCK_STATE(l, l->lease_ms = lease_ms);
+}
+
+int watchlock_lock_set_auto_renew(watchlock_lock *l, int on)
+{
+    if (l != NULL && on != 0 && on != 1)
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: auto-renew must be 0 or 1, got %d", l->quoted, on);
+    WITH_LOCK_STATE(l, l->auto_renew = on != 0);
+}
+
+int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
+{
+    int rc = wl_check_lock(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    pthread_mutex_lock(&l->client->mu);
+    int64_t lease = l->lease_ms;
+    if (interval_ms >= 0 && interval_ms < lease)
+        l->interval_ms = interval_ms;
+    pthread_mutex_unlock(&l->client->mu);
+    if ((interval_ms < 0 || interval_ms >= lease) && lease < 2)
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "lock %s: a lease of %" PRId64 " ms leaves no room for a renew interval (only 0 = lease/3)",
+                       l->quoted, lease);
+    if (interval_ms < 0 || interval_ms >= lease)
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "lock %s: renew interval must be 0 (lease/3) or 1 .. %" PRId64 " ms (below the lease), got %" PRId64,
+                       l->quoted, lease - 1, interval_ms);
+    return WATCHLOCK_OK;
+}
+
+int watchlock_lock_set_max_renewals(watchlock_lock *l, int64_t max)
+{
+    if (l != NULL && max < 0)
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: max renewals must be >= 0 (0 = unlimited)", l->quoted);
+    WITH_LOCK_STATE(l, l->max_renewals = max);
+}
+
+int watchlock_lock_set_max_hold(watchlock_lock *l, int64_t max_hold_ms)
+{
+    if (l != NULL && (max_hold_ms < 0 || max_hold_ms > WATCHLOCK_MAX_LEASE_MS * 100))
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: max hold must be >= 0 ms (0 = unlimited)", l->quoted);
+    WITH_LOCK_STATE(l, l->max_hold_ms = max_hold_ms);
+}
+
+int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *userdata)
+{
+    WITH_LOCK_STATE(l, {
+        l->on_lost = fn;
+        l->on_lost_data = userdata;
+    });
+}
+
+int watchlock_lock_set_owner_label(watchlock_lock *l, const char *label)
+{
+    size_t len = label != NULL ? strnlen(label, WATCHLOCK_MAX_LABEL + 1) : 0;
+    if (l != NULL && len > WATCHLOCK_MAX_LABEL)
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: owner label is longer than %d bytes", l->quoted,
+                       WATCHLOCK_MAX_LABEL);
+    int rc = wl_check_lock(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    char *copy = NULL;
+    if (label != NULL) {
+        if ((copy = malloc(len + 1)) == NULL)
+            return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+        memcpy(copy, label, len + 1);
+    }
+    pthread_mutex_lock(&l->client->mu);
+    char *old = l->owner_label;
+    l->owner_label = copy;
+    pthread_mutex_unlock(&l->client->mu);
+    free(old);
+    return WATCHLOCK_OK;
+}
+
+/* The owner record's fields for one acquire: the label as set when the
+ * attempt began, this host's name and this process's pid. */
+/* ---- queries (no I/O) ---- */
+
+#define READ_LOCK_STATE(l, type, fallback, expr)                                                   \
+    do {                                                                                           \
+        if ((l) == NULL || (l)->fork_gen != wl_fork_generation())                                  \
+            return (fallback);                                                                     \
+        watchlock_client *c_ = (l)->client;                                                        \
+        pthread_mutex_lock(&c_->mu);                                                               \
+        type v_ = (expr);                                                                          \
+        pthread_mutex_unlock(&c_->mu);                                                             \
+        return v_;                                                                                 \
+    } while (0)
+
+/* The state as the caller should see it: a HELD lock past its local
+ * deadline is LOST even if the loss timer (starved of CPU, or just resumed
+ * after SIGSTOP) has not marked it yet. The first reader past the deadline
+ * records the loss through the normal path (the on-lost callback and the
+ * lost event fire once), so LOST, once seen, stays: a renewal reply
+ * applied later finds the hold over (wl_write_applied). A hold being
+ * released just ends (UNLOCKED) when its lease runs out. Handles are never
+ * const objects: the cast only undoes the read-only view of the getters. */
+static int visible_state(const watchlock_lock *l, int *reason)
+{
+    if (l->state == WATCHLOCK_HELD && wl_now_us() >= l->deadline_us) {
+        watchlock_lock *m = (watchlock_lock *)l;
+        wl_lose(m->client, m, wl_lock_expiry_reason(l), true);
+    }
+    *reason = l->state == WATCHLOCK_LOST ? l->lost_reason : WATCHLOCK_LOST_NONE;
+    return l->state;
+}
+
+static int state_of(const watchlock_lock *l)
+{
+    int reason;
+    return visible_state(l, &reason);
+}
+
+static int lost_reason_of(const watchlock_lock *l)
+{
+    int reason;
+    visible_state(l, &reason);
+    return reason;
+}
+
+int watchlock_lock_state(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int, WATCHLOCK_UNLOCKED, state_of(l));
+}
+
+int watchlock_lock_lost_reason(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int, WATCHLOCK_LOST_NONE, lost_reason_of(l));
+}
+
+static int64_t remaining(const watchlock_lock *l)
+{
+    if (l->state != WATCHLOCK_HELD)
+        return 0;
+    int64_t left = (l->deadline_us - wl_now_us()) / 1000;
+    return left > 0 ? left : 0;
+}
+
+int64_t watchlock_lock_remaining_ms(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int64_t, 0, remaining(l));
+}
+
+int64_t watchlock_lock_fencing_token(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int64_t, 0, l->fence);
+}
+
+int64_t watchlock_lock_hold_count(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int64_t, 0, l->state == WATCHLOCK_UNLOCKED ? 0 : l->hold_count);
+}
+
+int64_t watchlock_lock_renewals(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int64_t, 0, l->renewals);
+}
+
+const char *watchlock_lock_name(const watchlock_lock *l, size_t *len)
+{
+    if (len)
+        *len = l ? l->name_len : 0;
+    return l ? l->name : NULL;
+}
+
+uint64_t watchlock_lock_id(const watchlock_lock *l)
+{
+    return l ? l->id : 0;
+}
+
+int64_t watchlock_lock_lease(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int64_t, 0, l->lease_ms);
+}
+
+/* lost_reason is set by wl_lose and cleared only by the next successful
+ * acquire, so once the handle is UNLOCKED it still names the last hold's
+ * loss (NONE when that hold was released normally). */
+int watchlock_lock_last_lost_reason(const watchlock_lock *l)
+{
+    READ_LOCK_STATE(l, int, WATCHLOCK_LOST_NONE, l->state == WATCHLOCK_UNLOCKED ? l->lost_reason : lost_reason_of(l));
+}

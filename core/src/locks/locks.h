@@ -1,0 +1,37 @@
+/*
+ * locks/locks.h - the lock kinds (the plain lock: lock.c) and what they
+ * share: the handle and its options, the wait loop. Calls into client/ and
+ * the layers below.
+ */
+#ifndef WATCHLOCK_LOCKS_H
+#define WATCHLOCK_LOCKS_H
+
+#include "client/client.h"
+
+int wl_check_lock(const watchlock_lock *l);
+/* A new handle of the kind whose hold ops are `ops` (handle.c): checks the
+ * client and the name, makes the keys and a token, links it to the client. */
+int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len,
+                  const wl_hold_ops *ops);
+void wl_lock_unref(watchlock_lock *l);
+/* With client->mu held: the hold of an abandoned handle is over (its local
+ * deadline passed, a renewal found it taken, or the client is closing):
+ * takes it out of both heaps and the client's list, and drops the
+ * reference the client kept for it (which may free the handle, never the
+ * client: callers hold the user's reference or run before close joins them). */
+void wl_abandoned_end(watchlock_client *c, watchlock_lock *l);
+
+/* The plain lock's release (release.c): a release that could not be
+ * confirmed is finished by the next call on the handle. io_mu held. */
+int wl_lock_finish_pending_release(watchlock_lock *l);
+
+/* Waiting (wait.c): the wait a timed-out acquire keeps on the handle. */
+void wl_wait_save(watchlock_lock *l, wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t until_us);
+wl_sub_entry *wl_wait_take(watchlock_lock *l, wl_subscriber **sub, uint64_t *gen, int64_t *until_us);
+void wl_wait_forget(watchlock_lock *l); /* leaves the kept wait, if any */
+/* Joins the lock's release channel on the subscriber that carries it. */
+int wl_wait_join(watchlock_lock *l, wl_subscriber **sub, wl_sub_entry **entry);
+/* When the holder's lease ends, by the PTTL an attempt saw. */
+int64_t wl_wait_holder_end(int64_t pttl_ms);
+
+#endif

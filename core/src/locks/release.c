@@ -1,0 +1,174 @@
+/*
+ * release.c - the plain lock's release: the release script on a pooled
+ * connection, once more on a fresh one when the first try could not be
+ * confirmed, and a release left pending (the hold is not renewed, and kept
+ * until confirmed or expired) that the next call on the handle finishes.
+ */
+#include "locks/locks.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The release script once more, on a fresh connection whose timeouts end
+ * by the hold's deadline. */
+static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t deadline_us, redisReply **out,
+                         const char *what)
+{
+    int64_t cap_ms = (deadline_us - wl_now_us()) / 1000;
+    if (cap_ms < 1)
+        return wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what);
+    wl_conn *ctx;
+    uint64_t pin = wl_server_pin(&c->server); /* cluster.c: the node stays valid while used */
+    wl_server *node = wl_server_route(&c->server, a->argv[0], a->lens[0]);
+    int rc = node == NULL ? WATCHLOCK_ECONN : wl_server_connect(node, cap_ms, &ctx);
+    wl_server_unpin(&c->server, pin);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    redisReply *reply = NULL;
+    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, a->argv, a->lens) != 0 ||
+        wl_conn_get_reply(ctx, &reply) != 0) {
+        rc = wl_conn_error(&c->server, ctx, what);
+    } else {
+        rc = wl_reply_error(&c->server, reply, what);
+        if (rc == WATCHLOCK_OK)
+            *out = reply;
+        else
+            freeReplyObject(reply);
+    }
+    wl_server_put(&c->server, ctx); /* the node itself without cluster; under it, freed (unpinned node) */
+    return rc;
+}
+
+/* With io_mu held, for a hold whose count reached 0 and that is marked
+ * releasing (no longer renewed): deletes the key if it still holds this
+ * hold. A first try whose outcome is unknown (the connection failed) is
+ * tried once more on a fresh connection while the lease lasts; a retry that
+ * finds no key, or another owner's (a waiter got in after the earlier try
+ * ran), means released: the earlier try's outcome is unknown, and the
+ * hold was ours until then. If nothing is confirmed, the hold
+ * stays (HELD, releasing, not renewed) until a later release confirms it or
+ * its lease runs out. */
+static int release_hold(watchlock_lock *l, bool retry)
+{
+    watchlock_client *c = l->client;
+    wl_release_args a;
+    pthread_mutex_lock(&c->mu);
+    wl_release_args_make(l, &a);
+    int64_t deadline = l->deadline_us;
+    uint64_t gen = l->hold_gen;
+    pthread_mutex_unlock(&c->mu);
+
+    char what[160];
+    wl_what(what, sizeof what, "release", l->quoted);
+    redisReply *r = NULL;
+    int rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what);
+    retry = retry || wl_script_was_resent();
+    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
+        retry = true;
+        rc = release_fresh(c, &a, deadline, &r, what);
+    }
+    int64_t result = 0;
+    if (r != NULL) {
+        result = wl_reply_i64(r);
+        freeReplyObject(r);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (gen != l->hold_gen || l->state != WATCHLOCK_HELD) {
+        /* Ended meanwhile: its lease ran out (the key is gone by expiry),
+         * or the client was closed (close released it). */
+        pthread_mutex_unlock(&c->mu);
+        return WATCHLOCK_OK;
+    }
+    if (rc != WATCHLOCK_OK) {
+        pthread_mutex_unlock(&c->mu);
+        return rc == WATCHLOCK_ECONN
+                   ? wl_fail(rc, "%s: not confirmed by the server (%s); the hold is kept, not renewed, until a "
+                                 "later release confirms it or its lease runs out", what, watchlock_last_error())
+                   : rc;
+    }
+    /* After a try whose outcome is unknown (it may have run: DEL +
+     * PUBLISH, and a waiter may have taken the name since), "no key" and
+     * "another owner" both mean released: the hold was ours until that
+     * first try, and nothing says otherwise (issue 19 item 5). Only a
+     * first try that is certain (its reply arrived) reports "another
+     * owner" as a loss. */
+    bool released = result == 1 || (retry && (result == 0 || result == -1));
+    wl_unschedule_all(c, l);
+    c->held--;
+    l->state = WATCHLOCK_UNLOCKED;
+    l->hold_count = 0;
+    l->hold_gen++;
+    l->releasing = false;
+    if (!released)
+        l->lost_reason = WATCHLOCK_LOST_TAKEN;
+    pthread_mutex_unlock(&c->mu);
+    if (!released)
+        return wl_fail(WATCHLOCK_ENOTOWNER,
+                       "lock %s was lost before release (its lease ran out or another owner took it)", l->quoted);
+    return WATCHLOCK_OK;
+}
+
+/* acquire() on a handle whose last release is not confirmed: finish it first. */
+int wl_lock_finish_pending_release(watchlock_lock *l)
+{
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&l->client->mu);
+    bool pending = l->state == WATCHLOCK_HELD && l->releasing;
+    pthread_mutex_unlock(&l->client->mu);
+    int rc = pending ? release_hold(l, true) : WATCHLOCK_OK;
+    pthread_mutex_unlock(&l->io_mu);
+    return rc == WATCHLOCK_ENOTOWNER ? WATCHLOCK_OK : rc;
+}
+
+int watchlock_lock_release(watchlock_lock *l)
+{
+    int rc = wl_check_lock(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    watchlock_client *c = l->client;
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    if (l->state == WATCHLOCK_HELD && !l->releasing && wl_now_us() >= l->deadline_us)
+        wl_lose(c, l, wl_lock_expiry_reason(l), true); /* past its deadline: LOST, as state() says */
+    if (l->state == WATCHLOCK_LOST) {
+        bool last = l->hold_count <= 1;
+        if (last)
+            l->state = WATCHLOCK_UNLOCKED;
+        if (l->hold_count > 0)
+            l->hold_count--;
+        int reason = l->lost_reason;
+        wl_release_args a;
+        wl_release_args_make(l, &a);
+        pthread_mutex_unlock(&c->mu);
+        if (last && reason != WATCHLOCK_LOST_TAKEN) {
+            /* Declared lost by the local deadline: the key may still hold
+             * this hold for the safety margin. Delete it if so (checked, so
+             * never someone else's) to wake waiters now. */
+            redisReply *r;
+            if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, "release") == WATCHLOCK_OK)
+                freeReplyObject(r);
+        }
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s was lost (%s) before release", l->quoted,
+                       watchlock_lost_reason_str(reason));
+    }
+    if (l->state != WATCHLOCK_HELD) {
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s is not held by this handle", l->quoted);
+    }
+    if (l->hold_count > 1 && !l->releasing) {
+        l->hold_count--;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return WATCHLOCK_OK;
+    }
+    bool retry = l->releasing; /* an earlier release's outcome is unknown */
+    l->releasing = true;
+    wl_heap_remove(&c->renew_heap, l); /* no more renewals; the deadline still ends it */
+    pthread_mutex_unlock(&c->mu);
+    rc = release_hold(l, retry);
+    pthread_mutex_unlock(&l->io_mu);
+    return rc;
+}
+

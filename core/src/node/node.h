@@ -1,0 +1,146 @@
+/*
+ * node/node.h - the node layer: one Redis server, its pool of connections,
+ * AUTH/SELECT/ROLE, one script call (EVALSHA + NOSCRIPT), and its
+ * subscriber (wake-ups by pub/sub). Calls into transport/, proto/, base/.
+ */
+#ifndef WATCHLOCK_NODE_H
+#define WATCHLOCK_NODE_H
+
+#include "transport/transport.h"
+
+/* ---- the node (node.c) ---- */
+typedef struct wl_sentinel wl_sentinel;
+typedef struct wl_cluster wl_cluster;
+typedef struct wl_subscriber wl_subscriber;
+typedef struct wl_server wl_server;
+
+/* What a node asks of the topology that made it, without knowing which
+ * one: installed by topology/ (topology.c), NULL for a plain node. */
+typedef struct wl_node_hooks {
+    /* a connection somewhere the topology picks (cluster: any master);
+     * such a server pools no connections */
+    int (*connect)(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out);
+    /* where the node is now, when its address is not known (sentinel) */
+    int (*discover)(wl_server *srv, int64_t connect_ms, char *host, size_t host_len, int *port);
+} wl_node_hooks;
+
+struct wl_server {
+    const wl_node_hooks *hooks; /* the topology's (see above); NULL for a node of its own */
+    wl_endpoint ep;
+    wl_tls *tls;        /* NULL for plain URLs; shared by every connection */
+    pthread_mutex_t mu; /* guards the pool, closed and the address */
+    wl_conn **idle;
+    int n_idle;
+    int cap_idle;
+    bool closed;
+    /* where the node is: the URL's host, or the master the sentinels name */
+    bool addr_known;
+    char host[256];
+    int port;
+    char label[300];
+    uint64_t addr_gen; /* bumped whenever the address changes or is in doubt */
+    wl_sentinel *sentinel; /* Sentinel URLs: the +switch-master watcher */
+    wl_cluster *cluster;   /* Cluster URLs: the nodes and the slot map (cluster.c) */
+    bool borrowed;         /* a cluster node: ep strings and tls belong to its parent */
+    int cluster_index;     /* a cluster node: a number no other node of the client has */
+    /* a cluster node that left the slot map (cluster.c): retired is set
+     * under mu (no connection is pooled any more, no subscriber made);
+     * the rest under the cluster's mutex */
+    bool retired;
+    uint64_t retired_epoch;
+    struct wl_server *retired_next;
+    /* watchdog thread only: its connection to this node and the node's
+     * share of a round (watchdog.c) */
+    wl_conn *wd_conn;
+    wl_subscriber *sub;      /* a cluster node: its wake-ups (SSUBSCRIBE), made on first use */
+    struct wl_server *parent; /* a cluster node: the client's server */
+};
+
+/* The node of a URL (endpoint, TLS, mutex, the standalone address): the
+ * topology layer's wl_server_init adds the rest. */
+int wl_node_init(wl_server *srv, const char *url);
+/* A cluster node at host:port with the parent's credentials, options and TLS. */
+int wl_server_init_node(wl_server *node, const wl_server *parent, const char *host, int port);
+void wl_node_close(wl_server *srv); /* frees idle connections; later puts free theirs */
+/* A cluster node left the slot map: its idle connections are closed and
+ * none is pooled any more. Returns its subscriber, for the caller to retire. */
+wl_subscriber *wl_node_retire(wl_server *node);
+/* Frees the node's own parts (pool, watchdog connection, mutex, and the URL
+ * and TLS unless borrowed); its subscriber and cluster are the topology's. */
+void wl_node_destroy(wl_server *srv);
+/* Opens a fresh, authenticated connection to the node. timeout_cap_ms > 0
+ * lowers the connect and command timeouts (the watchdog near a deadline). */
+int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out);
+/* Takes an idle connection or opens one. *reused tells which. */
+int wl_server_get(wl_server *srv, wl_conn **out, bool *reused);
+/* Gives a connection back; a failed one is freed (and, under Sentinel,
+ * makes the next connection ask the sentinels again). */
+void wl_server_put(wl_server *srv, wl_conn *conn);
+/* The node's address changed (Sentinel): later connections go there, idle
+ * ones to the old address are dropped. */
+void wl_server_set_address(wl_server *srv, const char *host, int port);
+/* Whether conn goes to the node's current address (not one a failover left behind). */
+bool wl_server_current(wl_server *srv, const wl_conn *conn);
+/* A connection opened for address generation `gen` failed: ask again. */
+void wl_server_suspect(wl_server *srv, uint64_t gen);
+/* "host:port" of the node as known now, for messages. */
+void wl_server_label(wl_server *srv, char *out, size_t len);
+/* Status for a failed call on conn (sets the detail message). */
+int wl_conn_error(const wl_server *srv, const wl_conn *conn, const char *what);
+/* Status for a reply: OK for non-error replies, EAUTH/EPERM/ECONN (READONLY)/ESERVER for errors. */
+int wl_reply_error(const wl_server *srv, const redisReply *reply, const char *what);
+
+/* Appends EVALSHA (or EVAL when use_body) of a script to the connection's output. */
+int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int nargs, const char *const *argv,
+                     const size_t *argvlen);
+/* One script call on conn: EVALSHA, then EVAL when the server lost its
+ * cache. *readonly: the server refused it as a replica (it did not run).
+ * rd: a cluster redirect or retry-later (it did not run either). asking:
+ * send ASKING first (the slot is being imported by this node). */
+int wl_node_script_once(wl_server *srv, wl_conn *conn, int script, int nkeys, int nargs, const char *const *argv,
+                        const size_t *argvlen, redisReply **out, const char *what, bool *readonly, wl_redirect *rd,
+                        bool asking);
+/* SCRIPT LOAD of every script on conn, once per process (scripts.c keeps the SHA1s). */
+void wl_scripts_learn(wl_conn *conn);
+
+/* ---- subscriber (subscriber.c) ---- */
+typedef struct wl_sub_entry wl_sub_entry;
+
+wl_subscriber *wl_subscriber_new(wl_server *srv);
+void wl_subscriber_stop(wl_subscriber *sub); /* joins the thread, wakes all waiters */
+/* Cluster: sharded pub/sub (SSUBSCRIBE) on this node's subscriber. Set
+ * before the first join. */
+void wl_subscriber_set_sharded(wl_subscriber *sub);
+/* Cluster: the entry's channel is served by another node now: leave it and
+ * join the channel again where wl_client_sub points. */
+bool wl_sub_moved(wl_subscriber *sub, wl_sub_entry *entry);
+/* Drops the connection and resubscribes on a fresh one (the node moved);
+ * waiters are woken and retry. */
+void wl_subscriber_reconnect(wl_subscriber *sub);
+void wl_subscriber_free(wl_subscriber *sub);
+/* Cluster: the node left the slot map. The thread is told to stop (not
+ * joined), every entry is marked moved and its waiters woken; joins
+ * succeed with a moved entry. NULL-safe. */
+void wl_subscriber_retire(wl_subscriber *sub);
+/* A retired subscriber's node is being freed: false while its thread has
+ * not returned yet (try later); else the thread is joined and the
+ * subscriber freed, or, while waiters still hold entries, left to the last
+ * of them (wl_sub_leave frees it). NULL-safe (true). */
+bool wl_subscriber_release(wl_subscriber *sub);
+/* Registers interest in a channel (starts the thread on first use). */
+int wl_sub_join(wl_subscriber *sub, const char *channel, size_t len, wl_sub_entry **out);
+void wl_sub_leave(wl_subscriber *sub, wl_sub_entry *entry);
+/* Waits until the channel's subscription is confirmed, the subscriber is
+ * down, or at_us. Returns the channel's wake-up generation and whether
+ * wake-ups can be relied on (*live). */
+uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bool *live);
+/* Waits until the generation moves past `gen`, the subscriber stops, or
+ * at_us. True when woken (not timed out). */
+bool wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t at_us);
+uint64_t wl_sub_generation(wl_subscriber *sub, wl_sub_entry *entry);
+int64_t wl_sub_denied(wl_subscriber *sub); /* refused SUBSCRIBEs so far */
+/* Cluster: the last MOVED a subscriber's SSUBSCRIBE got, taken once (the
+ * waiter applies it to the slot map: no I/O on the subscriber thread). */
+bool wl_sub_take_redirect(wl_subscriber *sub, wl_redirect *out);
+
+#endif

@@ -1,0 +1,149 @@
+/*
+ * proto/proto.h - pure functions of bytes: URLs, name -> keys, the scripts
+ * as data, what replies mean, cluster redirects. No I/O, no threads: the
+ * fuzz targets (tests/fuzz) live here. Calls into base/ only.
+ */
+#ifndef WATCHLOCK_PROTO_H
+#define WATCHLOCK_PROTO_H
+
+#include "base/base.h"
+
+#include <hiredis/hiredis.h>
+
+/* ---- URL (url.c) ---- */
+/* TLS settings of a URL (url.c), turned into an SSL_CTX by wl_tls_new. */
+typedef struct wl_tls_opts {
+    bool on;
+    bool insecure;   /* insecure=1: no verification of the server */
+    char *cacert;    /* CA bundle file; NULL: cacertdir or the system store */
+    char *cacertdir; /* directory of hashed CA certificates */
+    char *cert;      /* client certificate (mutual TLS) */
+    char *key;       /* its private key */
+    char *sni;       /* server name to send and verify; NULL: the URL's host */
+} wl_tls_opts;
+void wl_tls_opts_clear(wl_tls_opts *opts);
+
+enum { WL_KIND_STANDALONE, WL_KIND_SENTINEL, WL_KIND_CLUSTER };
+typedef struct wl_hostport {
+    char *host;
+    int port;
+} wl_hostport;
+
+typedef struct wl_endpoint {
+    int kind;        /* WL_KIND_*: which topology finds the node */
+    char *host;      /* standalone TCP; NULL for unix sockets and Sentinel */
+    int port;
+    char *unix_path; /* NULL for TCP */
+    char *user;      /* NULL: no ACL user */
+    char *password;  /* NULL: no AUTH */
+    int db;
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    int keepalive;
+    int64_t safety_margin_ms; /* fixed part of the margin taken off every local deadline */
+    wl_tls_opts tls;          /* rediss:// and rediss-sentinel:// */
+    /* Sentinel: the sentinels, the master's name, the sentinels' credentials;
+     * Cluster: the seed nodes */
+    wl_hostport *seeds;
+    size_t n_seeds;
+    char *master_name;
+    char *sentinel_user;
+    char *sentinel_password;
+    /* min_replicas: WAIT for this many replicas after an acquire */
+    int min_replicas;
+    int64_t min_replicas_timeout_ms;
+    char label[300]; /* "host:port", the socket path or "sentinel NAME", for messages */
+} wl_endpoint;
+
+#define WL_DEFAULT_SAFETY_MARGIN_MS 10
+#define WL_MAX_SAFETY_MARGIN_MS 60000
+#define WL_DEFAULT_MIN_REPLICAS_TIMEOUT_MS 1000
+int wl_endpoint_parse(wl_endpoint *ep, const char *url);
+void wl_endpoint_clear(wl_endpoint *ep);
+/* ---- keys (keys.c) ---- */
+typedef struct wl_keys {
+    char *lock;  /* watchlock:{<escaped name>} */
+    size_t lock_len;
+    char *fence; /* watchlock:{<escaped name>}:fence */
+    size_t fence_len;
+    char *channel; /* watchlock:{<escaped name>}:released */
+    size_t channel_len;
+    char *owner; /* watchlock:{<escaped name>}:owner (admin.c) */
+    size_t owner_len;
+    char *name; /* watchlock:{%H<hex>}:name, the name itself; NULL unless the name is digested */
+    size_t name_len;
+} wl_keys;
+
+/* Names longer than this get the tag "%H" + hex SHA-256 (keys.c). */
+#define WL_DIGEST_NAME_MIN 256
+#define WL_DIGEST_TAG_LEN 66
+/* Whether `key` is the lock key of a digested (long) name. */
+bool wl_lock_key_is_digest(const char *key, size_t key_len);
+
+int wl_keys_make(wl_keys *keys, const void *name, size_t name_len);
+void wl_keys_clear(wl_keys *keys);
+/* The name whose lock key is `key`, into out (at most key_len bytes); -1
+ * when `key` is not a lock key this mapping makes (another suffix, a
+ * stray '}', an escape it never writes). */
+int wl_name_from_lock_key(const char *key, size_t key_len, char *out, size_t *out_len);
+/* Appends the escaped form of one name byte to out (1 or 3 bytes); returns its length. */
+size_t wl_escape_byte(unsigned char ch, char *out);
+/* Cluster: the hash slot of a key (CRC16 of its hash tag, or of the key). */
+#define WL_CLUSTER_SLOTS 16384
+int wl_key_slot(const void *key, size_t len);
+/* ---- scripts (scripts.c) ---- */
+enum {
+    WL_SCRIPT_ACQUIRE,
+    WL_SCRIPT_RELEASE,
+    WL_SCRIPT_RENEW, /* n holds at once: the watchdog's batches and extend (n = 1) */
+    WL_SCRIPT_FORCE_RELEASE,
+    WL_SCRIPT_INSPECT,
+    WL_SCRIPT_INSPECT_OWNER, /* admin.c: inspect_owner and list */
+    WL_SCRIPT_COUNT
+};
+typedef struct wl_script {
+    const char *body;
+    char sha[41]; /* hex SHA1 of body as the server names it (wl_scripts_learn) */
+} wl_script;
+extern wl_script wl_scripts[WL_SCRIPT_COUNT];
+/* The SHA1s come from the server, not from code of ours: the first client
+ * to open sends SCRIPT LOAD for every script (node.c wl_scripts_learn,
+ * thread-safe, once) and records them here. Until then (or if SCRIPT LOAD
+ * is denied) every script is sent with EVAL. */
+bool wl_scripts_have_sha(void);
+void wl_scripts_set_shas(const char shas[][41]);
+/* A fence counter at or above this (2001-09-09 in microseconds) has been
+ * seeded with the server's clock; below it, it was made by INCR or by the
+ * fast acquire's "SET fence 0 NX" and is seeded before its value is used
+ * as a token (scripts.c, locks/lock.c acquire_fast). */
+#define WL_FENCE_SEEDED INT64_C(1000000000000000)
+/* ---- globs on names (glob.c) ---- */
+/* Whether name s matches the Redis-style glob p (case-sensitive). *give_up
+ * (start false) ends hopeless retries: the match is then false. */
+bool wl_glob_match(const unsigned char *p, size_t plen, const unsigned char *s, size_t slen, bool *give_up);
+/* The SCAN MATCH pattern of the lock keys that may hold a name matching p
+ * (malloc'd, *out_len bytes); NULL out of memory. */
+char *wl_key_glob(const unsigned char *p, size_t plen, size_t *out_len);
+
+/* ---- replies (replies.c) ----
+ * What replies mean: pure functions that never read past a reply's end,
+ * whatever its shape (tests/fuzz/fuzz_reply.c feeds them). */
+enum { WL_WRITE_OK = 1, WL_WRITE_NOT_OWNER = 0, WL_WRITE_STALE = 2, WL_WRITE_FAILED = -1 };
+int64_t wl_reply_i64(const redisReply *r); /* integer or decimal string reply */
+bool wl_reply_is_noscript(const redisReply *reply);
+bool wl_reply_is_readonly(const redisReply *reply); /* READONLY / MASTERDOWN: not the master now */
+/* wl_reply_acquire: {1, fence} acquired or {0, pttl} held by another owner;
+ * false for any other shape. wl_reply_renew: entry i of the renew script's
+ * reply for n holds, as WL_WRITE_*; FAILED for any other shape or value. */
+bool wl_reply_acquire(const redisReply *r, bool *acquired, int64_t *value);
+int wl_reply_renew(const redisReply *r, size_t n, size_t i);
+enum { WL_REDIRECT_NONE, WL_REDIRECT_MOVED, WL_REDIRECT_ASK, WL_REDIRECT_TRYAGAIN, WL_REDIRECT_CLUSTERDOWN };
+typedef struct wl_redirect {
+    int kind;
+    int slot;
+    char host[256]; /* "" = the node that answered */
+    int port;       /* 0: the endpoint was "?" (no address): ask the slot map */
+} wl_redirect;
+/* Whether an error reply is a cluster redirect or a retry-later. */
+bool wl_parse_redirect(const redisReply *r, wl_redirect *rd);
+#endif

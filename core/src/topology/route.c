@@ -1,0 +1,272 @@
+/*
+ * route.c - calls on the node that serves a key, whatever the topology:
+ * routing (the server itself, or the cluster node of the key's slot), the
+ * pin that keeps routed nodes alive, and scripts and pipelines that follow
+ * MOVED/ASK/TRYAGAIN and reroute after an unreachable node. One call on one
+ * connection is node.c's (wl_node_script_once).
+ */
+#include "topology/topology.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+wl_server *wl_server_route(wl_server *srv, const void *key, size_t len)
+{
+    if (srv->cluster == NULL)
+        return srv;
+    return wl_cluster_route(srv->cluster, wl_key_slot(key, len));
+}
+
+const char *wl_publish_command(const wl_server *srv)
+{
+    return srv->ep.kind == WL_KIND_CLUSTER ? "SPUBLISH" : "PUBLISH";
+}
+
+wl_server *wl_server_any(wl_server *srv)
+{
+    if (srv->cluster == NULL)
+        return srv;
+    wl_server *node;
+    if (wl_cluster_masters(srv->cluster, &node, 1) == 1)
+        return node;
+    int rc = wl_cluster_refresh(srv->cluster, true);
+    if (rc == WATCHLOCK_OK && wl_cluster_masters(srv->cluster, &node, 1) == 1)
+        return node;
+    if (rc == WATCHLOCK_OK)
+        wl_fail(WATCHLOCK_ECONN, "no cluster node serves any slot (%s)", srv->ep.label);
+    return NULL;
+}
+
+uint64_t wl_server_pin(wl_server *srv)
+{
+    return srv->cluster != NULL ? wl_cluster_pin(srv->cluster) : 0;
+}
+
+void wl_server_unpin(wl_server *srv, uint64_t pin)
+{
+    if (srv->cluster != NULL)
+        wl_cluster_unpin(srv->cluster, pin);
+}
+
+static _Thread_local bool script_resent;
+
+bool wl_script_was_resent(void)
+{
+    return script_resent;
+}
+
+#define MAX_REDIRECTS 8
+#define TRYAGAIN_PAUSE_US 20000
+
+/* After a node could not be reached (nothing was sent): the map is asked
+ * again, and the call goes on where it points now, if elsewhere. */
+static wl_server *reroute_after_failure(wl_server *srv, wl_server *failed, int nkeys, const char *const *argv,
+                                        const size_t *argvlen)
+{
+    if (srv->cluster == NULL)
+        return NULL;
+    wl_cluster_refresh(srv->cluster, false); /* a node went away: where are its slots now? */
+    wl_server *node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+    return node != failed ? node : NULL;
+}
+
+static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
+                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep);
+
+int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
+                       const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep)
+{
+    uint64_t pin = wl_server_pin(srv); /* the nodes it routes to stay valid */
+    int rc = run_script_pinned(srv, script, nkeys, nargs, argv, argvlen, out, what, keep);
+    wl_server_unpin(srv, pin);
+    return rc;
+}
+
+static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
+                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep)
+{
+    *out = NULL;
+    if (keep != NULL)
+        *keep = NULL;
+    script_resent = false;
+    /* Under Cluster: the node of the first key's slot, then wherever
+     * MOVED/ASK point, within the command timeout. */
+    wl_server *node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+    if (node == NULL)
+        return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
+    int64_t deadline = wl_deadline_after_ms(srv->ep.command_timeout_ms);
+    bool asking = false;
+    int retries = 0, redirects = 0, reroutes = 0;
+    for (;;) {
+        wl_conn *conn;
+        bool reused;
+        int rc = wl_server_get(node, &conn, &reused);
+        if (rc == WATCHLOCK_ECONN && srv->cluster != NULL) {
+            /* Not reached, nothing sent: a node that left the cluster (a
+             * replaced pod) is asked about once, then the slot's owner now. */
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+            wl_server *next = reroute_after_failure(srv, node, nkeys, argv, argvlen);
+            if (next != NULL && reroutes++ < MAX_REDIRECTS && (deadline < 0 || wl_now_us() < deadline)) {
+                node = next;
+                asking = false;
+                continue;
+            }
+            return wl_fail(rc, "%s", msg);
+        }
+        if (rc != WATCHLOCK_OK)
+            return rc;
+        bool readonly;
+        wl_redirect rd;
+        rc = wl_node_script_once(node, conn, script, nkeys, nargs, argv, argvlen, out, what, &readonly, &rd, asking);
+        /* A pooled connection the server dropped while idle (restart, CLIENT
+         * KILL, idle timeout) fails at once with EOF/reset: the command never
+         * ran, so one retry on a fresh connection is safe. So is a script a
+         * demoted master refused (READONLY), or one a cluster node redirected
+         * (MOVED, ASK) or asked to try again (TRYAGAIN, CLUSTERDOWN).
+         * Timeouts are not retried. */
+        int err = wl_conn_err(conn);
+        bool retry = readonly || (rc == WATCHLOCK_ECONN && reused && (err == WL_CERR_EOF || err == WL_CERR_RESET));
+        if (rc == WATCHLOCK_OK && keep != NULL)
+            *keep = conn;
+        else
+            wl_server_put(node, conn);
+        if (rc == WATCHLOCK_ESERVER && nkeys > 0) { /* name the key the server objected to */
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+            return wl_fail(rc, "%s (key %.*s)", msg, (int)(argvlen[0] < 200 ? argvlen[0] : 200), argv[0]);
+        }
+        bool in_time = deadline < 0 || wl_now_us() < deadline;
+        /* MOVED at most MAX_REDIRECTS times (a map in flux); ASK and
+         * TRYAGAIN go back and forth while a slot migrates: until the
+         * deadline. */
+        if (rd.kind != WL_REDIRECT_NONE && srv->cluster != NULL && in_time &&
+            (rd.kind != WL_REDIRECT_MOVED || redirects++ < MAX_REDIRECTS)) {
+            asking = rd.kind == WL_REDIRECT_ASK && rd.port != 0;
+            if (rd.port == 0 && (rd.kind == WL_REDIRECT_MOVED || rd.kind == WL_REDIRECT_ASK)) {
+                /* "?": a node without a usable address: ask the map (MOVED:
+                 * at once, at most MAX_REDIRECTS times; ASK, which repeats
+                 * until the deadline: 20 ms later, rate-limited), go where
+                 * it points */
+                if (rd.kind == WL_REDIRECT_ASK) {
+                    struct timespec ts = {0, TRYAGAIN_PAUSE_US * 1000};
+                    nanosleep(&ts, NULL);
+                }
+                wl_cluster_refresh(srv->cluster, rd.kind == WL_REDIRECT_MOVED);
+                node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+            } else if (rd.kind == WL_REDIRECT_MOVED) {
+                wl_cluster_moved(srv->cluster, rd.slot, rd.host, rd.port);
+                node = wl_cluster_node_at(srv->cluster, rd.host, rd.port);
+            } else if (rd.kind == WL_REDIRECT_ASK) {
+                node = wl_cluster_node_at(srv->cluster, rd.host, rd.port);
+            } else { /* TRYAGAIN (a migration mid-way), CLUSTERDOWN (a failover): a moment later */
+                struct timespec ts = {0, TRYAGAIN_PAUSE_US * 1000};
+                nanosleep(&ts, NULL);
+                if (rd.kind == WL_REDIRECT_CLUSTERDOWN)
+                    wl_cluster_refresh(srv->cluster, false);
+                node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+            }
+            if (node == NULL)
+                return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
+            continue; /* the redirected script did not run */
+        }
+        if (!retry || retries++ > 0)
+            return rc;
+        script_resent = true;
+        if (srv->cluster != NULL && readonly) { /* a failed-over master: ask where the slot is now */
+            wl_cluster_refresh(srv->cluster, true);
+            node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
+            if (node == NULL)
+                return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
+        }
+    }
+}
+
+/* Plain commands, pipelined: every command is written, then every reply
+ * read, one round trip on one pooled connection of the node that serves
+ * the first command's key (the server itself unless it is a cluster). A
+ * pooled connection the server dropped while idle fails at once
+ * (EOF/reset, nothing ran): one retry on a fresh one, as for scripts. A
+ * READONLY reply (a failover demoted the server) drops the connection and
+ * puts the address in doubt. Redirects (MOVED, ASK, TRYAGAIN) are not
+ * followed: under Cluster each command of the pipeline may have run or
+ * been redirected on its own, so the replies, redirects included, are the
+ * caller's to judge (and to repeat with a script, which follows them). */
+static int run_pipeline_pinned(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies,
+                               const char *what, wl_conn **keep);
+
+int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies, const char *what,
+                    wl_conn **keep)
+{
+    uint64_t pin = wl_server_pin(srv);
+    int rc = run_pipeline_pinned(srv, ncmds, cmds, replies, what, keep);
+    wl_server_unpin(srv, pin);
+    return rc;
+}
+
+static int run_pipeline_pinned(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies,
+                               const char *what, wl_conn **keep)
+{
+    if (keep != NULL)
+        *keep = NULL;
+    for (int i = 0; i < ncmds; i++)
+        replies[i] = NULL;
+    const wl_cmd *k = cmds[0].argc > 1 || ncmds == 1 ? &cmds[0] : &cmds[1]; /* MULTI: route by the next */
+    wl_server *node = wl_server_route(srv, k->argv[1], k->lens ? k->lens[1] : strlen(k->argv[1]));
+    if (node == NULL)
+        return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
+    int reroutes = 0;
+    for (int attempt = 0;; attempt++) {
+        wl_conn *conn;
+        bool reused;
+        int rc = wl_server_get(node, &conn, &reused);
+        if (rc == WATCHLOCK_ECONN && srv->cluster != NULL) { /* as wl_run_script_keep: where are its slots now? */
+            const char *key = k->argv[1];
+            size_t key_len = k->lens ? k->lens[1] : strlen(key);
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+            wl_server *next = reroute_after_failure(srv, node, 1, &key, &key_len);
+            if (next != NULL && reroutes++ < MAX_REDIRECTS) {
+                node = next;
+                attempt--;
+                continue;
+            }
+            return wl_fail(rc, "%s", msg);
+        }
+        if (rc != WATCHLOCK_OK)
+            return rc;
+        int i = 0;
+        while (i < ncmds && wl_conn_append(conn, cmds[i].argc, cmds[i].argv, cmds[i].lens) == 0)
+            i++;
+        int got = 0;
+        if (i == ncmds)
+            while (got < ncmds && wl_conn_get_reply(conn, &replies[got]) == 0)
+                got++;
+        if (got == ncmds) {
+            for (i = 0; i < ncmds; i++)
+                if (wl_reply_is_readonly(replies[i]))
+                    wl_conn_fail(conn, "the server became a replica");
+            if (keep != NULL && wl_conn_err(conn) == WL_CERR_NONE)
+                *keep = conn;
+            else
+                wl_server_put(node, conn);
+            return WATCHLOCK_OK;
+        }
+        for (i = 0; i < got; i++) {
+            freeReplyObject(replies[i]);
+            replies[i] = NULL;
+        }
+        rc = wl_conn_error(node, conn, what);
+        int err = wl_conn_err(conn);
+        wl_server_put(node, conn);
+        if (attempt > 0 || !reused || (err != WL_CERR_EOF && err != WL_CERR_RESET))
+            return rc;
+    }
+}
+
+int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv, const size_t *argvlen,
+                  redisReply **out, const char *what)
+{
+    return wl_run_script_keep(srv, script, nkeys, nargs, argv, argvlen, out, what, NULL);
+}

@@ -1,0 +1,93 @@
+/*
+ * topology/topology.h - the topology layer: which node serves a key.
+ * Standalone (the server itself), Sentinel (the master the sentinels name,
+ * sentinel.c), Cluster (the slot map, cluster.c); route.c runs scripts and
+ * pipelines on the node of a key, following redirects. Calls into node/
+ * and the layers below.
+ */
+#ifndef WATCHLOCK_TOPOLOGY_H
+#define WATCHLOCK_TOPOLOGY_H
+
+#include "node/node.h"
+
+/* Sentinel topology (sentinel.c). */
+/* Asks the sentinels, in turn, where the master is. */
+int wl_sentinel_discover(wl_server *srv, int64_t connect_ms, char *host, size_t host_len, int *port);
+/* Starts the thread that follows +switch-master; on_switch(arg) runs on it
+ * after the address changed (no library mutex held). */
+int wl_sentinel_start(wl_server *srv, void (*on_switch)(void *), void *arg);
+void wl_sentinel_stop(wl_server *srv); /* joins; NULL-safe */
+/* Cluster topology (cluster.c). */
+int wl_cluster_new(wl_server *parent, wl_cluster **out);
+void wl_cluster_close(wl_cluster *cl); /* closes every node's pool */
+void wl_cluster_free(wl_cluster *cl);
+/* Reads the slot map (CLUSTER SLOTS) from a known node or a seed; at most
+ * every 100 ms unless forced. */
+int wl_cluster_refresh(wl_cluster *cl, bool force);
+/* Node pointers below are valid while the caller holds a pin. */
+uint64_t wl_cluster_pin(wl_cluster *cl);
+/* Ends a pin; frees the retired nodes no pin can reach any more. */
+void wl_cluster_unpin(wl_cluster *cl, uint64_t pin);
+wl_server *wl_cluster_route(wl_cluster *cl, int slot); /* NULL: no node (ECONN set) */
+wl_server *wl_cluster_node_at(wl_cluster *cl, const char *host, int port);
+wl_server *wl_cluster_node(wl_cluster *cl, size_t i); /* NULL past the last */
+/* MOVED: the slot is at host:port now (and the map is asked for again);
+ * port 0 (the endpoint "?"): only the map is asked for again. */
+void wl_cluster_moved(wl_cluster *cl, int slot, const char *host, int port);
+/* The nodes that serve slots now (masters), up to max. */
+size_t wl_cluster_masters(wl_cluster *cl, wl_server **out, size_t max);
+/* SUBSCRIBE refusals counted by the subscribers of nodes since freed (stats). */
+int64_t wl_cluster_retired_denied(wl_cluster *cl);/* ---- the client's server (topology.c) ---- */
+/* The server of a URL with its topology: a node, and for Sentinel and
+ * Cluster URLs the hooks that find the node (wl_node_hooks). */
+int wl_server_init(wl_server *srv, const char *url);
+void wl_server_close(wl_server *srv); /* frees idle connections (every node's); later puts free theirs */
+void wl_server_destroy(wl_server *srv); /* the cluster, the node's subscriber, the node */
+
+/* ---- routing (route.c) ---- */
+/* The node that serves `key` (the server itself unless it is a cluster);
+ * NULL (ECONN set) when no node serves the key's slot. */
+wl_server *wl_server_route(wl_server *srv, const void *key, size_t len);
+/* "SPUBLISH" under Cluster (sharded pub/sub: the node of the channel's
+ * slot), else "PUBLISH". */
+const char *wl_publish_command(const wl_server *srv);
+/* Some node to talk to (the server itself, or a cluster master). */
+wl_server *wl_server_any(wl_server *srv);
+/* Pins the cluster's nodes (cluster.c): a node pointer this thread gets
+ * from the topology (wl_server_route, wl_server_any, wl_cluster_*) stays
+ * valid until the matching unpin. No-ops (0) for other URLs. Nest freely. */
+uint64_t wl_server_pin(wl_server *srv);
+void wl_server_unpin(wl_server *srv, uint64_t pin);
+/* Runs one script on a pooled connection: EVALSHA, then EVAL on NOSCRIPT;
+ * retries once on a fresh connection when a reused one turns out dead or
+ * the server turned out to be a replica (READONLY: the script did not run).
+ * argv holds the script's keys followed by its arguments. On OK *out is the
+ * (non-error) reply, freed by the caller with freeReplyObject. */
+int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
+                  const size_t *argvlen, redisReply **out, const char *what);
+/* The same, handing the connection to the caller on OK (*keep; give it
+ * back with wl_server_put): for commands that only mean something on the
+ * connection that wrote (WAIT). keep NULL = wl_run_script. */
+int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
+                       const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep);
+/* One plain command of a pipeline (lens may be NULL: C strings). */
+typedef struct wl_cmd {
+    int argc;
+    const char *const *argv;
+    const size_t *lens;
+} wl_cmd;
+/* Sends ncmds plain commands in one round trip on one connection of the
+ * node serving cmds[0]'s first key, or cmds[1]'s when cmds[0] has none
+ * (MULTI) (every key must share its slot) and
+ * reads every reply into replies[] (freed by the caller, error replies and
+ * cluster redirects included: not followed). OK, or
+ * ECONN/ENOMEM/ECLOSED with no replies. keep: as wl_run_script_keep
+ * (the connection belongs to the routed node). */
+int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies, const char *what,
+                    wl_conn **keep);
+/* Whether this thread's last wl_run_script sent its script a second time
+ * (after a pooled connection failed at once). The first try may still have
+ * run on the server (a reply lost on its way back looks the same), which
+ * matters to scripts that are not idempotent: release. */
+bool wl_script_was_resent(void);
+#endif
