@@ -97,24 +97,6 @@ static void on_switch_master(void *arg)
 }
 
 /* Checks the server once: reachable, credentials good, scripts runnable. */
-static int check_server(watchlock_client *c)
-{
-    wl_conn *ctx;
-    bool reused;
-    int rc = wl_server_get(&c->server, &ctx, &reused);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    const char *ping[1] = {"PING"};
-    redisReply *r = wl_conn_command(ctx, 1, ping, NULL);
-    rc = r == NULL ? wl_conn_error(&c->server, ctx, "PING failed") : wl_reply_error(&c->server, r, "PING failed");
-    if (r != NULL)
-        freeReplyObject(r);
-    if (rc == WATCHLOCK_OK)
-        wl_scripts_learn(ctx);
-    wl_server_put(&c->server, ctx);
-    return rc;
-}
-
 int watchlock_client_open(watchlock_client **out, const char *url)
 {
     if (out == NULL)
@@ -145,7 +127,7 @@ int watchlock_client_open(watchlock_client **out, const char *url)
         client_free(c);
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
-    if ((rc = check_server(c)) != WATCHLOCK_OK ||
+    if ((rc = wl_node_ping(&c->server)) != WATCHLOCK_OK ||
         (rc = wl_sentinel_start(&c->server, on_switch_master, c)) != WATCHLOCK_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", watchlock_last_error());
@@ -214,24 +196,10 @@ void watchlock_client_close(watchlock_client *c)
 
     /* Release what was held, best effort, pipelined (one by one, routed
      * by key, under Cluster). */
-    wl_conn *ctx = NULL;
-    for (size_t i = 0; c->server.cluster != NULL && i < k; i++) {
-        redisReply *r;
-        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, args[i].argv, args[i].lens, &r,
-                          "release") == WATCHLOCK_OK)
-            freeReplyObject(r);
-    }
-    if (c->server.cluster == NULL && k > 0 && wl_server_connect(&c->server, 0, &ctx) == WATCHLOCK_OK) {
-        for (size_t i = 0; i < k; i++)
-            wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, args[i].argv, args[i].lens);
-        for (size_t i = 0; i < k; i++) {
-            redisReply *reply = NULL;
-            if (wl_conn_get_reply(ctx, &reply) != 0)
-                break;
-            freeReplyObject(reply);
-        }
-        wl_conn_free(ctx);
-    }
+    for (size_t i = 0; c->server.cluster != NULL && i < k; i++)
+        wl_release_best_effort(&c->server, &args[i]);
+    if (c->server.cluster == NULL && k > 0)
+        wl_release_fresh(&c->server, args, k, 0, NULL, "release");
     for (size_t i = 0; i < k; i++)
         held[i]->ops->unref(held[i]);
     free(held);

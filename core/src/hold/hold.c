@@ -96,3 +96,45 @@ bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w,
     wl_lose(c, l, WATCHLOCK_LOST_TAKEN, fire);
     return false;
 }
+
+void wl_release_best_effort(wl_server *srv, const wl_release_args *a)
+{
+    redisReply *r;
+    if (wl_run_script(srv, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a->argv, a->lens, &r, "release") == WATCHLOCK_OK)
+        freeReplyObject(r);
+}
+
+int wl_release_fresh(wl_server *srv, const wl_release_args *a, size_t n, int64_t cap_ms, redisReply **out,
+                     const char *what)
+{
+    wl_conn *ctx;
+    uint64_t pin = wl_server_pin(srv); /* cluster.c: the node stays valid while used */
+    wl_server *node = wl_server_route(srv, a[0].argv[0], a[0].lens[0]);
+    int rc = node == NULL ? WATCHLOCK_ECONN : wl_server_connect(node, cap_ms, &ctx);
+    wl_server_unpin(srv, pin);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    size_t queued = 0;
+    while (queued < n &&
+           wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, a[queued].argv, a[queued].lens) == 0)
+        queued++;
+    if (queued < n)
+        rc = wl_conn_error(srv, ctx, what);
+    for (size_t i = 0; i < queued; i++) {
+        redisReply *reply = NULL;
+        if (wl_conn_get_reply(ctx, &reply) != 0) {
+            if (rc == WATCHLOCK_OK)
+                rc = wl_conn_error(srv, ctx, what);
+            break;
+        }
+        int got = wl_reply_error(srv, reply, what);
+        if (got == WATCHLOCK_OK && out != NULL && n == 1)
+            *out = reply;
+        else
+            freeReplyObject(reply);
+        if (rc == WATCHLOCK_OK)
+            rc = got;
+    }
+    wl_server_put(srv, ctx); /* the node itself without cluster; under it, freed (unpinned node) */
+    return rc;
+}

@@ -154,6 +154,17 @@ typedef struct wl_release_args {
     size_t lens[1 + WL_RELEASE_NARGS];
 } wl_release_args;
 void wl_release_args_make(const watchlock_lock *l, wl_release_args *a);
+/* The release script for a hold, best effort (a hold lost or given back:
+ * the script deletes the key only while it still holds this hold); the
+ * reply is not looked at. Without client->mu. */
+void wl_release_best_effort(wl_server *srv, const wl_release_args *a);
+/* The release script (EVAL) for n holds, pipelined on a fresh connection of
+ * the node that serves a[0]'s key (all n share it: the client's one node
+ * when n > 1), timeouts capped at cap_ms (0: the URL's). OK, or the first
+ * error; with n == 1 and out, *out is the (non-error) reply, freed by the
+ * caller. Without client->mu. */
+int wl_release_fresh(wl_server *srv, const wl_release_args *a, size_t n, int64_t cap_ms, redisReply **out,
+                     const char *what);
 /* Watchdog (watchdog.c). Called with client->mu held. */
 int wl_watchdog_ensure_started(watchlock_client *c);
 void wl_watchdog_schedule(watchlock_client *c, watchlock_lock *l); /* (re)insert with fresh wake_us */

@@ -50,6 +50,20 @@ static size_t chunk_end(const round_entry *es, size_t i, size_t to)
     return j;
 }
 
+/* The renew script's key and three arguments for one hold: its lock key;
+ * "<token>.<to>", the epoch it accepts, the lease it sets. */
+static void entry_args(const round_entry *e, const char **key, size_t *key_len, const char **a, size_t *al)
+{
+    *key = e->lock->keys.lock;
+    *key_len = e->lock->keys.lock_len;
+    a[0] = e->ident;
+    a[1] = e->from_s;
+    a[2] = e->ms_s;
+    al[0] = e->ident_len;
+    al[1] = e->from_len;
+    al[2] = e->ms_len;
+}
+
 /* Appends one batch-renewal script call for es[from, to). */
 static int append_chunk(wl_conn *conn, const round_entry *es, size_t from, size_t to, bool use_eval)
 {
@@ -59,27 +73,9 @@ static int append_chunk(wl_conn *conn, const round_entry *es, size_t from, size_
     int rc = -1;
     if (argv != NULL && lens != NULL) {
         char nkeys[24];
-        wl_fmt_i64(nkeys, (int64_t)n);
-        const wl_script *script = &wl_scripts[WL_SCRIPT_RENEW];
-        use_eval = use_eval || !wl_scripts_have_sha();
-        argv[0] = use_eval ? "EVAL" : "EVALSHA";
-        argv[1] = use_eval ? script->body : script->sha;
-        argv[2] = nkeys;
-        for (size_t k = 0; k < 3; k++)
-            lens[k] = strlen(argv[k]);
-        for (size_t i = 0; i < n; i++) {
-            const round_entry *e = &es[from + i];
-            argv[3 + i] = e->lock->keys.lock;
-            lens[3 + i] = e->lock->keys.lock_len;
-            const char **a = argv + 3 + n + 3 * i;
-            size_t *al = lens + 3 + n + 3 * i;
-            a[0] = e->ident;
-            a[1] = e->from_s;
-            a[2] = e->ms_s;
-            al[0] = e->ident_len;
-            al[1] = e->from_len;
-            al[2] = e->ms_len;
-        }
+        wl_script_head(WL_SCRIPT_RENEW, use_eval, (int64_t)n, nkeys, argv, lens);
+        for (size_t i = 0; i < n; i++)
+            entry_args(&es[from + i], &argv[3 + i], &lens[3 + i], argv + 3 + n + 3 * i, lens + 3 + n + 3 * i);
         rc = wl_conn_append(conn, (int)argc, argv, lens);
     }
     free(argv);
@@ -129,9 +125,8 @@ static bool queue_node(watchlock_client *c, node_round *g, round_entry *es, int6
     if (c->server.ep.min_replicas > 0) {
         char n[16], ms[24];
         int64_t budget = c->server.ep.min_replicas_timeout_ms < t_ms ? c->server.ep.min_replicas_timeout_ms : t_ms;
-        snprintf(n, sizeof n, "%d", c->server.ep.min_replicas);
-        snprintf(ms, sizeof ms, "%" PRId64, budget);
-        const char *argv[3] = {"WAIT", n, ms};
+        const char *argv[3];
+        wl_wait_args(&c->server, budget, n, ms, argv);
         if (wl_conn_append(node->wd_conn, 3, argv, NULL) != 0) {
             fail_node(g, "out of memory");
             return false;
@@ -290,25 +285,6 @@ static int by_node_then_slot(const void *a, const void *b)
     return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-/* min_replicas: whether enough replicas acknowledged conn's writes
- * (WAIT on the connection that wrote). */
-static bool replicas_acked(watchlock_client *c, wl_conn *conn)
-{
-    const wl_endpoint *ep = &c->server.ep;
-    char n[16], ms[24];
-    snprintf(n, sizeof n, "%d", ep->min_replicas);
-    snprintf(ms, sizeof ms, "%" PRId64, ep->min_replicas_timeout_ms);
-    const char *argv[3] = {"WAIT", n, ms};
-    int64_t saved = wl_conn_timeout(conn);
-    wl_conn_set_timeout(conn, ep->min_replicas_timeout_ms + saved); /* the server waits first */
-    redisReply *r = wl_conn_command(conn, 3, argv, NULL);
-    wl_conn_set_timeout(conn, saved);
-    bool ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= ep->min_replicas;
-    if (r != NULL)
-        freeReplyObject(r);
-    return ok;
-}
-
 /* A redirected renewal, once more on its own, following MOVED (the map is
  * updated and the script sent to the slot's new node) and ASK (ASKING +
  * the script at the importing node, the map unchanged) through
@@ -317,15 +293,19 @@ static bool replicas_acked(watchlock_client *c, wl_conn *conn)
  * enough replicas have it. */
 static void renew_alone(watchlock_client *c, round_entry *e)
 {
-    const char *argv[4] = {e->lock->keys.lock, e->ident, e->from_s, e->ms_s};
-    size_t lens[4] = {e->lock->keys.lock_len, e->ident_len, e->from_len, e->ms_len};
+    const char *argv[4];
+    size_t lens[4];
+    entry_args(e, &argv[0], &lens[0], argv + 1, lens + 1);
     redisReply *r;
     wl_conn *wrote = NULL;
     wl_conn **keep = c->server.ep.min_replicas > 0 ? &wrote : NULL;
-    if (wl_run_script_keep(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, "renew", keep) == WATCHLOCK_OK) {
+    if (wl_run_script_keep(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, "renew", keep, NULL) == WATCHLOCK_OK) {
         e->result = wl_reply_renew(r, 1, 0);
         freeReplyObject(r);
-        if (wrote != NULL && e->result == WL_WRITE_OK && !replicas_acked(c, wrote))
+        long long acked;
+        if (wrote != NULL && e->result == WL_WRITE_OK &&
+            (wl_node_wait_replicas(&c->server, wrote, "renew", &acked) != WATCHLOCK_OK ||
+             acked < c->server.ep.min_replicas))
             e->result = WL_WRITE_FAILED;
     }
     wl_server_put(&c->server, wrote); /* not pooled under Cluster: freed */

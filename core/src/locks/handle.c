@@ -202,30 +202,43 @@ int watchlock_lock_abandon(watchlock_lock *l)
 
 /* ---- options ---- */
 
-#define WITH_LOCK_STATE(l, body)                                                                   \
-    do {                                                                                           \
-        int rc_ = wl_check_lock(l);                                                                \
-        if (rc_ != WATCHLOCK_OK)                                                                   \
-            return rc_;                                                                            \
-        pthread_mutex_lock(&(l)->client->mu);                                                      \
-        body;                                                                                      \
-        pthread_mutex_unlock(&(l)->client->mu);                                                    \
-        return WATCHLOCK_OK;                                                                       \
-    } while (0)
+/* The setters' frame: the handle checked, then client->mu held until
+ * set_end. OK, or the check's error with nothing taken. */
+static int set_begin(watchlock_lock *l)
+{
+    int rc = wl_check_lock(l);
+    if (rc == WATCHLOCK_OK)
+        pthread_mutex_lock(&l->client->mu);
+    return rc;
+}
+
+static int set_end(watchlock_lock *l)
+{
+    pthread_mutex_unlock(&l->client->mu);
+    return WATCHLOCK_OK;
+}
 
 int watchlock_lock_set_lease(watchlock_lock *l, int64_t lease_ms)
 {
     if (l != NULL && (lease_ms <= 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS))
         return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms", l->quoted,
                        lease_ms);
-    WITH_LOCK_STATE(l, l->lease_ms = lease_ms);
+    int rc = set_begin(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    l->lease_ms = lease_ms;
+    return set_end(l);
 }
 
 int watchlock_lock_set_auto_renew(watchlock_lock *l, int on)
 {
     if (l != NULL && on != 0 && on != 1)
         return wl_fail(WATCHLOCK_EINVAL, "lock %s: auto-renew must be 0 or 1, got %d", l->quoted, on);
-    WITH_LOCK_STATE(l, l->auto_renew = on != 0);
+    int rc = set_begin(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    l->auto_renew = on != 0;
+    return set_end(l);
 }
 
 int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
@@ -253,22 +266,32 @@ int watchlock_lock_set_max_renewals(watchlock_lock *l, int64_t max)
 {
     if (l != NULL && max < 0)
         return wl_fail(WATCHLOCK_EINVAL, "lock %s: max renewals must be >= 0 (0 = unlimited)", l->quoted);
-    WITH_LOCK_STATE(l, l->max_renewals = max);
+    int rc = set_begin(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    l->max_renewals = max;
+    return set_end(l);
 }
 
 int watchlock_lock_set_max_hold(watchlock_lock *l, int64_t max_hold_ms)
 {
     if (l != NULL && (max_hold_ms < 0 || max_hold_ms > WATCHLOCK_MAX_LEASE_MS * 100))
         return wl_fail(WATCHLOCK_EINVAL, "lock %s: max hold must be >= 0 ms (0 = unlimited)", l->quoted);
-    WITH_LOCK_STATE(l, l->max_hold_ms = max_hold_ms);
+    int rc = set_begin(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    l->max_hold_ms = max_hold_ms;
+    return set_end(l);
 }
 
 int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *userdata)
 {
-    WITH_LOCK_STATE(l, {
-        l->on_lost = fn;
-        l->on_lost_data = userdata;
-    });
+    int rc = set_begin(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    l->on_lost = fn;
+    l->on_lost_data = userdata;
+    return set_end(l);
 }
 
 int watchlock_lock_set_owner_label(watchlock_lock *l, const char *label)
@@ -298,16 +321,21 @@ int watchlock_lock_set_owner_label(watchlock_lock *l, const char *label)
  * attempt began, this host's name and this process's pid. */
 /* ---- queries (no I/O) ---- */
 
-#define READ_LOCK_STATE(l, type, fallback, expr)                                                   \
-    do {                                                                                           \
-        if ((l) == NULL || (l)->fork_gen != wl_fork_generation())                                  \
-            return (fallback);                                                                     \
-        watchlock_client *c_ = (l)->client;                                                        \
-        pthread_mutex_lock(&c_->mu);                                                               \
-        type v_ = (expr);                                                                          \
-        pthread_mutex_unlock(&c_->mu);                                                             \
-        return v_;                                                                                 \
-    } while (0)
+/* The getters' frame: false for a handle that cannot be read here (NULL,
+ * or the parent's after fork: the getter answers its default); else
+ * client->mu is held until read_end. */
+static bool read_begin(const watchlock_lock *l)
+{
+    if (l == NULL || l->fork_gen != wl_fork_generation())
+        return false;
+    pthread_mutex_lock(&l->client->mu);
+    return true;
+}
+
+static void read_end(const watchlock_lock *l)
+{
+    pthread_mutex_unlock(&l->client->mu);
+}
 
 /* The state as the caller should see it: a HELD lock past its local
  * deadline is LOST even if the loss timer (starved of CPU, or just resumed
@@ -342,12 +370,20 @@ static int lost_reason_of(const watchlock_lock *l)
 
 int watchlock_lock_state(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int, WATCHLOCK_UNLOCKED, state_of(l));
+    if (!read_begin(l))
+        return WATCHLOCK_UNLOCKED;
+    int v = state_of(l);
+    read_end(l);
+    return v;
 }
 
 int watchlock_lock_lost_reason(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int, WATCHLOCK_LOST_NONE, lost_reason_of(l));
+    if (!read_begin(l))
+        return WATCHLOCK_LOST_NONE;
+    int v = lost_reason_of(l);
+    read_end(l);
+    return v;
 }
 
 static int64_t remaining(const watchlock_lock *l)
@@ -360,22 +396,38 @@ static int64_t remaining(const watchlock_lock *l)
 
 int64_t watchlock_lock_remaining_ms(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int64_t, 0, remaining(l));
+    if (!read_begin(l))
+        return 0;
+    int64_t v = remaining(l);
+    read_end(l);
+    return v;
 }
 
 int64_t watchlock_lock_fencing_token(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int64_t, 0, l->fence);
+    if (!read_begin(l))
+        return 0;
+    int64_t v = l->fence;
+    read_end(l);
+    return v;
 }
 
 int64_t watchlock_lock_hold_count(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int64_t, 0, l->state == WATCHLOCK_UNLOCKED ? 0 : l->hold_count);
+    if (!read_begin(l))
+        return 0;
+    int64_t v = l->state == WATCHLOCK_UNLOCKED ? 0 : l->hold_count;
+    read_end(l);
+    return v;
 }
 
 int64_t watchlock_lock_renewals(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int64_t, 0, l->renewals);
+    if (!read_begin(l))
+        return 0;
+    int64_t v = l->renewals;
+    read_end(l);
+    return v;
 }
 
 const char *watchlock_lock_name(const watchlock_lock *l, size_t *len)
@@ -392,7 +444,11 @@ uint64_t watchlock_lock_id(const watchlock_lock *l)
 
 int64_t watchlock_lock_lease(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int64_t, 0, l->lease_ms);
+    if (!read_begin(l))
+        return 0;
+    int64_t v = l->lease_ms;
+    read_end(l);
+    return v;
 }
 
 /* lost_reason is set by wl_lose and cleared only by the next successful
@@ -400,5 +456,9 @@ int64_t watchlock_lock_lease(const watchlock_lock *l)
  * loss (NONE when that hold was released normally). */
 int watchlock_lock_last_lost_reason(const watchlock_lock *l)
 {
-    READ_LOCK_STATE(l, int, WATCHLOCK_LOST_NONE, l->state == WATCHLOCK_UNLOCKED ? l->lost_reason : lost_reason_of(l));
+    if (!read_begin(l))
+        return WATCHLOCK_LOST_NONE;
+    int v = l->state == WATCHLOCK_UNLOCKED ? l->lost_reason : lost_reason_of(l);
+    read_end(l);
+    return v;
 }

@@ -90,45 +90,18 @@ static bool held_now(const watchlock_lock *l)
     return l->state == WATCHLOCK_HELD && !l->releasing && wl_now_us() < l->deadline_us;
 }
 
-static void release_on_fresh_connection(watchlock_client *c, const wl_release_args *a)
-{
-    wl_conn *ctx;
-    uint64_t pin = wl_server_pin(&c->server); /* cluster.c: the node stays valid while used */
-    wl_server *node = wl_server_route(&c->server, a->argv[0], a->lens[0]);
-    int rc = node == NULL ? WATCHLOCK_ECONN : wl_server_connect(node, 0, &ctx);
-    wl_server_unpin(&c->server, pin);
-    if (rc != WATCHLOCK_OK)
-        return;
-    redisReply *reply = NULL;
-    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, a->argv, a->lens) == 0 &&
-        wl_conn_get_reply(ctx, &reply) == 0)
-        freeReplyObject(reply);
-    wl_conn_free(ctx);
-}
-
 /* min_replicas: WAIT on the connection that wrote the key (WAIT counts
  * the replicas that have this connection's writes). OK, EREPLICAS when
  * fewer acknowledged within min_replicas_timeout, or a connection error. */
 static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what, const char *outcome)
 {
     const wl_endpoint *ep = &c->server.ep;
-    char n[16], ms[24];
-    snprintf(n, sizeof n, "%d", ep->min_replicas);
-    snprintf(ms, sizeof ms, "%" PRId64, ep->min_replicas_timeout_ms);
-    const char *argv[3] = {"WAIT", n, ms};
-    int64_t saved = wl_conn_timeout(conn);
-    wl_conn_set_timeout(conn, ep->min_replicas_timeout_ms + saved); /* the server waits first */
-    redisReply *r = wl_conn_command(conn, 3, argv, NULL);
-    wl_conn_set_timeout(conn, saved);
-    if (r == NULL)
-        return wl_conn_error(&c->server, conn, what);
-    int rc = wl_reply_error(&c->server, r, what);
-    if (rc == WATCHLOCK_OK && (r->type != REDIS_REPLY_INTEGER || r->integer < ep->min_replicas))
+    long long acked;
+    int rc = wl_node_wait_replicas(&c->server, conn, what, &acked);
+    if (rc == WATCHLOCK_OK && acked < ep->min_replicas)
         rc = wl_fail(WATCHLOCK_EREPLICAS,
                      "%s: %lld of min_replicas=%d replicas acknowledged the write within %" PRId64 " ms; %s",
-                     what, r->type == REDIS_REPLY_INTEGER ? r->integer : 0LL, ep->min_replicas,
-                     ep->min_replicas_timeout_ms, outcome);
-    freeReplyObject(r);
+                     what, acked, ep->min_replicas, ep->min_replicas_timeout_ms, outcome);
     return rc;
 }
 
@@ -243,9 +216,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
                       (l->name_stored_us == 0 || wl_now_us() - l->name_stored_us >= NAME_REFRESH_US);
     pthread_mutex_unlock(&c->mu);
     if (drop_old) {
-        redisReply *r;
-        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, old.argv, old.lens, &r, "release") == WATCHLOCK_OK)
-            freeReplyObject(r);
+        wl_release_best_effort(&c->server, &old);
     }
 
     char lease_s[24], fence_ttl_s[24];
@@ -281,7 +252,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         rc = acquire_fast(c, argv, lens, what, keep, &acquired, &value);
     if (rc == WATCHLOCK_OK && !acquired) {
         redisReply *r;
-        rc = wl_run_script_keep(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nargs, argv, lens, &r, what, keep);
+        rc = wl_run_script_keep(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nargs, argv, lens, &r, what, keep, NULL);
         if (rc == WATCHLOCK_OK) {
             if (!wl_reply_acquire(r, &acquired, &value)) {
                 wl_server_put(&c->server, wrote);
@@ -315,9 +286,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         wl_release_args a;
         wl_release_args_make(l, &a);
         pthread_mutex_unlock(&c->mu);
-        redisReply *rr;
-        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &rr, "release") == WATCHLOCK_OK)
-            freeReplyObject(rr);
+        wl_release_best_effort(&c->server, &a);
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(rc, "%s", msg);
     }
@@ -330,7 +299,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         wl_release_args a;
         wl_release_args_make(l, &a);
         pthread_mutex_unlock(&c->mu);
-        release_on_fresh_connection(c, &a);
+        wl_release_fresh(&c->server, &a, 1, 0, NULL, "release");
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ECLOSED, "%s: client closed", what);
     }
@@ -344,9 +313,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         wl_release_args a;
         wl_release_args_make(l, &a);
         pthread_mutex_unlock(&c->mu);
-        redisReply *rr;
-        if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &rr, "release") == WATCHLOCK_OK)
-            freeReplyObject(rr);
+        wl_release_best_effort(&c->server, &a);
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ECONN,
                        "%s: the server's reply took %" PRId64 " ms, past the local deadline of a %" PRId64
@@ -511,7 +478,7 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
      * forget it (issue 19 item 1). */
     wl_conn *wrote = NULL;
     wl_conn **keep = c->server.ep.min_replicas > 0 ? &wrote : NULL;
-    rc = wl_run_script_keep(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, what, keep);
+    rc = wl_run_script_keep(&c->server, WL_SCRIPT_RENEW, 1, 3, argv, lens, &r, what, keep, NULL);
     int result = WL_WRITE_FAILED;
     if (rc == WATCHLOCK_OK) {
         result = wl_reply_renew(r, 1, 0);

@@ -9,36 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The release script once more, on a fresh connection whose timeouts end
- * by the hold's deadline. */
-static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t deadline_us, redisReply **out,
-                         const char *what)
-{
-    int64_t cap_ms = (deadline_us - wl_now_us()) / 1000;
-    if (cap_ms < 1)
-        return wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what);
-    wl_conn *ctx;
-    uint64_t pin = wl_server_pin(&c->server); /* cluster.c: the node stays valid while used */
-    wl_server *node = wl_server_route(&c->server, a->argv[0], a->lens[0]);
-    int rc = node == NULL ? WATCHLOCK_ECONN : wl_server_connect(node, cap_ms, &ctx);
-    wl_server_unpin(&c->server, pin);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    redisReply *reply = NULL;
-    if (wl_append_script(ctx, WL_SCRIPT_RELEASE, true, 1, WL_RELEASE_NARGS, a->argv, a->lens) != 0 ||
-        wl_conn_get_reply(ctx, &reply) != 0) {
-        rc = wl_conn_error(&c->server, ctx, what);
-    } else {
-        rc = wl_reply_error(&c->server, reply, what);
-        if (rc == WATCHLOCK_OK)
-            *out = reply;
-        else
-            freeReplyObject(reply);
-    }
-    wl_server_put(&c->server, ctx); /* the node itself without cluster; under it, freed (unpinned node) */
-    return rc;
-}
-
 /* With io_mu held, for a hold whose count reached 0 and that is marked
  * releasing (no longer renewed): deletes the key if it still holds this
  * hold. A first try whose outcome is unknown (the connection failed) is
@@ -61,11 +31,17 @@ static int release_hold(watchlock_lock *l, bool retry)
     char what[160];
     wl_what(what, sizeof what, "release", l->quoted);
     redisReply *r = NULL;
-    int rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what);
-    retry = retry || wl_script_was_resent();
+    bool resent;
+    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what, NULL,
+                                &resent);
+    retry = retry || resent;
     if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
         retry = true;
-        rc = release_fresh(c, &a, deadline, &r, what);
+        /* The release script once more, on a fresh connection whose
+         * timeouts end by the hold's deadline. */
+        int64_t cap_ms = (deadline - wl_now_us()) / 1000;
+        rc = cap_ms < 1 ? wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what)
+                        : wl_release_fresh(&c->server, &a, 1, cap_ms, &r, what);
     }
     int64_t result = 0;
     if (r != NULL) {
@@ -144,9 +120,7 @@ int watchlock_lock_release(watchlock_lock *l)
             /* Declared lost by the local deadline: the key may still hold
              * this hold for the safety margin. Delete it if so (checked, so
              * never someone else's) to wake waiters now. */
-            redisReply *r;
-            if (wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, "release") == WATCHLOCK_OK)
-                freeReplyObject(r);
+            wl_release_best_effort(&c->server, &a);
         }
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s was lost (%s) before release", l->quoted,

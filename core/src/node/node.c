@@ -13,6 +13,7 @@
 #include "node/node.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,6 +341,18 @@ void wl_server_put(wl_server *srv, wl_conn *conn)
     wl_conn_free(conn);
 }
 
+void wl_script_head(int script, bool use_body, int64_t nkeys, char nk[24], const char **argv, size_t *lens)
+{
+    wl_fmt_i64(nk, nkeys);
+    use_body = use_body || !wl_scripts_have_sha();
+    argv[0] = use_body ? "EVAL" : "EVALSHA";
+    argv[1] = use_body ? wl_scripts[script].body : wl_scripts[script].sha;
+    argv[2] = nk;
+    lens[0] = strlen(argv[0]);
+    lens[1] = strlen(argv[1]);
+    lens[2] = strlen(nk);
+}
+
 int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int nargs, const char *const *argv,
                      const size_t *argvlen)
 {
@@ -350,14 +363,7 @@ int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int na
     int total = nkeys + nargs;
     if (total > MAX_ARGS)
         return -1;
-    wl_fmt_i64(nk, nkeys);
-    use_body = use_body || !wl_scripts_have_sha();
-    av[0] = use_body ? "EVAL" : "EVALSHA";
-    av[1] = use_body ? wl_scripts[script].body : wl_scripts[script].sha;
-    av[2] = nk;
-    al[0] = strlen(av[0]);
-    al[1] = strlen(av[1]);
-    al[2] = strlen(nk);
+    wl_script_head(script, use_body, nkeys, nk, av, al);
     for (int i = 0; i < total; i++) {
         av[3 + i] = argv[i];
         al[3 + i] = argvlen[i];
@@ -437,4 +443,51 @@ void wl_scripts_learn(wl_conn *conn)
     if (!ok)
         return;
     wl_scripts_set_shas((const char(*)[41])shas);
+}
+
+int wl_node_ping(wl_server *srv)
+{
+    wl_conn *ctx;
+    bool reused;
+    int rc = wl_server_get(srv, &ctx, &reused);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    const char *ping[1] = {"PING"};
+    redisReply *r = wl_conn_command(ctx, 1, ping, NULL);
+    rc = r == NULL ? wl_conn_error(srv, ctx, "PING failed") : wl_reply_error(srv, r, "PING failed");
+    if (r != NULL)
+        freeReplyObject(r);
+    if (rc == WATCHLOCK_OK)
+        wl_scripts_learn(ctx);
+    wl_server_put(srv, ctx);
+    return rc;
+}
+
+void wl_wait_args(const wl_server *srv, int64_t timeout_ms, char n[16], char ms[24], const char *argv[3])
+{
+    snprintf(n, 16, "%d", srv->ep.min_replicas);
+    snprintf(ms, 24, "%" PRId64, timeout_ms);
+    argv[0] = "WAIT";
+    argv[1] = n;
+    argv[2] = ms;
+}
+
+int wl_node_wait_replicas(wl_server *srv, wl_conn *conn, const char *what, long long *acked)
+{
+    const wl_endpoint *ep = &srv->ep;
+    char n[16], ms[24];
+    const char *argv[3];
+    wl_wait_args(srv, ep->min_replicas_timeout_ms, n, ms, argv);
+    *acked = 0;
+    int64_t saved = wl_conn_timeout(conn);
+    wl_conn_set_timeout(conn, ep->min_replicas_timeout_ms + saved); /* the server waits first */
+    redisReply *r = wl_conn_command(conn, 3, argv, NULL);
+    wl_conn_set_timeout(conn, saved);
+    if (r == NULL)
+        return wl_conn_error(srv, conn, what);
+    int rc = wl_reply_error(srv, r, what);
+    if (rc == WATCHLOCK_OK && r->type == REDIS_REPLY_INTEGER)
+        *acked = r->integer;
+    freeReplyObject(r);
+    return rc;
 }

@@ -102,6 +102,19 @@ int wl_node_script_once(wl_server *srv, wl_conn *conn, int script, int nkeys, in
                         bool asking);
 /* SCRIPT LOAD of every script on conn, once per process (scripts.c keeps the SHA1s). */
 void wl_scripts_learn(wl_conn *conn);
+/* PING on a pooled connection; on OK, SCRIPT LOAD once per process (client open). */
+int wl_node_ping(wl_server *srv);
+/* min_replicas: WAIT on the connection that wrote (WAIT counts the
+ * replicas that have this connection's writes), for ep.min_replicas
+ * within ep.min_replicas_timeout_ms. OK with *acked (0 for a reply that is
+ * no integer), or the connection's or the reply's error. */
+int wl_node_wait_replicas(wl_server *srv, wl_conn *conn, const char *what, long long *acked);
+/* WAIT's arguments (ep.min_replicas within timeout_ms) into argv, with
+ * their digits in n and ms: for a WAIT pipelined by the caller. */
+void wl_wait_args(const wl_server *srv, int64_t timeout_ms, char n[16], char ms[24], const char *argv[3]);
+/* The first three arguments of a script call: EVALSHA sha (or EVAL body
+ * when use_body or no SHA1 is known), numkeys (its digits in nk). */
+void wl_script_head(int script, bool use_body, int64_t nkeys, char nk[24], const char **argv, size_t *lens);
 
 /* ---- subscriber (subscriber.c) ---- */
 typedef struct wl_sub_entry wl_sub_entry;

@@ -49,13 +49,6 @@ void wl_server_unpin(wl_server *srv, uint64_t pin)
         wl_cluster_unpin(srv->cluster, pin);
 }
 
-static _Thread_local bool script_resent;
-
-bool wl_script_was_resent(void)
-{
-    return script_resent;
-}
-
 #define MAX_REDIRECTS 8
 #define TRYAGAIN_PAUSE_US 20000
 
@@ -72,24 +65,27 @@ static wl_server *reroute_after_failure(wl_server *srv, wl_server *failed, int n
 }
 
 static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
-                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep);
+                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep,
+                             bool *resent);
 
 int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
-                       const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep)
+                       const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep, bool *resent)
 {
     uint64_t pin = wl_server_pin(srv); /* the nodes it routes to stay valid */
-    int rc = run_script_pinned(srv, script, nkeys, nargs, argv, argvlen, out, what, keep);
+    int rc = run_script_pinned(srv, script, nkeys, nargs, argv, argvlen, out, what, keep, resent);
     wl_server_unpin(srv, pin);
     return rc;
 }
 
 static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
-                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep)
+                             const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep,
+                             bool *resent)
 {
     *out = NULL;
     if (keep != NULL)
         *keep = NULL;
-    script_resent = false;
+    if (resent != NULL)
+        *resent = false;
     /* Under Cluster: the node of the first key's slot, then wherever
      * MOVED/ASK point, within the command timeout. */
     wl_server *node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
@@ -173,7 +169,8 @@ static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, c
         }
         if (!retry || retries++ > 0)
             return rc;
-        script_resent = true;
+        if (resent != NULL)
+            *resent = true;
         if (srv->cluster != NULL && readonly) { /* a failed-over master: ask where the slot is now */
             wl_cluster_refresh(srv->cluster, true);
             node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
@@ -268,5 +265,5 @@ static int run_pipeline_pinned(wl_server *srv, int ncmds, const wl_cmd *cmds, re
 int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv, const size_t *argvlen,
                   redisReply **out, const char *what)
 {
-    return wl_run_script_keep(srv, script, nkeys, nargs, argv, argvlen, out, what, NULL);
+    return wl_run_script_keep(srv, script, nkeys, nargs, argv, argvlen, out, what, NULL, NULL);
 }

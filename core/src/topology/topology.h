@@ -67,9 +67,13 @@ int wl_run_script(wl_server *srv, int script, int nkeys, int nargs, const char *
                   const size_t *argvlen, redisReply **out, const char *what);
 /* The same, handing the connection to the caller on OK (*keep; give it
  * back with wl_server_put): for commands that only mean something on the
- * connection that wrote (WAIT). keep NULL = wl_run_script. */
+ * connection that wrote (WAIT). resent (may be NULL): whether the script
+ * was sent a second time (after a pooled connection failed at once); the
+ * first try may still have run on the server (a reply lost on its way back
+ * looks the same), which matters to scripts that are not idempotent:
+ * release. keep and resent NULL = wl_run_script. */
 int wl_run_script_keep(wl_server *srv, int script, int nkeys, int nargs, const char *const *argv,
-                       const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep);
+                       const size_t *argvlen, redisReply **out, const char *what, wl_conn **keep, bool *resent);
 /* One plain command of a pipeline (lens may be NULL: C strings). */
 typedef struct wl_cmd {
     int argc;
@@ -85,9 +89,4 @@ typedef struct wl_cmd {
  * (the connection belongs to the routed node). */
 int wl_run_pipeline(wl_server *srv, int ncmds, const wl_cmd *cmds, redisReply **replies, const char *what,
                     wl_conn **keep);
-/* Whether this thread's last wl_run_script sent its script a second time
- * (after a pooled connection failed at once). The first try may still have
- * run on the server (a reply lost on its way back looks the same), which
- * matters to scripts that are not idempotent: release. */
-bool wl_script_was_resent(void);
 #endif
