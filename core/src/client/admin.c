@@ -439,13 +439,9 @@ int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const 
      * every master, from a fresh slot map. */
     static const char digests[] = "watchlock:{%H*}";
     wl_server *nodes[256];
-    size_t n_nodes = 1;
-    nodes[0] = &c->server;
+    size_t n_nodes;
     uint64_t pin = wl_server_pin(&c->server); /* the masters listed stay valid */
-    if (c->server.cluster != NULL) {
-        rc = wl_cluster_refresh(c->server.cluster, true);
-        n_nodes = rc == WATCHLOCK_OK ? wl_cluster_masters(c->server.cluster, nodes, 256) : 0;
-    }
+    rc = wl_server_masters(&c->server, nodes, 256, &n_nodes);
     for (int pass = 0; pass < (pattern_len > 0 ? 2 : 1) && rc == WATCHLOCK_OK; pass++) {
         const char *glob = pass == 0 ? kglob : digests;
         size_t glob_len = pass == 0 ? kglob_len : sizeof digests - 1;

@@ -499,7 +499,7 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *client)
         return rc;
     checker k;
     memset(&k, 0, sizeof k);
-    k.sharded = client->server.cluster != NULL;
+    k.sharded = wl_server_sharded(&client->server);
     k.report = wl_report_new();
     if (k.report == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "check: out of memory");

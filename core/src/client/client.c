@@ -45,33 +45,10 @@ void wl_client_unref(watchlock_client *c)
         client_free(c);
 }
 
-/* With a pin held (cluster): the subscriber of the node serving the channel. */
-static wl_subscriber *node_sub_pinned(watchlock_client *c, const char *channel, size_t len)
-{
-    wl_server *node = wl_server_route(&c->server, channel, len);
-    if (node == NULL)
-        return NULL;
-    bool closed = atomic_load(&c->closed);
-    pthread_mutex_lock(&node->mu);
-    /* A node that left the map gets no new subscriber (its own, if any,
-     * still takes joins: they come back moved). */
-    if (node->sub == NULL && !closed && !node->retired && (node->sub = wl_subscriber_new(node)) != NULL)
-        wl_subscriber_set_sharded(node->sub);
-    wl_subscriber *sub = node->sub;
-    bool retired = node->retired;
-    pthread_mutex_unlock(&node->mu);
-    if (sub == NULL)
-        wl_fail(closed ? WATCHLOCK_ECLOSED : retired ? WATCHLOCK_ECONN : WATCHLOCK_ENOMEM, "no subscriber for %s%s",
-                node->label, retired ? " (it left the cluster)" : "");
-    return sub;
-}
-
 wl_subscriber *wl_client_sub(watchlock_client *c, const char *channel, size_t len)
 {
-    if (c->server.cluster == NULL)
-        return c->sub;
     uint64_t pin = wl_server_pin(&c->server);
-    wl_subscriber *sub = node_sub_pinned(c, channel, len);
+    wl_subscriber *sub = wl_server_subscriber(&c->server, channel, len, atomic_load(&c->closed), c->sub);
     wl_server_unpin(&c->server, pin); /* the pointer is only compared after this */
     return sub;
 }
@@ -81,7 +58,7 @@ int wl_client_join(watchlock_client *c, const char *channel, size_t len, const c
 {
     *entry = NULL;
     uint64_t pin = wl_server_pin(&c->server); /* the node's subscriber stays until joined */
-    *sub = c->server.cluster == NULL ? c->sub : node_sub_pinned(c, channel, len);
+    *sub = wl_server_subscriber(&c->server, channel, len, atomic_load(&c->closed), c->sub);
     int rc = *sub == NULL ? wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error())
                           : wl_sub_join(*sub, channel, len, entry);
     wl_server_unpin(&c->server, pin);
@@ -186,7 +163,7 @@ void watchlock_client_close(watchlock_client *c)
     wl_subscriber_stop(c->sub);
     wl_server *node;
     uint64_t pin = wl_server_pin(&c->server);
-    for (size_t i = 0; c->server.cluster && (node = wl_cluster_node(c->server.cluster, i)) != NULL; i++) {
+    for (size_t i = 0; (node = wl_server_node(&c->server, i)) != NULL; i++) {
         pthread_mutex_lock(&node->mu); /* wl_client_sub makes no new one: c->closed */
         wl_subscriber *sub = node->sub;
         pthread_mutex_unlock(&node->mu);
@@ -196,9 +173,10 @@ void watchlock_client_close(watchlock_client *c)
 
     /* Release what was held, best effort, pipelined (one by one, routed
      * by key, under Cluster). */
-    for (size_t i = 0; c->server.cluster != NULL && i < k; i++)
+    bool sharded = wl_server_sharded(&c->server);
+    for (size_t i = 0; sharded && i < k; i++)
         wl_release_best_effort(&c->server, &args[i]);
-    if (c->server.cluster == NULL && k > 0)
+    if (!sharded && k > 0)
         wl_release_fresh(&c->server, args, k, 0, NULL, "release");
     for (size_t i = 0; i < k; i++)
         held[i]->ops->unref(held[i]);
@@ -336,16 +314,14 @@ int64_t watchlock_client_stat(watchlock_client *c, int which)
     if (which == WATCHLOCK_STAT_SUBSCRIBE_DENIED) { /* subscriber.mu: never under client.mu */
         int64_t n = wl_sub_denied(c->sub);
         wl_server *node;
-        if (c->server.cluster == NULL)
-            return n;
         uint64_t pin = wl_server_pin(&c->server);
-        for (size_t i = 0; (node = wl_cluster_node(c->server.cluster, i)) != NULL; i++) {
+        for (size_t i = 0; (node = wl_server_node(&c->server, i)) != NULL; i++) {
             pthread_mutex_lock(&node->mu);
             wl_subscriber *sub = node->sub;
             pthread_mutex_unlock(&node->mu);
             n += sub ? wl_sub_denied(sub) : 0;
         }
-        n += wl_cluster_retired_denied(c->server.cluster);
+        n += wl_server_retired_denied(&c->server);
         wl_server_unpin(&c->server, pin);
         return n;
     }

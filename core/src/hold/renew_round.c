@@ -163,8 +163,8 @@ static void take_reply(watchlock_client *c, node_round *g, round_entry *es, redi
     if (wl_parse_redirect(r, &rd)) {
         for (size_t i = from; i < to; i++)
             es[i].redirected = true;
-        if (c->server.cluster != NULL && rd.kind == WL_REDIRECT_MOVED)
-            wl_cluster_moved(c->server.cluster, rd.slot, rd.host[0] ? rd.host : g->node->host, rd.port);
+        if (rd.kind == WL_REDIRECT_MOVED)
+            wl_server_moved(&c->server, rd.slot, rd.host[0] ? rd.host : g->node->host, rd.port);
         return;
     }
     bool noscript = !use_eval && wl_reply_is_noscript(r);
@@ -317,18 +317,19 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
         cap_ms = 1;
     uint64_t pin = wl_server_pin(&c->server); /* cluster.c: the round's nodes stay valid */
     int64_t t = c->server.ep.command_timeout_ms < cap_ms ? c->server.ep.command_timeout_ms : cap_ms;
+    bool sharded = wl_server_sharded(&c->server);
     for (size_t i = 0; i < n; i++) {
         es[i].result = WL_WRITE_FAILED;
         es[i].need_eval = es[i].redirected = false;
-        if (c->server.cluster != NULL) {
+        if (sharded) {
             es[i].slot = wl_key_slot(es[i].lock->keys.lock, es[i].lock->keys.lock_len);
-            es[i].node = wl_cluster_route(c->server.cluster, es[i].slot); /* NULL: stays FAILED, retried */
+            es[i].node = wl_server_route_slot(&c->server, es[i].slot); /* NULL: stays FAILED, retried */
         } else {
             es[i].slot = 0;
             es[i].node = &c->server;
         }
     }
-    if (c->server.cluster != NULL)
+    if (sharded)
         qsort(es, n, sizeof *es, by_node_then_slot);
     size_t ng = 0;
     node_round *gs = calloc(n ? n : 1, sizeof *gs);
@@ -355,8 +356,8 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
     for (size_t i = 0; i < n; i++)
         any_failed |= es[i].node == NULL;
     free(gs);
-    if (any_failed && c->server.cluster != NULL)
-        wl_cluster_refresh(c->server.cluster, false); /* a node down or demoted: where are its slots now? */
+    if (any_failed && sharded)
+        wl_server_refresh(&c->server, false); /* a node down or demoted: where are its slots now? */
     /* Redirected renewals once more, one by one (with min_replicas, each
      * with its own WAIT on the connection that ran it). */
     int64_t end = wl_now_us() + cap_ms * 1000;
@@ -373,11 +374,9 @@ void wl_renew_round_close(watchlock_client *c)
 {
     wl_conn_free(c->server.wd_conn);
     c->server.wd_conn = NULL;
-    if (c->server.cluster == NULL)
-        return;
     wl_server *node;
     uint64_t pin = wl_server_pin(&c->server); /* retired nodes: freed with theirs later */
-    for (size_t i = 0; (node = wl_cluster_node(c->server.cluster, i)) != NULL; i++) {
+    for (size_t i = 0; (node = wl_server_node(&c->server, i)) != NULL; i++) {
         wl_conn_free(node->wd_conn);
         node->wd_conn = NULL;
     }

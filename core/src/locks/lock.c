@@ -384,17 +384,18 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     rc = WATCHLOCK_ETIMEDOUT;
     for (;;) {
         if (!resume && (wl_sub_moved(sub, entry) ||
-                        (c->server.cluster != NULL && wl_client_sub(c, l->keys.channel, l->keys.channel_len) != sub))) {
+                        (wl_server_sharded(&c->server) &&
+                         wl_client_sub(c, l->keys.channel, l->keys.channel_len) != sub))) {
             /* Cluster: the channel's slot moved (or its node failed over);
              * follow it. */
             wl_redirect rd;
             bool redirected = wl_sub_take_redirect(sub, &rd);
             wl_sub_leave(sub, entry);
             entry = NULL;
-            if (c->server.cluster != NULL && redirected)
-                wl_cluster_moved(c->server.cluster, rd.slot, rd.host, rd.port);
-            else if (c->server.cluster != NULL)
-                wl_cluster_refresh(c->server.cluster, true); /* the slot moved: a fresh map */
+            if (redirected)
+                wl_server_moved(&c->server, rd.slot, rd.host, rd.port);
+            else
+                wl_server_refresh(&c->server, true); /* the slot moved: a fresh map */
             if ((rc = wl_wait_join(l, &sub, &entry)) != WATCHLOCK_OK)
                 return rc;
         }

@@ -26,6 +26,7 @@ typedef struct wl_node_hooks {
 
 struct wl_server {
     const wl_node_hooks *hooks; /* the topology's (see above); NULL for a node of its own */
+    const struct wl_topology_ops *topo; /* the client's server: its topology's table (topology.h); NULL for a node */
     wl_endpoint ep;
     wl_tls *tls;        /* NULL for plain URLs; shared by every connection */
     pthread_mutex_t mu; /* guards the pool, closed and the address */

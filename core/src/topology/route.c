@@ -13,40 +13,78 @@
 
 wl_server *wl_server_route(wl_server *srv, const void *key, size_t len)
 {
-    if (srv->cluster == NULL)
-        return srv;
-    return wl_cluster_route(srv->cluster, wl_key_slot(key, len));
+    return srv->topo != NULL ? srv->topo->route(srv, key, len) : srv;
+}
+
+wl_server *wl_server_route_slot(wl_server *srv, int slot)
+{
+    return srv->topo != NULL ? srv->topo->route_slot(srv, slot) : srv;
 }
 
 const char *wl_publish_command(const wl_server *srv)
 {
-    return srv->ep.kind == WL_KIND_CLUSTER ? "SPUBLISH" : "PUBLISH";
+    return srv->topo != NULL ? srv->topo->publish : "PUBLISH";
+}
+
+bool wl_server_sharded(const wl_server *srv)
+{
+    return srv->topo != NULL && srv->topo->sharded;
 }
 
 wl_server *wl_server_any(wl_server *srv)
 {
-    if (srv->cluster == NULL)
-        return srv;
-    wl_server *node;
-    if (wl_cluster_masters(srv->cluster, &node, 1) == 1)
-        return node;
-    int rc = wl_cluster_refresh(srv->cluster, true);
-    if (rc == WATCHLOCK_OK && wl_cluster_masters(srv->cluster, &node, 1) == 1)
-        return node;
-    if (rc == WATCHLOCK_OK)
-        wl_fail(WATCHLOCK_ECONN, "no cluster node serves any slot (%s)", srv->ep.label);
-    return NULL;
+    return srv->topo != NULL ? srv->topo->any(srv) : srv;
+}
+
+wl_server *wl_server_node_at(wl_server *srv, const char *host, int port)
+{
+    return srv->topo != NULL ? srv->topo->node_at(srv, host, port) : srv;
+}
+
+int wl_server_masters(wl_server *srv, wl_server **out, size_t max, size_t *n)
+{
+    if (srv->topo != NULL)
+        return srv->topo->masters(srv, out, max, n);
+    out[0] = srv;
+    *n = 1;
+    return WATCHLOCK_OK;
+}
+
+wl_server *wl_server_node(wl_server *srv, size_t i)
+{
+    return srv->topo != NULL ? srv->topo->node(srv, i) : NULL;
 }
 
 uint64_t wl_server_pin(wl_server *srv)
 {
-    return srv->cluster != NULL ? wl_cluster_pin(srv->cluster) : 0;
+    return srv->topo != NULL ? srv->topo->pin(srv) : 0;
 }
 
 void wl_server_unpin(wl_server *srv, uint64_t pin)
 {
-    if (srv->cluster != NULL)
-        wl_cluster_unpin(srv->cluster, pin);
+    if (srv->topo != NULL)
+        srv->topo->unpin(srv, pin);
+}
+
+void wl_server_moved(wl_server *srv, int slot, const char *host, int port)
+{
+    if (srv->topo != NULL)
+        srv->topo->moved(srv, slot, host, port);
+}
+
+int wl_server_refresh(wl_server *srv, bool force)
+{
+    return srv->topo != NULL ? srv->topo->refresh(srv, force) : WATCHLOCK_OK;
+}
+
+wl_subscriber *wl_server_subscriber(wl_server *srv, const char *channel, size_t len, bool closed, wl_subscriber *own)
+{
+    return srv->topo != NULL ? srv->topo->subscriber(srv, channel, len, closed, own) : own;
+}
+
+int64_t wl_server_retired_denied(wl_server *srv)
+{
+    return srv->topo != NULL ? srv->topo->retired_denied(srv) : 0;
 }
 
 #define MAX_REDIRECTS 8
@@ -57,9 +95,9 @@ void wl_server_unpin(wl_server *srv, uint64_t pin)
 static wl_server *reroute_after_failure(wl_server *srv, wl_server *failed, int nkeys, const char *const *argv,
                                         const size_t *argvlen)
 {
-    if (srv->cluster == NULL)
+    if (!wl_server_sharded(srv))
         return NULL;
-    wl_cluster_refresh(srv->cluster, false); /* a node went away: where are its slots now? */
+    wl_server_refresh(srv, false); /* a node went away: where are its slots now? */
     wl_server *node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
     return node != failed ? node : NULL;
 }
@@ -98,7 +136,7 @@ static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, c
         wl_conn *conn;
         bool reused;
         int rc = wl_server_get(node, &conn, &reused);
-        if (rc == WATCHLOCK_ECONN && srv->cluster != NULL) {
+        if (rc == WATCHLOCK_ECONN && wl_server_sharded(srv)) {
             /* Not reached, nothing sent: a node that left the cluster (a
              * replaced pod) is asked about once, then the slot's owner now. */
             char msg[400];
@@ -137,7 +175,7 @@ static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, c
         /* MOVED at most MAX_REDIRECTS times (a map in flux); ASK and
          * TRYAGAIN go back and forth while a slot migrates: until the
          * deadline. */
-        if (rd.kind != WL_REDIRECT_NONE && srv->cluster != NULL && in_time &&
+        if (rd.kind != WL_REDIRECT_NONE && wl_server_sharded(srv) && in_time &&
             (rd.kind != WL_REDIRECT_MOVED || redirects++ < MAX_REDIRECTS)) {
             asking = rd.kind == WL_REDIRECT_ASK && rd.port != 0;
             if (rd.port == 0 && (rd.kind == WL_REDIRECT_MOVED || rd.kind == WL_REDIRECT_ASK)) {
@@ -149,18 +187,18 @@ static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, c
                     struct timespec ts = {0, TRYAGAIN_PAUSE_US * 1000};
                     nanosleep(&ts, NULL);
                 }
-                wl_cluster_refresh(srv->cluster, rd.kind == WL_REDIRECT_MOVED);
+                wl_server_refresh(srv, rd.kind == WL_REDIRECT_MOVED);
                 node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
             } else if (rd.kind == WL_REDIRECT_MOVED) {
-                wl_cluster_moved(srv->cluster, rd.slot, rd.host, rd.port);
-                node = wl_cluster_node_at(srv->cluster, rd.host, rd.port);
+                wl_server_moved(srv, rd.slot, rd.host, rd.port);
+                node = wl_server_node_at(srv, rd.host, rd.port);
             } else if (rd.kind == WL_REDIRECT_ASK) {
-                node = wl_cluster_node_at(srv->cluster, rd.host, rd.port);
+                node = wl_server_node_at(srv, rd.host, rd.port);
             } else { /* TRYAGAIN (a migration mid-way), CLUSTERDOWN (a failover): a moment later */
                 struct timespec ts = {0, TRYAGAIN_PAUSE_US * 1000};
                 nanosleep(&ts, NULL);
                 if (rd.kind == WL_REDIRECT_CLUSTERDOWN)
-                    wl_cluster_refresh(srv->cluster, false);
+                    wl_server_refresh(srv, false);
                 node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
             }
             if (node == NULL)
@@ -171,8 +209,8 @@ static int run_script_pinned(wl_server *srv, int script, int nkeys, int nargs, c
             return rc;
         if (resent != NULL)
             *resent = true;
-        if (srv->cluster != NULL && readonly) { /* a failed-over master: ask where the slot is now */
-            wl_cluster_refresh(srv->cluster, true);
+        if (wl_server_sharded(srv) && readonly) { /* a failed-over master: ask where the slot is now */
+            wl_server_refresh(srv, true);
             node = nkeys > 0 ? wl_server_route(srv, argv[0], argvlen[0]) : wl_server_any(srv);
             if (node == NULL)
                 return wl_fail(WATCHLOCK_ECONN, "%s: %s", what, watchlock_last_error());
@@ -218,7 +256,7 @@ static int run_pipeline_pinned(wl_server *srv, int ncmds, const wl_cmd *cmds, re
         wl_conn *conn;
         bool reused;
         int rc = wl_server_get(node, &conn, &reused);
-        if (rc == WATCHLOCK_ECONN && srv->cluster != NULL) { /* as wl_run_script_keep: where are its slots now? */
+        if (rc == WATCHLOCK_ECONN && wl_server_sharded(srv)) { /* as wl_run_script_keep: where are its slots now? */
             const char *key = k->argv[1];
             size_t key_len = k->lens ? k->lens[1] : strlen(key);
             char msg[400];

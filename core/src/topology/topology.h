@@ -37,7 +37,35 @@ void wl_cluster_moved(wl_cluster *cl, int slot, const char *host, int port);
 /* The nodes that serve slots now (masters), up to max. */
 size_t wl_cluster_masters(wl_cluster *cl, wl_server **out, size_t max);
 /* SUBSCRIBE refusals counted by the subscribers of nodes since freed (stats). */
-int64_t wl_cluster_retired_denied(wl_cluster *cl);/* ---- the client's server (topology.c) ---- */
+int64_t wl_cluster_retired_denied(wl_cluster *cl);/* ---- the topology's table (topology.c) ----
+ * What the layers above ask of a topology, whatever it is: the client's
+ * server holds the table of its kind (srv->topo). "single" serves
+ * standalone and Sentinel URLs (the server is its one node), "cluster" the
+ * slot map; a quorum of independent masters (Redlock) would be one more
+ * table. Node pointers it gives are valid while the caller holds a pin.
+ * Callers use the wl_server_* wrappers (route.c), which also answer for a
+ * server without a table (a node of its own: itself). */
+typedef struct wl_topology_ops {
+    bool sharded;          /* the node differs by key: rounds grouped by node, a subscriber per node */
+    const char *publish;   /* the publish command of wake-ups (SPUBLISH: sharded pub/sub) */
+    wl_server *(*route)(wl_server *srv, const void *key, size_t len);
+    wl_server *(*route_slot)(wl_server *srv, int slot);
+    wl_server *(*any)(wl_server *srv);
+    wl_server *(*node_at)(wl_server *srv, const char *host, int port);
+    /* the masters, from a fresh map, up to max: OK with *n, or an error */
+    int (*masters)(wl_server *srv, wl_server **out, size_t max, size_t *n);
+    wl_server *(*node)(wl_server *srv, size_t i); /* the nodes it made besides srv; NULL past the last */
+    uint64_t (*pin)(wl_server *srv);
+    void (*unpin)(wl_server *srv, uint64_t pin);
+    void (*moved)(wl_server *srv, int slot, const char *host, int port); /* a MOVED was seen */
+    int (*refresh)(wl_server *srv, bool force);
+    /* the subscriber that carries wake-ups for channel: `own` (the
+     * client's) or the serving node's, made on first use unless closed */
+    wl_subscriber *(*subscriber)(wl_server *srv, const char *channel, size_t len, bool closed, wl_subscriber *own);
+    int64_t (*retired_denied)(wl_server *srv); /* SUBSCRIBE refusals of subscribers since freed */
+} wl_topology_ops;
+
+/* ---- the client's server (topology.c) ---- */
 /* The server of a URL with its topology: a node, and for Sentinel and
  * Cluster URLs the hooks that find the node (wl_node_hooks). */
 int wl_server_init(wl_server *srv, const char *url);
@@ -45,6 +73,16 @@ void wl_server_close(wl_server *srv); /* frees idle connections (every node's); 
 void wl_server_destroy(wl_server *srv); /* the cluster, the node's subscriber, the node */
 
 /* ---- routing (route.c) ---- */
+/* The wrappers of the table (see wl_topology_ops). */
+bool wl_server_sharded(const wl_server *srv);
+wl_server *wl_server_route_slot(wl_server *srv, int slot);
+wl_server *wl_server_node_at(wl_server *srv, const char *host, int port);
+int wl_server_masters(wl_server *srv, wl_server **out, size_t max, size_t *n);
+wl_server *wl_server_node(wl_server *srv, size_t i);
+void wl_server_moved(wl_server *srv, int slot, const char *host, int port);
+int wl_server_refresh(wl_server *srv, bool force);
+wl_subscriber *wl_server_subscriber(wl_server *srv, const char *channel, size_t len, bool closed, wl_subscriber *own);
+int64_t wl_server_retired_denied(wl_server *srv);
 /* The node that serves `key` (the server itself unless it is a cluster);
  * NULL (ECONN set) when no node serves the key's slot. */
 wl_server *wl_server_route(wl_server *srv, const void *key, size_t len);
