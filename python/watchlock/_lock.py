@@ -42,8 +42,9 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
 
 from . import _native, _util
-from ._util import (_CACHEABLE, ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason,
-                    Name, _ms_cache, fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
+from ._runtime import Runtime
+from ._util import (CACHEABLE, ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason,
+                    Name, ms_cache, fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
 
 # The hot path calls the C functions of the SWIG module directly: its
 # Python proxies (_native.lock_acquire, ...) add one Python call each.
@@ -60,7 +61,7 @@ _LOST_NONE = _native.WATCHLOCK_LOST_NONE
 _MAX_NAME = _native.WATCHLOCK_MAX_NAME
 _new_mu = threading.Lock()  # makes lazy handles one at a time: one Lock, one owner
 _mu = threading.Lock()      # every Lock's guard state (_owner, _acquiring, _cond)
-from .exceptions import Error, LockLostError, LockTimeout
+from .exceptions import Error, InvalidArgument, LockLostError, LockTimeout
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -102,11 +103,11 @@ _SETTERS: Tuple[Callable[[_native.LockHandle, int], int], ...] = (
     _c.lock_set_renew_interval, _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
 
 
-def _new_handle(client: Client, name: Name, options: _Options,
+def _new_handle(runtime: Runtime, name: Name, options: _Options,
                 given: Optional[Tuple[object, ...]]) -> _native.LockHandle:
     """The core's handle for `name` with `options` set; the core checks every
     value (EINVAL) and raises with its message, naming the value as `given`."""
-    st, h = _lock_new(client._handle(), name)
+    st, h = _lock_new(runtime.handle(), name)
     if st != OK:
         raise_status(st, f"cannot create lock {fmt_name(name)}", name)
     try:
@@ -134,28 +135,32 @@ class Lock:
     ``with lock:`` acquires (waiting up to ``blocking_timeout``, raising
     :class:`LockTimeout`) and releases; at exit it raises
     :class:`LockLostError` if the lock was lost inside the block.
+    ``label``: as :meth:`Client.lock`'s.
     """
 
-    __slots__ = ("_client", "_name", "_on_lost", "_blocking_ms", "_options", "_hnd", "_cond", "_owner",
+    __slots__ = ("_client", "_runtime", "_name", "_on_lost", "_blocking_ms", "_options", "_hnd", "_cond", "_owner",
                  "_acquiring", "_interrupted", "__dict__", "__weakref__")
 
     def __init__(self, client: Client, name: Name, ttl: Optional[Duration] = None,
                  blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
                  max_renewals: Optional[int] = None, max_hold: Optional[Duration] = None,
                  renew_interval: Optional[Duration] = None, on_lost: OnLost = None,
-                 **unexpected: NoReturn) -> None:
+                 label: Optional[str] = None, **unexpected: NoReturn) -> None:
         if unexpected:
             check_options(unexpected)
         if not (on_lost is None or on_lost == "interrupt" or callable(on_lost)):
             raise TypeError("on_lost must be None, a callable(lock, reason) or \"interrupt\"")
-        if client._closed:
-            client._handle()  # ClientClosedError now, not at the first use
-        self._client, self._name, self._on_lost = client, name, on_lost
+        # The client's shared state (_runtime.py); of the Client itself a
+        # Lock uses only its public methods.
+        runtime = client._runtime  # declared by HasRuntime, Client's base
+        if runtime.closed:
+            runtime.handle()  # ClientClosedError now, not at the first use
+        self._client, self._runtime, self._name, self._on_lost = client, runtime, name, on_lost
         self._blocking_ms = -1 if blocking_timeout is None else to_ms(blocking_timeout, "blocking_timeout", name)
         # The options as the core's setters take them (None: the core's default).
         lease = None
         if ttl is not None:  # to_ms(ttl), its cache looked up in line
-            lease = _ms_cache.get((type(ttl), ttl)) if type(ttl) in _CACHEABLE else None
+            lease = ms_cache.get((type(ttl), ttl)) if type(ttl) in CACHEABLE else None
             if lease is None:
                 lease = to_ms(ttl, "ttl", name)
         options = (lease,
@@ -173,15 +178,29 @@ class Lock:
         # auto_renew a bool, as True == 1 would stand in for the other type),
         # and a name it takes (an ASCII str has as many bytes as characters).
         type_name = type(name)
-        if (on_lost is not None or options not in client._accepted or client._forks != _util.forks
+        if (on_lost is not None or label is not None or options not in runtime.accepted
+                or runtime.forks != _util.forks
                 or type(auto_renew) is not bool or not (max_renewals is None or type(max_renewals) is int)
                 or not ((type_name is bytes or (type_name is str and name.isascii()))
                         and 0 < len(name) <= _MAX_NAME)):
             # The core checks now, with the values as given in its messages.
-            self._hnd = _new_handle(client, name, options, (ttl, renew_interval, max_hold, max_renewals, auto_renew))
-            client._accept(options)
+            self._hnd = _new_handle(runtime, name, options, (ttl, renew_interval, max_hold, max_renewals, auto_renew))
+            runtime.accept(options)
             if on_lost is not None:
-                client._watch(self)
+                runtime.watch(_native.lock_id(self._hnd), self)
+        if label is not None:
+            self._set_label(label)
+
+    def _set_label(self, label: str) -> None:
+        """The owner label recorded at each acquire (Client.lock(label=))."""
+        name = self._name
+        if not isinstance(label, str):
+            raise TypeError(f"label must be a str, not {type(label).__name__}")
+        if "\0" in label:  # C would cut the label at the NUL
+            raise InvalidArgument(f"label of lock {fmt_name(name)} contains a NUL character", lock_name=name)
+        st = _native.lock_set_owner_label(self._h, label)
+        if st != OK:
+            raise_status(st, f"label of lock {fmt_name(name)}", name)
 
     @property
     def _h(self) -> _native.LockHandle:
@@ -193,7 +212,7 @@ class Lock:
         with _new_mu:  # two threads using a fresh Lock at once must get one handle
             h = self._hnd
             if h is None:
-                h = self._hnd = _new_handle(self._client, self._name, self._options, None)
+                h = self._hnd = _new_handle(self._runtime, self._name, self._options, None)
         return h
 
     # ---- properties -----------------------------------------------------
