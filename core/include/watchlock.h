@@ -296,7 +296,8 @@ WATCHLOCK_API int watchlock_lock_set_max_hold(watchlock_lock *lock, int64_t max_
  * is nothing left to call), so a slow callback delays no other while fewer
  * than that many are running; beyond it, the losses wait in a queue and
  * their callbacks run in the order the losses were found, as threads come
- * free. It may call any function, on any lock, including
+ * free (so a callback must not wait for another lock's callback to run).
+ * It may call any function, on any lock, including
  * watchlock_lock_free() on this lock and watchlock_client_close(); a
  * callback not yet started when its lock is freed or its client closed is
  * not called. Losses a caller learns from a return value (release or extend

@@ -16,11 +16,12 @@
  * WATCHLOCK_CALLBACK_THREADS per client: below that, a slow callback delays
  * no other; beyond it, the jobs wait in the queue, in order, for a thread
  * to come free. A thread that finds the queue empty exits. (One thread per
- * loss, as before, let a mass loss start hundreds of thousands of threads:
- * CPU spent on thread creation, and the user's thread limit hit, which
- * breaks fork for every process of the user.) If no thread can be started,
- * the job waits for a live one; with none alive it is dropped (the loss
- * stays visible through state() and the lost events).
+ * loss, as before, made a mass loss start a thread for each of hundreds of
+ * thousands of losses: thread creation under client->mu stalled the
+ * watchdog, so more holds were lost, and the threads took every free
+ * process ID, which broke fork for the whole machine.) If no thread can be
+ * started, the job waits for a live one; with none alive it is dropped (the
+ * loss stays visible through state() and the lost events).
  *
  * A queued job holds a reference to its lock (and through it, to the
  * client), so memory stays valid whatever the user frees meanwhile, and a
