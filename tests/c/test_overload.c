@@ -7,7 +7,9 @@
  * ran out.
  *
  * The hold count of overload_with_pauses is 100,000 in a plain build and
- * 10,000 under sanitizers; WATCHLOCK_TEST_OVERLOAD_N overrides it.
+ * 10,000 under sanitizers; WATCHLOCK_TEST_OVERLOAD_N overrides it. A mass
+ * loss (mass_loss_bounded_callback_threads: 5,000 holds, 1,000 under
+ * sanitizers) runs its on-lost callbacks on a bounded number of threads.
  */
 #include "proxy_harness.h"
 #include "testing.h"
