@@ -397,7 +397,7 @@ watchlock_lock *wl_heap_top(const wl_heap *h);
 #define WL_SEEDED_SLOTS 4096 /* client->seeded: 32 KiB per client */
 
 struct watchlock_client {
-    atomic_int refs;  /* the user's reference + one per lock handle */
+    atomic_int refs;  /* the user's reference + one per lock handle + one per callback thread */
     unsigned fork_gen;
     wl_server server; /* one server today; Redlock/Sentinel will hold several */
     atomic_bool closed;
@@ -430,7 +430,11 @@ struct watchlock_client {
     pthread_cond_t tm_cond;
     int64_t tm_sleep_until;
     wl_heap deadline_heap; /* held locks, on deadline_us */
-    /* on-lost callbacks: one detached thread per loss (loss.c) */
+    /* on-lost callbacks: a FIFO of pending ones, run by at most
+     * WATCHLOCK_CALLBACK_THREADS detached threads (loss.c) */
+    struct wl_callback_job *cb_head, *cb_tail;
+    int cb_queued;  /* jobs in the queue */
+    int cb_threads; /* callback threads alive */
     int cb_running; /* callbacks started and not yet returned */
     pthread_cond_t cb_cond;
     /* lost events */
