@@ -39,19 +39,20 @@ custom token value) is refused: watchlock makes its own tokens.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
 import time
 import weakref
-from typing import Any, Dict, Optional, Tuple, Type, Union
+from typing import Any, Dict, List, Optional, Tuple, Type, Union
 from urllib.parse import quote
 
 from . import exceptions as _wl
 from ._client import Client
 from ._lock import Lock as _WatchLock
 
-__all__ = ["Lock", "LockError", "LockNotOwnedError", "client_for", "url_for"]
+__all__ = ["Lock", "AsyncLock", "LockError", "LockNotOwnedError", "client_for", "url_for"]
 
 log = logging.getLogger("watchlock")
 
@@ -89,8 +90,8 @@ _clients: "weakref.WeakKeyDictionary[Any, Client]" = weakref.WeakKeyDictionary()
 _clients_mu = threading.Lock()
 
 
-def _duration(seconds: Any) -> Optional[str]:
-    return None if seconds is None else f"{max(1, math.ceil(float(seconds) * 1000))}ms"
+def _duration(seconds: Any) -> str:
+    return f"{max(1, math.ceil(float(seconds) * 1000))}ms"
 
 
 def url_for(redis_client: Any) -> str:
@@ -104,7 +105,7 @@ def url_for(redis_client: Any) -> str:
     if provider is not None:
         creds = provider.get_credentials()
         user, password = (None, creds[0]) if len(creds) == 1 else (creds[0], creds[1])
-    params = []
+    params: List[Tuple[str, str]] = []
     if kw.get("db"):
         params.append(("db", str(int(kw["db"]))))
     for key, param in (("socket_connect_timeout", "connect_timeout"), ("socket_timeout", "command_timeout")):
@@ -268,26 +269,35 @@ class Lock:
         """Adds ``additional_time`` seconds to the time left (``replace_ttl``:
         sets it to that). True; LockError for an unheld lock or one without
         timeout, LockNotOwnedError when it was lost."""
-        if self.local.token is None:
-            raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
-        if self.timeout is None:
-            raise LockError("Cannot extend a lock with no timeout", lock_name=self.name)
-        inner = self._inner
-        # the local deadline is conservative: the lease set is never longer than redis-py's PEXPIRE
-        new = float(additional_time) if replace_ttl else inner.remaining + float(additional_time)
-        with self._mu:
-            self._extended = True
-        self._extend(inner, new, "extend")
+        inner, seconds = self._extend_args(additional_time, replace_ttl)
+        self._extend(inner, seconds, "extend")
         return True
 
     def reacquire(self) -> bool:
         """Resets the time left to ``timeout``. True; errors as extend()."""
-        if self.local.token is None:
-            raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
-        if self.timeout is None:
-            raise LockError("Cannot reacquire a lock with no timeout", lock_name=self.name)
-        self._extend(self._inner, float(self.timeout), "reacquire")
+        inner, seconds = self._reacquire_args()
+        self._extend(inner, seconds, "reacquire")
         return True
+
+    def _check_held(self, what: str) -> None:
+        """In the caller's thread (the token may be thread-local)."""
+        if self.local.token is None:
+            raise LockError(f"Cannot {what} an unlocked lock", lock_name=self.name)
+        if self.timeout is None:
+            raise LockError(f"Cannot {what} a lock with no timeout", lock_name=self.name)
+
+    def _extend_args(self, additional_time: float, replace_ttl: bool) -> Tuple[_WatchLock, float]:
+        self._check_held("extend")
+        inner = self._inner
+        # the local deadline is conservative: the lease set is never longer than redis-py's PEXPIRE
+        seconds = float(additional_time) if replace_ttl else inner.remaining + float(additional_time)
+        with self._mu:
+            self._extended = True  # the next hold gets a fresh handle with lease = timeout
+        return inner, seconds
+
+    def _reacquire_args(self) -> Tuple[_WatchLock, float]:
+        self._check_held("reacquire")
+        return self._inner, float(self.timeout)  # type: ignore[arg-type]
 
     def _extend(self, inner: _WatchLock, seconds: float, what: str) -> None:
         try:
@@ -309,6 +319,90 @@ class Lock:
 
     def __repr__(self) -> str:
         return f"<watchlock.redis_compat.Lock {self.name!r} timeout={self.timeout}>"
+
+
+class AsyncLock(Lock):
+    """redis-py's ``redis.asyncio.lock.Lock`` interface, for
+    ``redis.asyncio.Redis.lock(name, ..., lock_class=AsyncLock)``: the same
+    semantics as :class:`Lock`, every method (but the constructor) a
+    coroutine. Waiting uses watchlock.Lock.acquire_async (the owner is the
+    task); release, extend, reacquire and locked run their round trip in a
+    worker thread so that the event loop never blocks on I/O.
+    A cancelled release() finishes before the cancellation is re-raised:
+    the lock is never left released on the server but owned here."""
+
+    async def __aenter__(self) -> "AsyncLock":
+        if await self.acquire():
+            return self
+        raise LockError("Unable to acquire lock within the time specified", lock_name=self.name)
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Any) -> None:
+        if self.raise_on_release_error:
+            await self.release()
+            return
+        try:
+            await self.release()
+        except LockError:
+            log.warning("watchlock: lock %r was no longer owned at the end of its with block", self.name)
+
+    async def acquire(self, sleep: Optional[float] = None, blocking: Optional[bool] = None,  # type: ignore[override]
+                      blocking_timeout: Optional[float] = None, token: Optional[Union[str, bytes]] = None) -> bool:
+        if token is not None:
+            raise TypeError("acquire(token=...) is not supported by watchlock: it makes its own tokens "
+                            "(see lock.fencing_token)")
+        if sleep is not None and sleep < 0:
+            raise ValueError("sleep must not be negative")
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        loop = asyncio.get_running_loop()
+        deadline = None if blocking_timeout is None else loop.time() + float(blocking_timeout)
+        inner = self._hold_handle()
+        while inner.owned():  # held through this object: not reentrant, wait as for any holder
+            now = loop.time()
+            if not blocking or (deadline is not None and now >= deadline):
+                return False
+            await asyncio.sleep(self.sleep if deadline is None else min(self.sleep, deadline - now))
+        if not blocking:
+            ok = await inner.acquire_async(blocking=False)
+        else:
+            ok = await inner.acquire_async(timeout=None if deadline is None else max(0.0, deadline - loop.time()))
+        if ok:
+            self.local.token = str(inner.fencing_token).encode()
+        return ok
+
+    async def locked(self) -> bool:  # type: ignore[override]
+        return await asyncio.to_thread(self._inner.locked)
+
+    async def owned(self) -> bool:  # type: ignore[override]
+        return Lock.owned(self)
+
+    async def release(self) -> None:  # type: ignore[override]
+        if self.local.token is None:
+            raise LockError("Cannot release an unlocked lock", lock_name=self.name)
+        fut = asyncio.ensure_future(asyncio.to_thread(self._inner.release))
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            await asyncio.wait([fut])  # finish it: then the token goes, as the hold did
+            self.local.token = None
+            raise
+        except _wl.LockNotOwnedError as e:
+            self.local.token = None
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name) from e
+        self.local.token = None
+
+    async def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:  # type: ignore[override]
+        inner, seconds = self._extend_args(additional_time, replace_ttl)
+        await asyncio.to_thread(self._extend, inner, seconds, "extend")
+        return True
+
+    async def reacquire(self) -> bool:  # type: ignore[override]
+        inner, seconds = self._reacquire_args()
+        await asyncio.to_thread(self._extend, inner, seconds, "reacquire")
+        return True
 
 
 class _Local(threading.local):

@@ -6,18 +6,20 @@ redis-py's code is not in this repository: the sdist is fetched with
 there). If redis is not installed or the download fails, this module fails
 to import: the run fails, nothing is skipped.
 
-A thin adapter: a shim for the `.conftest` module the file imports
-(`_get_client`: a redis client on the harness's throwaway redis-server), an
-`r` fixture (a redis.Redis on that server, flushed after each test), and a
-subclass of redis-py's TestLock whose get_lock() passes our class as
-`lock_class` instead of redis-py's. The tests listed in EXCLUDED read or
-write redis-py's internals: its key layout (the lock's value stored at the
-key `name` itself, read with r.get/ttl/pttl or overwritten with r.set/
-pexpire) or its token (`lock.local.token`, `acquire(token=)`), or they patch
-redis.lock's clock to count its polling sleeps; watchlock keeps its state
-under its own keys (DESIGN.md) and waits for wake-ups instead of polling.
-They run as strict xfails: if one starts passing, the run fails and the
-list must be updated.
+A thin adapter, the same for tests/test_lock.py (threads) and
+tests/test_asyncio/test_lock.py (redis.asyncio):
+- the fixtures of redis-py's conftest the files use (`r`, `r_decoded`'s
+  `_get_client`, `create_redis`): redis clients on the harness's throwaway
+  redis-server, flushed after each test;
+- names: redis-py keeps a lock's token at the key named like the lock,
+  watchlock at watchlock:{name}; LockKeys maps the tests' key commands on a
+  lock's name (get, set, ttl, pttl, pexpire) to that key, so r.pttl("foo")
+  reads lock foo's lease and r.set("foo", "a") overwrites its holder's token;
+- get_lock() passes lock_class=watchlock.redis_compat.Lock (AsyncLock)
+  instead of redis-py's own class.
+The tests in EXCLUDED read redis-py's token storage or patch its polling
+clock; they run as strict xfails: if one starts passing, the run fails and
+the list must be updated.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ WORK = Path(os.environ.get("WATCHLOCK_REDISPY_DIR") or ROOT / "build" / "redis-p
 SHIM = '''"""Stands in for redis-py's tests/conftest.py (written by watchlock's tests/python/test_redispy_lock.py)."""
 def _get_client(cls, request, single_connection_client=True, flushdb=True, from_url=None, **kwargs):
     server = request.getfixturevalue("redis_server")
-    client = cls(host="127.0.0.1", port=server.port, **kwargs)
+    client = request.getfixturevalue("lock_keys")(cls(host="127.0.0.1", port=server.port, **kwargs))
 
     def teardown():
         if flushdb:
@@ -51,6 +53,36 @@ def _get_client(cls, request, single_connection_client=True, flushdb=True, from_
 '''
 
 UPSTREAM_FILES = ("tests/test_lock.py", "tests/test_asyncio/test_lock.py")
+
+
+#: the key commands redis-py's lock tests run on a lock's key
+LOCK_KEY_COMMANDS = frozenset({"get", "set", "ttl", "pttl", "pexpire", "expire", "delete", "exists"})
+
+
+def lock_key(name):
+    """watchlock's key of lock `name` (core/src/keys.c, short names)."""
+    raw = name.encode() if isinstance(name, str) else bytes(name)
+    escaped = raw.replace(b"%", b"%25").replace(b"{", b"%7B").replace(b"}", b"%7D")
+    return b"watchlock:{" + escaped + b"}"
+
+
+class LockKeys:
+    """The name half of the adapter: a redis client (sync or asyncio) whose
+    key commands (LOCK_KEY_COMMANDS) address the lock key of the name they
+    are given. redis-py keeps a lock's token at the key named like the lock;
+    watchlock at watchlock:{name} (DESIGN.md): r.pttl("foo") in a redis-py
+    test reads the lease of lock "foo", r.set("foo", "a") overwrites its
+    holder's token, on the same server. Every other call goes to the client
+    as it is (r.lock(..., lock_class=...) makes the lock with the client itself)."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, attr):
+        value = getattr(self._client, attr)
+        if attr in LOCK_KEY_COMMANDS:
+            return lambda key, *args, **kwargs: value(lock_key(key), *args, **kwargs)
+        return value
 
 
 def fetch_upstream() -> Path:
@@ -88,34 +120,26 @@ sys.path.insert(0, str(fetch_upstream().parent))
 upstream = importlib.import_module("redispy_tests.test_lock")
 
 #: upstream test -> why it cannot pass against another lock implementation
-_KEY = "redis-py's key layout: "
-_STEAL = _KEY + "r.set(name, ...) overwrites redis-py's lock key to fake another owner; watchlock's keys are its own"
-_TTL = _KEY + "reads the TTL of the key named like the lock (watchlock's lease is on its own key)"
-_TOKEN = "redis-py's token: compares r.get(name) with lock.local.token"
-_CLOCK = "patches redis.lock.mod_time to count redis-py's polling sleeps; watchlock waits for a wake-up, not by polling"
+_TOKEN = ("reads redis-py's token storage: compares the key's value with lock.local.token (watchlock's token "
+          "is the core's, not readable from Python; lock.local.token holds the fencing token)")
+_CLOCK = ("patches redis-py's module internals (redis.lock.mod_time / redis.asyncio.lock.asyncio) to count its "
+          "polling sleeps; watchlock waits for the release's wake-up, not by polling every `sleep` seconds")
 EXCLUDED = {
-    "test_lock": _TOKEN + "; and r.ttl(name)",
-    "test_lock_token": "acquire(token=...) sets redis-py's token (watchlock makes its own) and reads it with r.get",
-    "test_lock_token_thread_local_false": "acquire(token=...) and r.get(name), as test_lock_token",
-    "test_timeout": _TTL,
-    "test_float_timeout": _TTL,
+    "test_lock": _TOKEN + "; also expects no TTL for timeout=None, where watchlock keeps a renewed lease",
+    "test_lock_token": "acquire(token=...) stores a caller's token in redis-py's storage: watchlock makes its own "
+                       "(TypeError naming fencing_token)",
+    "test_lock_token_thread_local_false": "acquire(token=...), as test_lock_token",
     "test_blocking_timeout": _CLOCK,
     "test_context_manager": _TOKEN,
     "test_context_manager_blocking_timeout": _CLOCK,
-    "test_context_manager_raises_when_locked_not_acquired": _STEAL,
-    "test_releasing_lock_no_longer_owned_raises_error": _STEAL + "; and lock.local.token",
-    "test_extend_lock": _TTL,
-    "test_extend_lock_replace_ttl": _TTL,
-    "test_extend_lock_float": _TTL,
-    "test_extending_lock_no_longer_owned_raises_error": _STEAL,
-    "test_reacquire_lock": _TTL + " and r.pexpire(name) shortens it",
-    "test_reacquiring_lock_no_longer_owned_raises_error": _STEAL,
-    "test_context_manager_reacquiring_lock_no_longer_owned_raises_error": _STEAL,
-    "test_lock_error_gives_correct_lock_name": _STEAL,
 }
-# Each excluded behaviour is tested against watchlock's own state in
-# tests/python/test_redis_compat.py (the lease with Client.inspect, a stolen
-# lock with Client.force_release).
+# What they check otherwise is tested in tests/python/test_redis_compat.py
+# (the fencing token as local.token, the wait of blocking_timeout).
+
+
+@pytest.fixture
+def lock_keys():
+    return LockKeys
 
 
 @pytest.fixture
@@ -145,4 +169,65 @@ class TestRedisPyLockClassSelection(upstream.TestLockClassSelection):
 def test_every_upstream_test_runs_or_is_excluded_with_a_reason():
     tests = {n for n in dir(upstream.TestLock) if n.startswith("test_")}
     assert set(EXCLUDED) <= tests, set(EXCLUDED) - tests
-    assert len(tests) >= 30  # the file really is redis-py's lock suite
+    assert len(tests) >= 25  # the file really is redis-py's lock suite
+
+
+# ---- tests/test_asyncio/test_lock.py: redis.asyncio with lock_class=AsyncLock ----
+
+import pytest_asyncio  # noqa: E402  installed by scripts/test, as redis
+
+import redis.asyncio  # noqa: E402
+
+upstream_async = importlib.import_module("redispy_tests.test_asyncio_lock")
+
+#: the same reasons as the threaded file's, with `asyncio.sleep` as the patched clock
+EXCLUDED_ASYNC = {**{test: why for test, why in EXCLUDED.items() if hasattr(upstream_async.TestLock, test)}}
+
+
+class _AsyncServer:
+    """The fixtures redis-py's tests/test_asyncio/conftest.py gives: `r`
+    and `create_redis`, redis.asyncio clients on the harness's server."""
+
+    @pytest_asyncio.fixture
+    async def create_redis(self, redis_server):
+        made = []
+
+        async def factory(cls=redis.asyncio.Redis, flushdb=True, **kwargs):
+            client = cls(host="127.0.0.1", port=redis_server.port, **kwargs)
+            made.append(client)
+            return client
+        yield factory
+        for client in made:
+            await client.aclose()
+
+    @pytest_asyncio.fixture
+    async def r(self, create_redis):
+        client = await create_redis()
+        yield LockKeys(client)
+        await client.flushdb()
+
+
+def _excluded_async(cls):
+    for test, why in EXCLUDED_ASYNC.items():
+        setattr(cls, test, pytest.mark.xfail(reason=why, strict=True)(getattr(upstream_async.TestLock, test)))
+    return cls
+
+
+@pytest.mark.asyncio
+@_excluded_async
+class TestRedisPyAsyncLock(_AsyncServer, upstream_async.TestLock):
+    """redis-py's asyncio TestLock with lock_class=watchlock.redis_compat.AsyncLock."""
+
+    def get_lock(self, redis_client, *args, **kwargs):
+        kwargs["lock_class"] = redis_compat.AsyncLock
+        return redis_client.lock(*args, **kwargs)
+
+
+class TestRedisPyAsyncLockClassSelection(_AsyncServer, upstream_async.TestLockClassSelection):
+    pass
+
+
+def test_every_upstream_async_test_runs_or_is_excluded_with_a_reason():
+    tests = {n for n in dir(upstream_async.TestLock) if n.startswith("test_")}
+    assert set(EXCLUDED_ASYNC) <= tests
+    assert len(tests) >= 25
