@@ -142,11 +142,13 @@ class Client(HasRuntime):
         (ttl/3) while held, unless auto_renew (True) is False; max_renewals,
         max_hold (0 or None = unlimited) cap the renewals, after which the
         lease runs out. blocking_timeout (None = forever, 0 = try once): what
-        ``with lock:`` waits. on_lost: callable(lock, reason) run on this
+        ``with lock:`` and a bare ``acquire()`` wait; blocking=False: they try
+        once (redis-py's). on_lost: callable(lock, reason) run on this
         client's dispatcher thread when the lock is lost, or "interrupt" to
         raise LockLostError in the thread (or cancel the asyncio task) that
         holds it. ``timeout=`` is refused (TypeError): it means the lease in
-        redis-py; say ttl= or blocking_timeout=.
+        redis-py, a hard cap; say blocking_timeout= for the wait, or ttl= for
+        the lease (renewed: auto_renew=False or max_hold= to cap it).
         label: who holds it, recorded with this host's name and pid at each
         acquire and shown by :meth:`inspect` and ``watchlock status``/``list``
         (at most 1024 bytes as UTF-8; None = record nothing).
