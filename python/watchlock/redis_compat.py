@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import threading
 import time
 import weakref
@@ -139,6 +140,15 @@ def url_for(redis_client: Any) -> str:
     query = "&".join(f"{k}={quote(str(v), safe='/')}" for k, v in params)
     return (f"{scheme}://{auth}{host}:{int(kw.get('port') or 6379)}" + (f"/{db}" if db else "")
             + (f"?{query}" if query else ""))
+
+
+def _forget_clients_in_child() -> None:  # a forked child opens its own (the parent's raise ForkedError)
+    global _clients_mu
+    _clients_mu = threading.Lock()
+    _clients.clear()
+
+
+os.register_at_fork(after_in_child=_forget_clients_in_child)
 
 
 def client_for(redis_client: Any) -> Client:

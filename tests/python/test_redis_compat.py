@@ -190,3 +190,36 @@ def test_fencing_token_increases(r, name):
 def test_token_argument_is_refused(r, name):
     with pytest.raises(TypeError, match="fencing_token"):
         r.lock(name, lock_class=Lock).acquire(token="mine")
+
+
+def test_tls_redis_client_locks_over_tls(tmp_path):
+    from redis_server import RedisServer
+    from tls import make_certs
+    certs = make_certs(str(tmp_path))
+    with RedisServer(tls=certs) as srv:
+        host = srv.url.split("://", 1)[1].split(":", 1)[0]
+        r = redis.Redis(host=host, port=srv.port, ssl=True, ssl_ca_certs=certs.ca, ssl_certfile=certs.client_cert,
+                        ssl_keyfile=certs.client_key)
+        assert r.ping()  # redis-py itself connects with these settings
+        assert redis_compat.url_for(r).startswith(f"rediss://{host}:{srv.port}?")
+        with r.lock("tls-job", timeout=10, blocking_timeout=5, lock_class=Lock) as lock:
+            assert lock.owned() and lock.locked() and lock.fencing_token > 0
+        assert not lock.locked()
+        redis_compat.client_for(r).close()
+        r.close()
+
+
+def test_forked_child_gets_its_own_client(r, name):
+    import os
+    parent = redis_compat.client_for(r)
+    pid = os.fork()
+    if pid == 0:  # the child: a new watchlock Client for the same pool, and it works
+        code = 1
+        try:
+            child = redis_compat.client_for(r)
+            with r.lock(name, blocking_timeout=5, lock_class=Lock):
+                code = 0 if child is not parent else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
