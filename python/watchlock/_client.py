@@ -51,6 +51,15 @@ class LockInfo(NamedTuple):
     owner: Optional[Owner] = None  #: the current holder, None when free or it recorded none
 
 
+class ListedLock(NamedTuple):
+    """One held lock as :meth:`Client.list` found it."""
+
+    name: bytes                  #: the lock's name (bytes: names are binary-safe)
+    remaining: Optional[float]   #: seconds of lease left when listed (None: no expiry)
+    fencing_token: int           #: the name's fencing counter, as LockInfo's
+    owner: Optional[Owner] = None  #: the holder's record, None when it recorded none
+
+
 class CheckCode(str, enum.Enum):
     """What a :class:`CheckFinding` is about. A str: compares equal to its
     name ("eviction", ...), the same names as ``watchlock check`` prints."""
@@ -133,11 +142,13 @@ class Client(HasRuntime):
         (ttl/3) while held, unless auto_renew (True) is False; max_renewals,
         max_hold (0 or None = unlimited) cap the renewals, after which the
         lease runs out. blocking_timeout (None = forever, 0 = try once): what
-        ``with lock:`` waits. on_lost: callable(lock, reason) run on this
+        ``with lock:`` and a bare ``acquire()`` wait; blocking=False: they try
+        once (redis-py's). on_lost: callable(lock, reason) run on this
         client's dispatcher thread when the lock is lost, or "interrupt" to
         raise LockLostError in the thread (or cancel the asyncio task) that
         holds it. ``timeout=`` is refused (TypeError): it means the lease in
-        redis-py; say ttl= or blocking_timeout=.
+        redis-py, a hard cap; say blocking_timeout= for the wait, or ttl= for
+        the lease (renewed: auto_renew=False or max_hold= to cap it).
         label: who holds it, recorded with this host's name and pid at each
         acquire and shown by :meth:`inspect` and ``watchlock status``/``list``
         (at most 1024 bytes as UTF-8; None = record nothing).
@@ -173,6 +184,28 @@ class Client(HasRuntime):
             finally:
                 _native.owner_free(o)
         return LockInfo(bool(held), None if remaining_ms < 0 else remaining_ms / 1000.0, fence, owner)
+
+    def list(self, pattern: Name = "*") -> List[ListedLock]:
+        """Admin: the locks now held whose names match ``pattern`` (a glob as
+        Redis's MATCH: ``*``, ``?``, ``[abc]``, ``\\`` escapes; "*" = all),
+        sorted by name, as ``watchlock list``. Found with SCAN, never KEYS:
+        not a snapshot, and one round trip per SCAN page."""
+        st, lst = _native.client_list(self._handle(), pattern)
+        if st != OK:
+            _util.raise_status(st, f"cannot list locks matching {fmt_name(pattern)}")
+        try:
+            found = []
+            for i in range(_native.lock_list_count(lst)):
+                remaining_ms = _native.lock_list_remaining_ms(lst, i)
+                o = _native.lock_list_owner(lst, i)  # borrowed from the list
+                owner = None if o is None else Owner(
+                    _native.owner_host(o).decode("utf-8", "replace"), _native.owner_pid(o),
+                    _native.owner_label(o).decode("utf-8", "replace"))
+                found.append(ListedLock(_native.lock_list_name(lst, i) or b"", None if remaining_ms < 0 else
+                                        remaining_ms / 1000.0, _native.lock_list_fence(lst, i), owner))
+            return found
+        finally:
+            _native.lock_list_free(lst)
 
     def force_release(self, name: Name) -> bool:
         """Admin: deletes lock ``name`` whoever holds it and wakes its waiters.

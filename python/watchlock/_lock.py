@@ -75,6 +75,7 @@ OnLost = Union[None, str, Callable[["Lock", LostReason], object]]
 class LockOptions(TypedDict, total=False):
     """The keyword options of :meth:`Client.lock`, synchronized() and watchlock.lock()."""
     ttl: Optional[Duration]
+    blocking: bool
     blocking_timeout: Optional[Duration]
     auto_renew: bool
     max_renewals: Optional[int]
@@ -88,8 +89,12 @@ def check_options(options: Iterable[str]) -> None:
     which means the lease in redis-py and the wait elsewhere, it names both."""
     unknown = sorted(set(options) - set(LockOptions.__annotations__))
     if "timeout" in unknown:
-        raise TypeError("lock() got an unexpected keyword argument 'timeout': say ttl= for the lease "
-                        "(redis-py's timeout=) or blocking_timeout= for how long `with lock:` waits")
+        raise TypeError(
+            "lock() got an unexpected keyword argument 'timeout': for how long `with lock:` and acquire() wait "
+            "say blocking_timeout=; for the lease say ttl=, but note that a ttl is renewed by the watchdog "
+            "while the lock is held, whereas redis-py's timeout= is a hard cap on the hold: for that say "
+            "ttl=..., auto_renew=False (or keep renewing and cap it with max_hold= or max_renewals=), "
+            "or use watchlock.redis_compat.Lock, which takes redis-py's arguments as they are")
     if unknown:
         raise TypeError(f"lock() got unexpected keyword argument(s): {', '.join(unknown)}")
 
@@ -125,6 +130,8 @@ def _new_handle(runtime: Runtime, name: Name, options: _Options,
 # slices) and for asyncio (a cancelled task stops waiting). The core keeps a
 # wait that timed out for the next call, so slices cost no round trips.
 _SLICE_MS = 250
+#: acquire()'s "argument not given"
+_UNSET: Any = object()
 _MAIN_IDENT = threading.main_thread().ident
 _get_ident = threading.get_ident
 
@@ -138,11 +145,12 @@ class Lock:
     ``label``: as :meth:`Client.lock`'s.
     """
 
-    __slots__ = ("_client", "_runtime", "_name", "_on_lost", "_blocking_ms", "_options", "_hnd", "_cond", "_owner",
+    __slots__ = ("_client", "_runtime", "_name", "_on_lost", "_blocking_ms", "_bt_ms", "_options", "_hnd", "_cond", "_owner",
                  "_acquiring", "_interrupted", "__dict__", "__weakref__")
 
     def __init__(self, client: Client, name: Name, ttl: Optional[Duration] = None,
                  blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
+                 blocking: bool = True,
                  max_renewals: Optional[int] = None, max_hold: Optional[Duration] = None,
                  renew_interval: Optional[Duration] = None, on_lost: OnLost = None,
                  label: Optional[str] = None, **unexpected: NoReturn) -> None:
@@ -156,7 +164,10 @@ class Lock:
         if runtime.closed:
             runtime.handle()  # ClientClosedError now, not at the first use
         self._client, self._runtime, self._name, self._on_lost = client, runtime, name, on_lost
-        self._blocking_ms = -1 if blocking_timeout is None else to_ms(blocking_timeout, "blocking_timeout", name)
+        # _bt_ms: blocking_timeout alone; _blocking_ms: what `with` and a bare
+        # acquire() wait (0 = try once when blocking=False), as redis-py's Lock.
+        self._bt_ms = -1 if blocking_timeout is None else to_ms(blocking_timeout, "blocking_timeout", name)
+        self._blocking_ms = self._bt_ms if blocking else 0
         # The options as the core's setters take them (None: the core's default).
         lease = None
         if ttl is not None:  # to_ms(ttl), its cache looked up in line
@@ -236,8 +247,8 @@ class Lock:
 
     @property
     def blocking_timeout(self) -> Optional[float]:
-        """Seconds ``with lock:`` waits (None = forever, 0 = try once)."""
-        return None if self._blocking_ms < 0 else self._blocking_ms / 1000.0
+        """Seconds ``with lock:`` and a bare acquire() wait (None = forever, 0 = try once)."""
+        return None if self._bt_ms < 0 else self._bt_ms / 1000.0
 
     def locked(self) -> bool:
         """True when anybody holds the lock (the server's view, one round
@@ -283,13 +294,28 @@ class Lock:
 
     # ---- acquire / release ---------------------------------------------
 
-    def acquire(self, blocking: bool = True, timeout: Optional[Duration] = -1) -> bool:
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET) -> bool:
         """Acquires the lock, like threading.Lock.acquire: True when acquired,
-        False when ``blocking`` is False or ``timeout`` (a duration; -1 =
-        wait forever) ran out. Other errors raise (ConnectionError, ...)."""
-        wait = wait_ms(blocking, timeout, self._name)
+        False when it was not free and ``blocking`` is False, or the wait
+        ran out. Other errors raise (ConnectionError, ...).
+
+        Without arguments it waits as the lock was made to, like redis-py's
+        acquire(): ``blocking_timeout`` (None = until free), or tries once
+        when made with ``blocking=False``. Arguments override that:
+        ``blocking=False`` tries once, ``blocking=True`` waits up to the
+        lock's ``blocking_timeout``, ``timeout`` (a duration; -1 or None =
+        forever) waits that long instead."""
+        wait = self._wait_for(blocking, timeout)
         ident = threading.get_ident()
         return self._acquire(wait, ident, None, sliced=ident == _MAIN_IDENT)
+
+    def _wait_for(self, blocking: Optional[bool], timeout: Optional[Duration]) -> int:
+        """acquire()'s arguments as the core's wait in ms (-1 forever, 0 once)."""
+        if timeout is _UNSET:
+            if blocking is None:
+                return self._blocking_ms
+            return self._bt_ms if blocking else 0
+        return wait_ms(True if blocking is None else blocking, timeout, self._name)
 
     def _acquire(self, wait: int, owner: object, cancelled: Optional[threading.Event], sliced: bool) -> bool:
         deadline = None if wait < 0 else time.monotonic() + wait / 1000.0
