@@ -8,6 +8,89 @@
 
 #include "cli.h"
 
+void cli_help_status(void)
+{
+    fputs("Usage: watchlock status [--url URL] [--json] NAME\n"
+          "\n"
+          "Show whether the lock NAME is held and by whom (host, pid and program name or\n"
+          "--label of a 'watchlock run', or the label a library client set), how much of\n"
+          "its lease is left, and the last fencing token issued for it. Does not take the\n"
+          "lock.\n"
+          "\n"
+          "Options:\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -j, --json      one JSON object on stdout:\n"
+          "                  {\"name\": ..., \"held\": true|false, \"remaining_ms\": N,\n"
+          "                   \"fencing_token\": N, \"owner\": {\"host\": ..., \"pid\": N,\n"
+          "                   \"label\": ...} or null}  (remaining_ms is -1 if held with\n"
+          "                  no expiry; \"name_hex\" is added when NAME is not UTF-8)\n"
+          "  -h, --help      show this help\n"
+          "\n"
+          "Exit codes: 0 held; 1 free; 64 usage error; 69 Redis unreachable or\n"
+          "authentication failed; 76 the server answered with an error; 77 denied by\n"
+          "the Redis ACL.\n"
+          "\n"
+          "Examples:\n"
+          "  $ watchlock status nightly-backup\n"
+          "  nightly-backup: held, 27.4s of lease left, fencing token 1718000000123456, by\n"
+          "  pid 4242 on web1: /usr/local/bin/backup\n"
+          "  $ watchlock status --json nightly-backup | jq .owner.host\n"
+          "  $ if watchlock status nightly-backup >/dev/null; then echo busy; fi\n",
+          stdout);
+}
+
+void cli_help_list(void)
+{
+    fputs("Usage: watchlock list [--url URL] [--json] [PATTERN]\n"
+          "\n"
+          "Show the locks that are held now, sorted by name: remaining lease, fencing\n"
+          "token and owner (host, pid and label) where one was recorded. PATTERN is a glob\n"
+          "on lock names, as Redis's SCAN MATCH: * any text, ? one byte, [abc] [^a-z]\n"
+          "classes, \\ makes the next character literal; default *. Quote it for the\n"
+          "shell. The server is searched with SCAN, page by page (never KEYS), so a lock\n"
+          "taken or released meanwhile may or may not be listed.\n"
+          "\n"
+          "Options:\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -j, --json      one JSON array on stdout, one object per lock as in\n"
+          "                  'watchlock status --json'\n"
+          "  -q, --quiet     no message when nothing is held\n"
+          "  -h, --help      show this help\n"
+          "\n"
+          "Names, hosts and labels are printed with control characters, backslashes and\n"
+          "bytes that are not UTF-8 escaped (\\xNN, \\\\).\n"
+          "\n"
+          "Exit codes: 0 (also when nothing is held); 64 usage error; 69 Redis\n"
+          "unreachable or authentication failed; 76 the server answered with an error;\n"
+          "77 denied by the Redis ACL.\n"
+          "\n"
+          "Examples:\n"
+          "  $ watchlock list 'nightly-*'\n"
+          "  nightly-backup  27.4s left  fencing token 1718000000123456  pid 4242 on web1: backup\n"
+          "  $ watchlock list --json | jq -r '.[] | \"\\(.name) \\(.owner.host)\"'\n",
+          stdout);
+}
+
+void cli_help_release(void)
+{
+    fputs("Usage: watchlock release --force [--url URL] [--quiet] NAME\n"
+          "\n"
+          "Admin: delete the lock NAME whoever holds it, and wake the processes waiting\n"
+          "for it. The former holder's 'watchlock run' notices at its next renewal, stops\n"
+          "its command and exits 79. Refused without --force. Exits 0 whether or not the\n"
+          "lock was held.\n"
+          "\n"
+          "Options:\n"
+          "  -f, --force     required: confirms that the holder may be cut off\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -q, --quiet     print nothing on success\n"
+          "  -h, --help      show this help\n"
+          "\n"
+          "Example:\n"
+          "  watchlock release --force nightly-backup\n",
+          stdout);
+}
+
 /* " by pid P on HOST (LABEL)" for people. */
 static void print_owner(FILE *f, const watchlock_owner *o)
 {

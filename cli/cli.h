@@ -95,17 +95,18 @@ const char *cli_redact_url(const char *url);
  * cannot move the cursor or fake another line. */
 void cli_print_text(FILE *f, const void *s, size_t len);
 
+/* The subcommands, each with its help text, in the file that implements it
+ * (run.c; admin.c: status, list, release; check.c). main.c dispatches to
+ * them from its table; they never call into main.c. */
 int cli_cmd_run(int argc, char **argv);
-int cli_cmd_status(int argc, char **argv);
-int cli_cmd_list(int argc, char **argv);
-int cli_cmd_release(int argc, char **argv);
-int cli_cmd_check(int argc, char **argv);
-
-void cli_help_main(void);
 void cli_help_run(void);
+int cli_cmd_status(int argc, char **argv);
 void cli_help_status(void);
+int cli_cmd_list(int argc, char **argv);
 void cli_help_list(void);
+int cli_cmd_release(int argc, char **argv);
 void cli_help_release(void);
+int cli_cmd_check(int argc, char **argv);
 void cli_help_check(void);
 
 #endif /* WATCHLOCK_CLI_H */

@@ -34,6 +34,7 @@
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -502,13 +503,14 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
 /* ---- watchdog: one client holds many locks -------------------------------- */
 
 static atomic_long lost_callbacks;
+static atomic_long lost_by_reason[8]; /* WATCHLOCK_LOST_* (the trace's breakdown) */
 
 static void on_lost(watchlock_lock *lock, int reason, void *userdata)
 {
     (void)lock;
-    (void)reason;
     (void)userdata;
     atomic_fetch_add(&lost_callbacks, 1);
+    atomic_fetch_add(&lost_by_reason[reason >= 0 && reason < 8 ? reason : 0], 1);
 }
 
 /* The smallest remaining lease (local deadline, watchlock_lock_remaining_ms)
@@ -573,6 +575,8 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     /* Every sample_ms: RSS, and the smallest remaining lease of all held
      * locks (one pass over the handles, no I/O). */
     int64_t min_rem = -1, samples = 0, scan_ns = 0;
+    /* WLBENCH_TRACE=1: one line per sample on stderr (how a run degrades). */
+    bool trace = getenv("WLBENCH_TRACE") != NULL;
     while (now_ns() - t0 < (int64_t)(hold_s * 1e9)) {
         sleep_ns(sample_ms * 1000000);
         long r = rss_bytes();
@@ -584,6 +588,18 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
         samples++;
         if (m >= 0 && (min_rem < 0 || m < min_rem))
             min_rem = m;
+        if (trace)
+            fprintf(stderr,
+                    "trace t=%.2fs held=%" PRId64 " renewals=%" PRId64 " rounds=%" PRId64
+                    " min_remaining_ms=%" PRId64 " lost_callbacks=%ld (expired %ld, connection %ld, taken %ld)"
+                    " wd_cpu_ms=%" PRId64 "\n",
+                    (double)(now_ns() - t0) / 1e9, watchlock_client_stat(client, WATCHLOCK_STAT_HELD_LOCKS),
+                    watchlock_client_stat(client, WATCHLOCK_STAT_RENEWALS) - ren0,
+                    watchlock_client_stat(client, WATCHLOCK_STAT_RENEW_ROUNDS) - rounds0, m,
+                    atomic_load(&lost_callbacks), atomic_load(&lost_by_reason[WATCHLOCK_LOST_EXPIRED]),
+                    atomic_load(&lost_by_reason[WATCHLOCK_LOST_CONNECTION]),
+                    atomic_load(&lost_by_reason[WATCHLOCK_LOST_TAKEN]),
+                    (watchlock_client_stat(client, WATCHLOCK_STAT_WATCHDOG_CPU_US) - cpu0) / 1000);
     }
     int64_t t1 = now_ns();
     long long cmds = 0;

@@ -288,13 +288,22 @@ WATCHLOCK_API int watchlock_lock_set_max_hold(watchlock_lock *lock, int64_t max_
  * on_lost(lock, reason, userdata) runs when the library finds the lock lost
  * (reasons above): at its local deadline (declared by the client's loss
  * timer, which never waits on the network or on callbacks), or when a
- * renewal finds the key taken. Each call runs on a thread of its own, with
- * no library mutex held, so a slow callback delays neither renewals nor the
- * report of any other loss. It may call any function, on any lock,
- * including watchlock_lock_free() on this lock and watchlock_client_close().
- * Losses a caller learns from a return value (release or extend answering
- * ENOTOWNER) are not reported again here. fn NULL removes it.
+ * renewal finds the key taken. Callbacks run on the client's callback
+ * threads, never on the watchdog or the loss timer, with no library mutex
+ * held, so a slow callback delays neither renewals nor the declaration of
+ * any loss. Up to WATCHLOCK_CALLBACK_THREADS callbacks of one client run at
+ * once, each on a thread of its own (started when needed, gone when there
+ * is nothing left to call), so a slow callback delays no other while fewer
+ * than that many are running; beyond it, the losses wait in a queue and
+ * their callbacks run in the order the losses were found, as threads come
+ * free (so a callback must not wait for another lock's callback to run).
+ * It may call any function, on any lock, including
+ * watchlock_lock_free() on this lock and watchlock_client_close(); a
+ * callback not yet started when its lock is freed or its client closed is
+ * not called. Losses a caller learns from a return value (release or extend
+ * answering ENOTOWNER) are not reported again here. fn NULL removes it.
  */
+#define WATCHLOCK_CALLBACK_THREADS 16 /* on-lost callbacks running at once, per client */
 typedef void (*watchlock_lost_fn)(watchlock_lock *lock, int reason, void *userdata);
 WATCHLOCK_API int watchlock_lock_set_on_lost(watchlock_lock *lock, watchlock_lost_fn fn,
                                              void *userdata);

@@ -15,11 +15,11 @@ Blocking calls release the GIL. See docs/python.md.
 from __future__ import annotations
 
 from . import _native
-from ._client import CheckCode, CheckFinding, Client, LockInfo, Owner, default_client, lock, synchronized
+from ._client import CheckCode, CheckFinding, Client, ListedLock, LockInfo, Owner, default_client, lock, synchronized
 from ._lock import Lock, LockOptions, OnLost
 from ._util import Duration, LostReason
 from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
-                         InternalError, InvalidArgument, LockLostError, LockNotOwnedError, LockTimeout,
+                         InternalError, InvalidArgument, LockError, LockLostError, LockNotOwnedError, LockTimeout,
                          OutOfMemoryError, PermissionDeniedError, ReplicationError, ServerError)
 
 __version__: str = _native.version_string()
@@ -27,9 +27,9 @@ __version__: str = _native.version_string()
 core_version: str = _native.version_string()
 
 __all__ = [
-    "Client", "Lock", "LockInfo", "Owner", "CheckCode", "CheckFinding", "LostReason", "default_client", "lock", "synchronized",
+    "Client", "Lock", "LockInfo", "ListedLock", "Owner", "CheckCode", "CheckFinding", "LostReason", "default_client", "lock", "synchronized",
     "Duration", "LockOptions", "OnLost",
-    "Error", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
+    "Error", "LockError", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "PermissionDeniedError", "ReplicationError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
     "OutOfMemoryError", "InternalError", "__version__",
 ]

@@ -10,12 +10,13 @@ import os
 import re
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Set, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, TypeVar, Union
 
 from . import _native, _util
 from ._lock import Lock, LockOptions, check_options
-from ._util import ECLOSED, ETIMEDOUT, OK, Name, fmt_name
-from .exceptions import ClientClosedError, InvalidArgument
+from ._runtime import HasRuntime, Runtime
+from ._util import OK, Name, fmt_name
+from .exceptions import InvalidArgument
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -50,6 +51,15 @@ class LockInfo(NamedTuple):
     owner: Optional[Owner] = None  #: the current holder, None when free or it recorded none
 
 
+class ListedLock(NamedTuple):
+    """One held lock as :meth:`Client.list` found it."""
+
+    name: bytes                  #: the lock's name (bytes: names are binary-safe)
+    remaining: Optional[float]   #: seconds of lease left when listed (None: no expiry)
+    fencing_token: int           #: the name's fencing counter, as LockInfo's
+    owner: Optional[Owner] = None  #: the holder's record, None when it recorded none
+
+
 class CheckCode(str, enum.Enum):
     """What a :class:`CheckFinding` is about. A str: compares equal to its
     name ("eviction", ...), the same names as ``watchlock check`` prints."""
@@ -76,7 +86,7 @@ class CheckFinding(NamedTuple):
     message: str                 #: one line for people: what is set, what it breaks, what to change
 
 
-class Client:
+class Client(HasRuntime):
     """A connection to one Redis server, shared by all threads of a process.
 
     ``url``: ``redis://[[user]:password@]host[:port][/db][?connect_timeout=2s&command_timeout=2s]``,
@@ -95,44 +105,33 @@ class Client:
     """
 
     def __init__(self, url: Optional[str] = None) -> None:
-        self._closed = True
-        self._pid = os.getpid()  # only for close(): see there
         if url is None:
             url = os.environ.get("WATCHLOCK_URL") or DEFAULT_URL
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
-        self._url = redact_url(url)
+        redacted = redact_url(url)
         if "\0" in url:  # C would silently cut the URL at the NUL
-            raise InvalidArgument(f"malformed URL {self._url!r}: it contains a NUL byte")
+            raise InvalidArgument(f"malformed URL {redacted!r}: it contains a NUL byte")
         st, h = _native.client_open(url)
         if st != OK:
-            _util.raise_status(st, f"cannot open watchlock client for {self._url}")
-        self._h = h
-        self._closed = False
-        self._mu = threading.Lock()
-        self._watched: "weakref.WeakValueDictionary[int, Lock]" = weakref.WeakValueDictionary()
-        self._dispatcher: Optional[threading.Thread] = None
-        # Lock options the core accepted on this client (Lock._options): a
-        # Lock with options in here gets its core handle at its first use.
-        self._accepted: Set[Any] = set()
-        self._forks = _util.forks  # a Lock made after a fork asks the core at once (EFORKED)
+            _util.raise_status(st, f"cannot open watchlock client for {redacted}")
+        # The handle, the closed flag and the loss dispatcher, shared with
+        # this client's Locks (_runtime.py).
+        self._runtime = Runtime(h, redacted)
         _live_clients.add(self)
 
     @property
     def url(self) -> str:
         """The server URL, password hidden."""
-        return self._url
+        return self._runtime.url
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._runtime.closed
 
     def _handle(self) -> _native.ClientHandle:
-        """The core's client; never after close(), which may free it (a
-        forked child's copy: the core answers EFORKED)."""
-        if self._closed:
-            raise ClientClosedError(f"client for {self._url} is closed", status=ECLOSED)
-        return self._h
+        """The core's client (ClientClosedError after close())."""
+        return self._runtime.handle()
 
     def lock(self, name: Name, *, label: Optional[str] = None, **options: Unpack[LockOptions]) -> Lock:
         """A new :class:`Lock` for ``name`` (str or bytes). No network I/O: cheap.
@@ -143,25 +142,18 @@ class Client:
         (ttl/3) while held, unless auto_renew (True) is False; max_renewals,
         max_hold (0 or None = unlimited) cap the renewals, after which the
         lease runs out. blocking_timeout (None = forever, 0 = try once): what
-        ``with lock:`` waits. on_lost: callable(lock, reason) run on this
+        ``with lock:`` and a bare ``acquire()`` wait; blocking=False: they try
+        once (redis-py's). on_lost: callable(lock, reason) run on this
         client's dispatcher thread when the lock is lost, or "interrupt" to
         raise LockLostError in the thread (or cancel the asyncio task) that
         holds it. ``timeout=`` is refused (TypeError): it means the lease in
-        redis-py; say ttl= or blocking_timeout=.
+        redis-py, a hard cap; say blocking_timeout= for the wait, or ttl= for
+        the lease (renewed: auto_renew=False or max_hold= to cap it).
         label: who holds it, recorded with this host's name and pid at each
         acquire and shown by :meth:`inspect` and ``watchlock status``/``list``
         (at most 1024 bytes as UTF-8; None = record nothing).
         """
-        handle = Lock(self, name, **options)
-        if label is not None:
-            if not isinstance(label, str):
-                raise TypeError(f"label must be a str, not {type(label).__name__}")
-            if "\0" in label:  # C would cut the label at the NUL
-                raise InvalidArgument(f"label of lock {fmt_name(name)} contains a NUL character", lock_name=name)
-            st = _native.lock_set_owner_label(handle._h, label)
-            if st != OK:
-                _util.raise_status(st, f"label of lock {fmt_name(name)}", name)
-        return handle
+        return Lock(self, name, label=label, **options)
 
     def synchronized(self, name: Union[Name, Callable[..., Name]],
                      **lock_options: Unpack[LockOptions]) -> Callable[[F], F]:
@@ -193,6 +185,28 @@ class Client:
                 _native.owner_free(o)
         return LockInfo(bool(held), None if remaining_ms < 0 else remaining_ms / 1000.0, fence, owner)
 
+    def list(self, pattern: Name = "*") -> List[ListedLock]:
+        """Admin: the locks now held whose names match ``pattern`` (a glob as
+        Redis's MATCH: ``*``, ``?``, ``[abc]``, ``\\`` escapes; "*" = all),
+        sorted by name, as ``watchlock list``. Found with SCAN, never KEYS:
+        not a snapshot, and one round trip per SCAN page."""
+        st, lst = _native.client_list(self._handle(), pattern)
+        if st != OK:
+            _util.raise_status(st, f"cannot list locks matching {fmt_name(pattern)}")
+        try:
+            found = []
+            for i in range(_native.lock_list_count(lst)):
+                remaining_ms = _native.lock_list_remaining_ms(lst, i)
+                o = _native.lock_list_owner(lst, i)  # borrowed from the list
+                owner = None if o is None else Owner(
+                    _native.owner_host(o).decode("utf-8", "replace"), _native.owner_pid(o),
+                    _native.owner_label(o).decode("utf-8", "replace"))
+                found.append(ListedLock(_native.lock_list_name(lst, i) or b"", None if remaining_ms < 0 else
+                                        remaining_ms / 1000.0, _native.lock_list_fence(lst, i), owner))
+            return found
+        finally:
+            _native.lock_list_free(lst)
+
     def force_release(self, name: Name) -> bool:
         """Admin: deletes lock ``name`` whoever holds it and wakes its waiters.
         True if it was held. The former owner learns of the loss at its next
@@ -209,7 +223,7 @@ class Client:
         server. Raises ConnectionError when it cannot be asked at all."""
         st, report = _native.client_check(self._handle())
         if st != OK:
-            _util.raise_status(st, f"cannot check the server at {self._url}")
+            _util.raise_status(st, f"cannot check the server at {self._runtime.url}")
         try:
             findings = []
             for i in range(_native.report_count(report)):
@@ -238,17 +252,8 @@ class Client:
         """Releases held locks (best effort), stops the watchdog; later calls
         on this client and its locks raise ClientClosedError. Idempotent.
         In a forked child it does nothing: the core leaves the parent's
-        client alone, and self._mu may have been held by a parent thread."""
-        if self._pid != os.getpid():
-            return
-        with self._mu:
-            if self._closed:
-                return
-            self._closed = True
-            dispatcher = self._dispatcher
-        _native.client_close(self._h)  # wakes the dispatcher (ECLOSED)
-        if dispatcher is not None and dispatcher is not threading.current_thread():
-            dispatcher.join(timeout=30)
+        client alone (Runtime.close)."""
+        self._runtime.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -257,7 +262,8 @@ class Client:
         self.close()
 
     def __del__(self) -> None:
-        if self.__dict__.get("_closed", True):
+        runtime = self.__dict__.get("_runtime")
+        if runtime is None or runtime.closed:  # never opened, or closed
             return
         try:
             self.close()
@@ -265,59 +271,10 @@ class Client:
             pass
 
     def __repr__(self) -> str:
-        return f"<watchlock.Client {self._url}{' closed' if self._closed else ''}>"
+        return f"<watchlock.Client {self._runtime.url}{' closed' if self._runtime.closed else ''}>"
 
     def __reduce__(self) -> Any:
         raise TypeError("watchlock.Client cannot be pickled: open a Client in each process")
-
-    # ---- used by Lock ---------------------------------------------------
-
-    def _accept(self, options: Any) -> None:
-        """Remembers lock options the core accepted (bounded: forgets all when full)."""
-        if len(self._accepted) >= 256:
-            self._accepted.clear()
-        self._accepted.add(options)
-
-    def _watch(self, lock: Lock) -> None:
-        """Delivers the core's loss events for `lock` to its on_lost."""
-        with self._mu:
-            h = self._handle()
-            self._watched[_native.lock_id(lock._h)] = lock
-            if self._dispatcher is not None:
-                return
-            st = _native.client_enable_lost_events(h, 1)
-            if st != OK:
-                _util.raise_status(st, "cannot enable lost events")
-            # A private handle keeps the core's client memory alive until the
-            # dispatcher has made its last call, whenever close() runs.
-            st, keepalive = _native.lock_new(h, b"watchlock-python:dispatcher")
-            if st != OK:
-                _util.raise_status(st, "cannot start the lost-lock dispatcher")
-            t = threading.Thread(target=_dispatch, args=(h, keepalive, self._watched),
-                                 name="watchlock-on-lost", daemon=True)
-            t.start()
-            self._dispatcher = t
-
-
-def _dispatch(h: _native.ClientHandle, keepalive: _native.LockHandle, watched: "weakref.WeakValueDictionary[int, Lock]") -> None:
-    """The dispatcher thread: waits (GIL released) for the core's loss events
-    and runs each lock's on_lost as Python code. Holds no reference to the
-    Client, so an unused Client can still be collected (and closed)."""
-    try:
-        while True:
-            st, lock_id, reason = _native.client_next_lost_event(h, -1)
-            if st == OK:
-                lock = watched.get(lock_id)
-                if lock is not None:
-                    try:
-                        lock._on_lost_event(reason)
-                    except Exception:
-                        log.exception("watchlock: handling the loss of lock %s failed", fmt_name(lock.name))
-                    del lock
-            elif st != ETIMEDOUT:
-                break  # ECLOSED: the client was closed
-    finally:
-        _native.lock_free(keepalive)
 
 
 def _synchronized(get_client: Callable[[], Client], name: Union[Name, Callable[..., Name]],

@@ -42,8 +42,9 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
 
 from . import _native, _util
-from ._util import (_CACHEABLE, ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason,
-                    Name, _ms_cache, fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
+from ._runtime import Runtime
+from ._util import (CACHEABLE, ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason,
+                    Name, ms_cache, fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
 
 # The hot path calls the C functions of the SWIG module directly: its
 # Python proxies (_native.lock_acquire, ...) add one Python call each.
@@ -60,7 +61,7 @@ _LOST_NONE = _native.WATCHLOCK_LOST_NONE
 _MAX_NAME = _native.WATCHLOCK_MAX_NAME
 _new_mu = threading.Lock()  # makes lazy handles one at a time: one Lock, one owner
 _mu = threading.Lock()      # every Lock's guard state (_owner, _acquiring, _cond)
-from .exceptions import Error, LockLostError, LockTimeout
+from .exceptions import Error, InvalidArgument, LockLostError, LockTimeout
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -74,6 +75,7 @@ OnLost = Union[None, str, Callable[["Lock", LostReason], object]]
 class LockOptions(TypedDict, total=False):
     """The keyword options of :meth:`Client.lock`, synchronized() and watchlock.lock()."""
     ttl: Optional[Duration]
+    blocking: bool
     blocking_timeout: Optional[Duration]
     auto_renew: bool
     max_renewals: Optional[int]
@@ -87,8 +89,12 @@ def check_options(options: Iterable[str]) -> None:
     which means the lease in redis-py and the wait elsewhere, it names both."""
     unknown = sorted(set(options) - set(LockOptions.__annotations__))
     if "timeout" in unknown:
-        raise TypeError("lock() got an unexpected keyword argument 'timeout': say ttl= for the lease "
-                        "(redis-py's timeout=) or blocking_timeout= for how long `with lock:` waits")
+        raise TypeError(
+            "lock() got an unexpected keyword argument 'timeout': for how long `with lock:` and acquire() wait "
+            "say blocking_timeout=; for the lease say ttl=, but note that a ttl is renewed by the watchdog "
+            "while the lock is held, whereas redis-py's timeout= is a hard cap on the hold: for that say "
+            "ttl=..., auto_renew=False (or keep renewing and cap it with max_hold= or max_renewals=), "
+            "or use watchlock.redis_compat.Lock, which takes redis-py's arguments as they are")
     if unknown:
         raise TypeError(f"lock() got unexpected keyword argument(s): {', '.join(unknown)}")
 
@@ -102,11 +108,11 @@ _SETTERS: Tuple[Callable[[_native.LockHandle, int], int], ...] = (
     _c.lock_set_renew_interval, _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
 
 
-def _new_handle(client: Client, name: Name, options: _Options,
+def _new_handle(runtime: Runtime, name: Name, options: _Options,
                 given: Optional[Tuple[object, ...]]) -> _native.LockHandle:
     """The core's handle for `name` with `options` set; the core checks every
     value (EINVAL) and raises with its message, naming the value as `given`."""
-    st, h = _lock_new(client._handle(), name)
+    st, h = _lock_new(runtime.handle(), name)
     if st != OK:
         raise_status(st, f"cannot create lock {fmt_name(name)}", name)
     try:
@@ -124,6 +130,8 @@ def _new_handle(client: Client, name: Name, options: _Options,
 # slices) and for asyncio (a cancelled task stops waiting). The core keeps a
 # wait that timed out for the next call, so slices cost no round trips.
 _SLICE_MS = 250
+#: acquire()'s "argument not given"
+_UNSET: Any = object()
 _MAIN_IDENT = threading.main_thread().ident
 _get_ident = threading.get_ident
 
@@ -134,28 +142,36 @@ class Lock:
     ``with lock:`` acquires (waiting up to ``blocking_timeout``, raising
     :class:`LockTimeout`) and releases; at exit it raises
     :class:`LockLostError` if the lock was lost inside the block.
+    ``label``: as :meth:`Client.lock`'s.
     """
 
-    __slots__ = ("_client", "_name", "_on_lost", "_blocking_ms", "_options", "_hnd", "_cond", "_owner",
+    __slots__ = ("_client", "_runtime", "_name", "_on_lost", "_blocking_ms", "_bt_ms", "_options", "_hnd", "_cond", "_owner",
                  "_acquiring", "_interrupted", "__dict__", "__weakref__")
 
     def __init__(self, client: Client, name: Name, ttl: Optional[Duration] = None,
                  blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
+                 blocking: bool = True,
                  max_renewals: Optional[int] = None, max_hold: Optional[Duration] = None,
                  renew_interval: Optional[Duration] = None, on_lost: OnLost = None,
-                 **unexpected: NoReturn) -> None:
+                 label: Optional[str] = None, **unexpected: NoReturn) -> None:
         if unexpected:
             check_options(unexpected)
         if not (on_lost is None or on_lost == "interrupt" or callable(on_lost)):
             raise TypeError("on_lost must be None, a callable(lock, reason) or \"interrupt\"")
-        if client._closed:
-            client._handle()  # ClientClosedError now, not at the first use
-        self._client, self._name, self._on_lost = client, name, on_lost
-        self._blocking_ms = -1 if blocking_timeout is None else to_ms(blocking_timeout, "blocking_timeout", name)
+        # The client's shared state (_runtime.py); of the Client itself a
+        # Lock uses only its public methods.
+        runtime = client._runtime  # declared by HasRuntime, Client's base
+        if runtime.closed:
+            runtime.handle()  # ClientClosedError now, not at the first use
+        self._client, self._runtime, self._name, self._on_lost = client, runtime, name, on_lost
+        # _bt_ms: blocking_timeout alone; _blocking_ms: what `with` and a bare
+        # acquire() wait (0 = try once when blocking=False), as redis-py's Lock.
+        self._bt_ms = -1 if blocking_timeout is None else to_ms(blocking_timeout, "blocking_timeout", name)
+        self._blocking_ms = self._bt_ms if blocking else 0
         # The options as the core's setters take them (None: the core's default).
         lease = None
         if ttl is not None:  # to_ms(ttl), its cache looked up in line
-            lease = _ms_cache.get((type(ttl), ttl)) if type(ttl) in _CACHEABLE else None
+            lease = ms_cache.get((type(ttl), ttl)) if type(ttl) in CACHEABLE else None
             if lease is None:
                 lease = to_ms(ttl, "ttl", name)
         options = (lease,
@@ -173,15 +189,29 @@ class Lock:
         # auto_renew a bool, as True == 1 would stand in for the other type),
         # and a name it takes (an ASCII str has as many bytes as characters).
         type_name = type(name)
-        if (on_lost is not None or options not in client._accepted or client._forks != _util.forks
+        if (on_lost is not None or label is not None or options not in runtime.accepted
+                or runtime.forks != _util.forks
                 or type(auto_renew) is not bool or not (max_renewals is None or type(max_renewals) is int)
                 or not ((type_name is bytes or (type_name is str and name.isascii()))
                         and 0 < len(name) <= _MAX_NAME)):
             # The core checks now, with the values as given in its messages.
-            self._hnd = _new_handle(client, name, options, (ttl, renew_interval, max_hold, max_renewals, auto_renew))
-            client._accept(options)
+            self._hnd = _new_handle(runtime, name, options, (ttl, renew_interval, max_hold, max_renewals, auto_renew))
+            runtime.accept(options)
             if on_lost is not None:
-                client._watch(self)
+                runtime.watch(_native.lock_id(self._hnd), self)
+        if label is not None:
+            self._set_label(label)
+
+    def _set_label(self, label: str) -> None:
+        """The owner label recorded at each acquire (Client.lock(label=))."""
+        name = self._name
+        if not isinstance(label, str):
+            raise TypeError(f"label must be a str, not {type(label).__name__}")
+        if "\0" in label:  # C would cut the label at the NUL
+            raise InvalidArgument(f"label of lock {fmt_name(name)} contains a NUL character", lock_name=name)
+        st = _native.lock_set_owner_label(self._h, label)
+        if st != OK:
+            raise_status(st, f"label of lock {fmt_name(name)}", name)
 
     @property
     def _h(self) -> _native.LockHandle:
@@ -193,7 +223,7 @@ class Lock:
         with _new_mu:  # two threads using a fresh Lock at once must get one handle
             h = self._hnd
             if h is None:
-                h = self._hnd = _new_handle(self._client, self._name, self._options, None)
+                h = self._hnd = _new_handle(self._runtime, self._name, self._options, None)
         return h
 
     # ---- properties -----------------------------------------------------
@@ -217,8 +247,8 @@ class Lock:
 
     @property
     def blocking_timeout(self) -> Optional[float]:
-        """Seconds ``with lock:`` waits (None = forever, 0 = try once)."""
-        return None if self._blocking_ms < 0 else self._blocking_ms / 1000.0
+        """Seconds ``with lock:`` and a bare acquire() wait (None = forever, 0 = try once)."""
+        return None if self._bt_ms < 0 else self._bt_ms / 1000.0
 
     def locked(self) -> bool:
         """True when anybody holds the lock (the server's view, one round
@@ -264,13 +294,28 @@ class Lock:
 
     # ---- acquire / release ---------------------------------------------
 
-    def acquire(self, blocking: bool = True, timeout: Optional[Duration] = -1) -> bool:
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET) -> bool:
         """Acquires the lock, like threading.Lock.acquire: True when acquired,
-        False when ``blocking`` is False or ``timeout`` (a duration; -1 =
-        wait forever) ran out. Other errors raise (ConnectionError, ...)."""
-        wait = wait_ms(blocking, timeout, self._name)
+        False when it was not free and ``blocking`` is False, or the wait
+        ran out. Other errors raise (ConnectionError, ...).
+
+        Without arguments it waits as the lock was made to, like redis-py's
+        acquire(): ``blocking_timeout`` (None = until free), or tries once
+        when made with ``blocking=False``. Arguments override that:
+        ``blocking=False`` tries once, ``blocking=True`` waits up to the
+        lock's ``blocking_timeout``, ``timeout`` (a duration; -1 or None =
+        forever) waits that long instead."""
+        wait = self._wait_for(blocking, timeout)
         ident = threading.get_ident()
         return self._acquire(wait, ident, None, sliced=ident == _MAIN_IDENT)
+
+    def _wait_for(self, blocking: Optional[bool], timeout: Optional[Duration]) -> int:
+        """acquire()'s arguments as the core's wait in ms (-1 forever, 0 once)."""
+        if timeout is _UNSET:
+            if blocking is None:
+                return self._blocking_ms
+            return self._bt_ms if blocking else 0
+        return wait_ms(True if blocking is None else blocking, timeout, self._name)
 
     def _acquire(self, wait: int, owner: object, cancelled: Optional[threading.Event], sliced: bool) -> bool:
         deadline = None if wait < 0 else time.monotonic() + wait / 1000.0

@@ -70,9 +70,9 @@ def raise_status(status: int, message: str, lock_name: Optional[Name] = None) ->
 #: Conversions the core's parser made, (type, value) -> ms. Only successes
 #: are kept: a value the parser refuses is asked again, so its error (and
 #: message) is always the core's. Bounded: cleared when full.
-_ms_cache: Dict[Tuple[type, object], int] = {}
+ms_cache: Dict[Tuple[type, object], int] = {}
 _MS_CACHE_MAX = 1024
-_CACHEABLE = frozenset((int, float, str, datetime.timedelta))
+CACHEABLE = frozenset((int, float, str, datetime.timedelta))
 
 
 def to_ms(value: Duration, what: str, lock_name: Name) -> int:
@@ -90,15 +90,15 @@ def to_ms(value: Duration, what: str, lock_name: Name) -> int:
     in its own way)."""
     kind = type(value)
     key = (kind, value)
-    if kind in _CACHEABLE:
-        ms = _ms_cache.get(key)
+    if kind in CACHEABLE:
+        ms = ms_cache.get(key)
         if ms is not None:
             return ms
     ms = _to_ms(value, what, lock_name)
-    if kind in _CACHEABLE and not (kind is float and value == 0):
-        if len(_ms_cache) >= _MS_CACHE_MAX:
-            _ms_cache.clear()
-        _ms_cache[key] = ms
+    if kind in CACHEABLE and not (kind is float and value == 0):
+        if len(ms_cache) >= _MS_CACHE_MAX:
+            ms_cache.clear()
+        ms_cache[key] = ms
     return ms
 
 

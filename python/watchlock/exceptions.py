@@ -1,5 +1,19 @@
 """Exceptions raised by watchlock. All derive from :class:`watchlock.Error`.
 
+Hierarchy (lock-state errors share :class:`LockError`, as in redis-py)::
+
+    Error
+    ├── LockError                 the lock's state refused the call
+    │   ├── LockTimeout           not acquired in time
+    │   └── LockNotOwnedError     not held by this handle
+    │       └── LockLostError     was held, then lost
+    ├── ConnectionError (also builtins.ConnectionError)
+    │   └── AuthenticationError
+    ├── PermissionDeniedError, ReplicationError, ServerError
+    ├── InvalidArgument (also ValueError)
+    ├── ClientClosedError, ForkedError
+    └── OutOfMemoryError (also MemoryError), InternalError
+
 Every status code of the C core maps to one class (``error_class``);
 messages name the lock (or the server) they are about and add the core's
 detail message.
@@ -12,7 +26,7 @@ from typing import Dict, Optional, Type, Union
 from . import _native
 
 __all__ = [
-    "Error", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
+    "Error", "LockError", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "ServerError", "ClientClosedError",
     "ForkedError", "OutOfMemoryError", "InternalError", "PermissionDeniedError", "ReplicationError",
 ]
@@ -36,12 +50,19 @@ class Error(Exception):
         self.detail = detail
 
 
-class LockTimeout(Error):
+class LockError(Error):
+    """Base class of the lock-state errors: the lock was not acquired in time
+    (:class:`LockTimeout`), is not held by this handle
+    (:class:`LockNotOwnedError`) or was lost (:class:`LockLostError`).
+    Server, connection and argument errors are not LockErrors."""
+
+
+class LockTimeout(LockError):
     """The lock was not acquired in time (another owner holds it)."""
     status = _native.WATCHLOCK_ETIMEDOUT
 
 
-class LockNotOwnedError(Error):
+class LockNotOwnedError(LockError):
     """The handle does not hold the lock: never acquired, already released, or lost."""
     status = _native.WATCHLOCK_ENOTOWNER
 

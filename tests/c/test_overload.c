@@ -7,13 +7,17 @@
  * ran out.
  *
  * The hold count of overload_with_pauses is 100,000 in a plain build and
- * 10,000 under sanitizers; WATCHLOCK_TEST_OVERLOAD_N overrides it.
+ * 10,000 under sanitizers; WATCHLOCK_TEST_OVERLOAD_N overrides it. A mass
+ * loss (mass_loss_bounded_callback_threads: 5,000 holds, 1,000 under
+ * sanitizers) runs its on-lost callbacks on a bounded number of threads.
  */
 #include "proxy_harness.h"
 #include "testing.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -241,12 +245,113 @@ static void test_beyond_capacity_sheds_not_collapses(void)
     ph_free(px);
 }
 
+/* Threads in this process now (/proc/self/status), -1 if unreadable. */
+static int thread_count(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    int n = -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+typedef struct mass_loss {
+    watchlock_client *client;
+    atomic_int *calls; /* per lock */
+    atomic_int total, max_threads;
+} mass_loss;
+static mass_loss ml;
+
+static void note_threads(void)
+{
+    int t = thread_count(), m = atomic_load(&ml.max_threads);
+    while (t > m && !atomic_compare_exchange_weak(&ml.max_threads, &m, t))
+        ;
+}
+
+/* Each callback counts itself, samples the thread count, and stays until
+ * every hold has been declared lost (or 20 s): a callback slower than the
+ * whole loss burst. */
+static void mass_on_lost(watchlock_lock *lock, int reason, void *data)
+{
+    (void)lock, (void)reason;
+    atomic_fetch_add(&ml.calls[(intptr_t)data], 1);
+    atomic_fetch_add(&ml.total, 1);
+    note_threads();
+    int64_t until = now_ms() + 20000;
+    while (watchlock_client_stat(ml.client, WATCHLOCK_STAT_HELD_LOCKS) > 0 && now_ms() < until) {
+        sleep_ms(5);
+        note_threads();
+    }
+}
+
+/* Many holds, each with an on-lost callback, all lost in one burst (the
+ * server emptied, so the next renewal of each finds its key gone): every
+ * callback runs exactly once, on at most WATCHLOCK_CALLBACK_THREADS threads
+ * at a time. Before: one new thread per callback, thousands at once (the
+ * process's thread limit, and with it fork for the whole user, hit under a
+ * mass loss of hundreds of thousands of holds). */
+static void test_mass_loss_bounded_callback_threads(void)
+{
+    int n = SANITIZED ? 1000 : 5000;
+    const int64_t lease_ms = 3000;
+    enum { THREADS = 4 };
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock **locks = calloc((size_t)n, sizeof *locks);
+    ml.calls = calloc((size_t)n, sizeof *ml.calls);
+    CHECK(locks != NULL && ml.calls != NULL);
+    ml.client = c;
+    atomic_store(&ml.total, 0);
+    pthread_t th[THREADS];
+    acquirer a[THREADS];
+    for (int k = 0; k < THREADS; k++) {
+        a[k] = (acquirer){c, locks, n * k / THREADS, n * (k + 1) / THREADS, lease_ms};
+        CHECK(pthread_create(&th[k], NULL, acquire_range, &a[k]) == 0);
+    }
+    for (int k = 0; k < THREADS; k++)
+        CHECK(pthread_join(th[k], NULL) == 0);
+    for (int i = 0; i < n; i++)
+        CHECK_OK(watchlock_lock_set_on_lost(locks[i], mass_on_lost, (void *)(intptr_t)i));
+    int base = thread_count();
+    CHECK(base > 0);
+    atomic_store(&ml.max_threads, base);
+    int64_t t0 = now_ms();
+    CHECK(rh_ok(test_server(), "FLUSHALL"));
+    WAIT_FOR(atomic_load(&ml.total) >= n, 60000);
+    int64_t took = now_ms() - t0;
+    watchlock_client_close(c); /* waits for the running callbacks */
+    int twice = 0, never = 0;
+    for (int i = 0; i < n; i++) {
+        int k = atomic_load(&ml.calls[i]);
+        twice += k > 1;
+        never += k == 0;
+        CHECK_EQ(watchlock_lock_state(locks[i]), WATCHLOCK_UNLOCKED);
+    }
+    testing_note("%d holds lost at once: %d callbacks in %lld ms, threads %d before, at most %d during "
+                 "(cap %d callback threads)",
+                 n, atomic_load(&ml.total), (long long)took, base, atomic_load(&ml.max_threads),
+                 WATCHLOCK_CALLBACK_THREADS);
+    CHECK_EQ(never, 0);
+    CHECK_EQ(twice, 0);
+    CHECK_INT(atomic_load(&ml.max_threads), <=, base + WATCHLOCK_CALLBACK_THREADS);
+    for (int i = 0; i < n; i++)
+        watchlock_lock_free(locks[i]);
+    free(locks);
+    free(ml.calls);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
         {"unrenewed_holds_do_not_fail_rounds", test_unrenewed_holds_do_not_fail_rounds, 0},
         {"overload_with_pauses", test_overload_with_pauses, 120},
         {"beyond_capacity_sheds_not_collapses", test_beyond_capacity_sheds_not_collapses, 120},
+        {"mass_loss_bounded_callback_threads", test_mass_loss_bounded_callback_threads, 120},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);

@@ -341,7 +341,11 @@ def test_signals_are_forwarded_to_command(cli, name, tmp_path, sig):
     signame = signal.Signals(sig).name[3:]
     script = (f'trap "echo got-{signame} > marker; exit 7" {signame}; touch ready; '
               'while :; do sleep 0.05; done')
-    proc = cli.popen("run", name, "--", "sh", "-c", script, cwd=tmp_path)
+    # The signal's default disposition, whatever the test runner inherited
+    # (under nohup SIGHUP is ignored, and an ignored signal is by design not
+    # forwarded: test_ignored_signal_stays_ignored).
+    proc = cli.popen("run", name, "--", "sh", "-c", script, cwd=tmp_path,
+                     preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     wait_for(lambda: (tmp_path / "ready").exists() or proc.poll() is not None,
              "the command to start")
     proc.send_signal(sig)

@@ -36,3 +36,8 @@ def wait_for(predicate, timeout=20.0, interval=0.01):
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
+
+
+def pytest_configure(config):
+    # a mark of redis-py's tests/test_asyncio/test_lock.py, run by test_redispy_lock.py
+    config.addinivalue_line("markers", "onlynoncluster: redis-py's mark (its cluster-less tests)")

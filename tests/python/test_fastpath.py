@@ -178,7 +178,7 @@ def outcome(fn, value):
 
 
 def test_cached_conversions_give_what_the_parser_gives():
-    _util._ms_cache.clear()
+    _util.ms_cache.clear()
     uncached = [outcome(_util._to_ms, v) for v in ODD_DURATIONS]
     for _ in range(2):  # cold, then warm (both orders of 0.0 and -0.0 were met)
         assert [outcome(_util.to_ms, v) for v in ODD_DURATIONS] == uncached
@@ -201,7 +201,7 @@ def test_lock_options_behave_the_same_cold_and_warm(redis_url, name):
     with watchlock.Client(redis_url) as cold:
         first = []
         for case in cases:
-            _util._ms_cache.clear()
+            _util.ms_cache.clear()
             first.append(try_options(cold, **case))
     with watchlock.Client(redis_url) as warm:
         for _ in range(2):

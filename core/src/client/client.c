@@ -96,6 +96,7 @@ int watchlock_client_open(watchlock_client **out, const char *url)
         return wl_fail(WATCHLOCK_EINTERNAL, "cannot initialise mutexes");
     }
     atomic_init(&c->refs, 1);
+    c->unref = wl_client_unref;
     atomic_init(&c->closed, false);
     atomic_init(&c->wd_cpu_us, 0);
     c->fork_gen = wl_fork_generation();

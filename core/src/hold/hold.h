@@ -18,7 +18,10 @@ typedef struct wl_lost_event {
 #define WL_SEEDED_SLOTS 4096 /* client->seeded: 32 KiB per client */
 
 struct watchlock_client {
-    atomic_int refs;  /* the user's reference + one per lock handle */
+    atomic_int refs;  /* the user's reference + one per lock handle + one per callback thread */
+    /* drops one reference (client.c wl_client_unref, installed at open): the
+     * hold layer's callback threads end with it without calling up */
+    void (*unref)(watchlock_client *c);
     unsigned fork_gen;
     wl_server server; /* one server today; Redlock/Sentinel will hold several */
     atomic_bool closed;
@@ -51,7 +54,11 @@ struct watchlock_client {
     pthread_cond_t tm_cond;
     int64_t tm_sleep_until;
     wl_heap deadline_heap; /* held locks, on deadline_us */
-    /* on-lost callbacks: one detached thread per loss (loss.c) */
+    /* on-lost callbacks: a FIFO of pending ones, run by at most
+     * WATCHLOCK_CALLBACK_THREADS detached threads (loss.c) */
+    struct wl_callback_job *cb_head, *cb_tail;
+    int cb_queued;  /* jobs in the queue */
+    int cb_threads; /* callback threads alive */
     int cb_running; /* callbacks started and not yet returned */
     pthread_cond_t cb_cond;
     /* lost events */

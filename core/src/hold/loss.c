@@ -9,15 +9,29 @@
  * (state() also reads LOST past the deadline on its own, without waiting
  * for this thread.)
  *
- * Telling: wl_lose() queues the lost event (for bindings) and starts one
- * detached thread per on-lost callback, so callbacks run off every timing
- * path and a slow one delays nobody else's. A callback thread holds a
- * reference to its lock (and through it, to the client), so memory stays
- * valid whatever the user frees meanwhile; before calling, it checks under
- * client->mu that the lock is not being freed and the client not closed,
- * and counts itself running. watchlock_lock_free() and
- * watchlock_client_close() wait until the count drops to zero (minus the
- * calling thread's own callback, so either may be called from inside one).
+ * Telling: wl_lose() queues the lost event (for bindings) and the on-lost
+ * callback, in a FIFO per client that callback threads drain, so callbacks
+ * run off every timing path. A callback thread is started whenever a job is
+ * queued and every live callback thread is inside a callback, up to
+ * WATCHLOCK_CALLBACK_THREADS per client: below that, a slow callback delays
+ * no other; beyond it, the jobs wait in the queue, in order, for a thread
+ * to come free. A thread that finds the queue empty exits. (One thread per
+ * loss, as before, made a mass loss start a thread for each of hundreds of
+ * thousands of losses: thread creation under client->mu stalled the
+ * watchdog, so more holds were lost, and the threads took every free
+ * process ID, which broke fork for the whole machine.) If no thread can be
+ * started, the job waits for a live one; with none alive it is dropped (the
+ * loss stays visible through state() and the lost events).
+ *
+ * A queued job holds a reference to its lock (and through it, to the
+ * client), so memory stays valid whatever the user frees meanwhile, and a
+ * callback thread holds one to the client. Before calling, the thread checks
+ * under client->mu that the lock is not being freed and the client not
+ * closed (a job found so is dropped uncalled), and counts itself running.
+ * watchlock_lock_free() and watchlock_client_close() set those flags and
+ * wait until the count drops to zero (minus the calling thread's own
+ * callback, so either may be called from inside one): no callback starts
+ * after they begin, none runs after they return.
  */
 #include "hold/hold.h"
 
@@ -49,62 +63,106 @@ void wl_set_deadline(watchlock_client *c, watchlock_lock *l, int64_t deadline_us
         pthread_cond_signal(&c->tm_cond);
 }
 
-typedef struct callback_job {
-    watchlock_lock *lock;
+typedef struct wl_callback_job {
+    struct wl_callback_job *next;
+    watchlock_lock *lock; /* counted reference */
     int reason;
 } callback_job;
 
+/* With mu held: the oldest queued job, or NULL. */
+static callback_job *pop_job(watchlock_client *c)
+{
+    callback_job *job = c->cb_head;
+    if (job != NULL) {
+        c->cb_head = job->next;
+        if (c->cb_head == NULL)
+            c->cb_tail = NULL;
+        c->cb_queued--;
+    }
+    return job;
+}
+
 static void *callback_main(void *arg)
 {
-    callback_job job = *(callback_job *)arg;
-    free(arg);
+    watchlock_client *c = arg; /* counted reference, taken by start_thread */
     wl_thread_start("watchlock-cb");
 
-    watchlock_lock *l = job.lock;
-    watchlock_client *c = l->client;
     pthread_mutex_lock(&c->mu);
-    watchlock_lost_fn fn = l->on_lost;
-    void *data = l->on_lost_data;
-    bool run = fn != NULL && !l->freed && !atomic_load(&c->closed);
-    if (run) {
-        l->cb_running++;
-        c->cb_running++;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (run) {
-        running_callback = l;
-        fn(l, job.reason, data);
-        running_callback = NULL;
-        pthread_mutex_lock(&c->mu);
-        l->cb_running--;
-        c->cb_running--;
-        pthread_cond_broadcast(&c->cb_cond);
+    callback_job *job;
+    while ((job = pop_job(c)) != NULL) {
+        watchlock_lock *l = job->lock;
+        watchlock_lost_fn fn = l->on_lost;
+        void *data = l->on_lost_data;
+        bool run = fn != NULL && !l->freed && !atomic_load(&c->closed);
+        if (run) {
+            l->cb_running++;
+            c->cb_running++;
+        }
         pthread_mutex_unlock(&c->mu);
+        if (run) {
+            running_callback = l;
+            fn(l, job->reason, data);
+            running_callback = NULL;
+            pthread_mutex_lock(&c->mu);
+            l->cb_running--;
+            c->cb_running--;
+            pthread_cond_broadcast(&c->cb_cond);
+            pthread_mutex_unlock(&c->mu);
+        }
+        free(job);
+        l->ops->unref(l); /* never the client's last reference: this thread holds one */
+        pthread_mutex_lock(&c->mu);
     }
-    l->ops->unref(l); /* may free the lock, and then the client */
+    c->cb_threads--;
+    pthread_mutex_unlock(&c->mu);
+    c->unref(c); /* may free the client */
     return NULL;
 }
 
-/* With mu held: starts the lock's callback on a thread of its own. */
-static void start_callback(watchlock_lock *l, int reason)
+/* With mu held: starts one more callback thread; false if it cannot. */
+static bool start_thread(watchlock_client *c)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    bool started = false;
+    atomic_fetch_add(&c->refs, 1);
+    if (pthread_attr_init(&attr) == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&t, &attr, callback_main, c) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (started)
+        c->cb_threads++;
+    else
+        atomic_fetch_sub(&c->refs, 1); /* never the last: the caller's lock holds one */
+    return started;
+}
+
+/* With mu held: queues the lock's callback, and starts a thread for it if
+ * every live callback thread is busy in a callback and the cap allows. */
+static void start_callback(watchlock_client *c, watchlock_lock *l, int reason)
 {
     callback_job *job = malloc(sizeof *job);
     if (job == NULL)
         return; /* the loss stays visible through state() and lost events */
-    *job = (callback_job){l, reason};
+    *job = (callback_job){NULL, l, reason};
     atomic_fetch_add(&l->refs, 1);
-    pthread_attr_t attr;
-    pthread_t t;
-    bool started = false;
-    if (pthread_attr_init(&attr) == 0) {
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        started = pthread_create(&t, &attr, callback_main, job) == 0;
-        pthread_attr_destroy(&attr);
-    }
-    if (!started) {
-        atomic_fetch_sub(&l->refs, 1); /* never the last: the caller holds one */
-        free(job);
-    }
+    if (c->cb_tail)
+        c->cb_tail->next = job;
+    else
+        c->cb_head = job;
+    c->cb_tail = job;
+    c->cb_queued++;
+    /* Threads not inside a callback take queued jobs on their own. */
+    if (c->cb_queued <= c->cb_threads - c->cb_running || c->cb_threads >= WATCHLOCK_CALLBACK_THREADS)
+        return;
+    if (start_thread(c) || c->cb_threads > 0)
+        return; /* a live thread takes it when it comes free */
+    /* No thread at all: the queue held only this job. */
+    c->cb_head = c->cb_tail = NULL;
+    c->cb_queued = 0;
+    atomic_fetch_sub(&l->refs, 1); /* never the last: the caller holds one */
+    free(job);
 }
 
 static void queue_event(watchlock_client *c, watchlock_lock *l, int reason)
@@ -150,7 +208,7 @@ void wl_lose(watchlock_client *c, watchlock_lock *l, int reason, bool fire)
     if (c->events_on)
         queue_event(c, l, reason);
     if (l->on_lost != NULL && !l->freed)
-        start_callback(l, reason);
+        start_callback(c, l, reason);
 }
 
 void wl_wait_callbacks(watchlock_client *c, watchlock_lock *l)
