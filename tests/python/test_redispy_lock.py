@@ -60,7 +60,7 @@ LOCK_KEY_COMMANDS = frozenset({"get", "set", "ttl", "pttl", "pexpire", "expire",
 
 
 def lock_key(name):
-    """watchlock's key of lock `name` (core/src/keys.c, short names)."""
+    """watchlock's key of lock `name` (core/src/proto/keys.c, short names)."""
     raw = name.encode() if isinstance(name, str) else bytes(name)
     escaped = raw.replace(b"%", b"%25").replace(b"{", b"%7B").replace(b"}", b"%7D")
     return b"watchlock:{" + escaped + b"}"
