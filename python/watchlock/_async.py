@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import queue
 import threading
 import time
@@ -134,6 +135,7 @@ class Hub:
     """A client's asyncio machinery (see the module's docstring)."""
 
     def __init__(self) -> None:
+        self.pid = os.getpid()  # threads do not survive fork(): a child makes its own Hub
         self.worker = _Worker("watchlock-async")
         self._mu = threading.Lock()
         self._queues: Dict[bytes, Deque[_Waiter]] = {}
@@ -215,10 +217,10 @@ _hubs_mu = threading.Lock()
 def hub(runtime: Runtime) -> Hub:
     """The client's Hub, made at its first asyncio use."""
     h: Optional[Hub] = runtime.async_hub
-    if h is None:
+    if h is None or h.pid != os.getpid():
         with _hubs_mu:
             h = runtime.async_hub
-            if h is None:
+            if h is None or h.pid != os.getpid():
                 h = runtime.async_hub = Hub()
     return h
 

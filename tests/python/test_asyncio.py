@@ -447,3 +447,28 @@ def test_cancelled_release_async_still_releases(client, name):
 
     lock = run(main())
     assert wait_for(lambda: not lock.owned() and not client.inspect(name).held, timeout=10)
+
+
+def test_asyncio_in_a_forked_child_does_not_hang(client, name):
+    """The client's asyncio threads do not survive fork(): a child's await
+    gets the core's answer for a parent's lock (EFORKED), not a hang."""
+    lock = client.lock(name)
+
+    async def use():
+        assert await lock.acquire_async(timeout=5)
+        await lock.release_async()
+
+    run(use())  # the parent's asyncio worker thread exists now
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        code = 1
+        try:
+            async def child():
+                with pytest.raises(watchlock.ForkedError):
+                    await lock.acquire_async(timeout=1)
+            asyncio.run(asyncio.wait_for(child(), 20))
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
