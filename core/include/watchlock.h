@@ -325,8 +325,8 @@ WATCHLOCK_API int watchlock_lock_acquire(watchlock_lock *lock, int64_t wait_ms);
  * else on this client waits for the name) and the next acquire starts with a
  * fresh attempt. For callers that wait in slices and stop waiting for good
  * (a cancelled asyncio task). No I/O, never blocks. OK also when no wait was
- * kept; ECLOSED, EFORKED, EINVAL as the other calls. Not to be called
- * concurrently with an acquire on the same handle.
+ * kept; ECLOSED, EFORKED, EINVAL as the other calls. Thread-safe: an
+ * acquire running at the same time keeps its own wait until it returns.
  */
 WATCHLOCK_API int watchlock_lock_forget_wait(watchlock_lock *lock);
 
