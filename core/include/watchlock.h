@@ -329,6 +329,17 @@ WATCHLOCK_API int watchlock_lock_set_on_lost(watchlock_lock *lock, watchlock_los
 WATCHLOCK_API int watchlock_lock_acquire(watchlock_lock *lock, int64_t wait_ms);
 
 /*
+ * Drops the wait a timed-out acquire kept on the handle (see above): its
+ * subscription to the release channel is given up (UNSUBSCRIBE once nobody
+ * else on this client waits for the name) and the next acquire starts with a
+ * fresh attempt. For callers that wait in slices and stop waiting for good
+ * (a cancelled asyncio task). No I/O, never blocks. OK also when no wait was
+ * kept; ECLOSED, EFORKED, EINVAL as the other calls. Thread-safe: an
+ * acquire running at the same time keeps its own wait until it returns.
+ */
+WATCHLOCK_API int watchlock_lock_forget_wait(watchlock_lock *lock);
+
+/*
  * Releases one hold. When the count reaches 0 the key is deleted (only if it
  * still holds this hold) and waiters are woken. If the outcome of that is
  * unknown (the connection failed), it is tried once more on a fresh

@@ -783,6 +783,15 @@ static void forget_wait(watchlock_lock *l)
         wl_sub_leave(sub, entry);
 }
 
+/* issue 25.2: public, for bindings that stop a sliced wait for good. */
+int watchlock_lock_forget_wait(watchlock_lock *l)
+{
+    int rc = wl_check_lock(l);
+    if (rc == WATCHLOCK_OK)
+        forget_wait(l);
+    return rc;
+}
+
 /* Joins the lock's release channel on the subscriber that carries it. */
 static int join_channel(watchlock_lock *l, wl_subscriber **sub, wl_sub_entry **entry)
 {

@@ -28,8 +28,6 @@ Making a Lock is cheap (``with client.lock(name):`` makes one per block):
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import ctypes
 import importlib
 import logging
@@ -39,12 +37,12 @@ import threading
 import time
 import types
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
 
-from . import _native, _util
+from . import _async, _native, _util
 from ._runtime import Runtime
 from ._util import (CACHEABLE, ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason,
-                    Name, ms_cache, fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
+                    Name, ms_cache, fmt_name, raise_status, to_ms, wait_ms)
 
 # The hot path calls the C functions of the SWIG module directly: its
 # Python proxies (_native.lock_acquire, ...) add one Python call each.
@@ -503,33 +501,45 @@ class Lock:
     # ---- asyncio --------------------------------------------------------
 
     async def acquire_async(self, blocking: bool = True, timeout: Optional[Duration] = -1) -> bool:
-        """Like :meth:`acquire`, awaitable: the wait runs in a worker thread so
-        the event loop never blocks. The owner is the current task (reentrant
-        per task). If the task is cancelled while waiting, the wait stops and
-        a lock acquired meanwhile is released: cancellation never leaks a hold."""
+        """Like :meth:`acquire`, awaitable, without blocking the event loop and
+        without a thread per waiting task (watchlock/_async.py): one try on
+        the client's asyncio worker thread, then a place in the name's queue,
+        woken by the holder's release. The owner is the current task
+        (reentrant per task). If the task is cancelled while waiting, the
+        wait stops and a lock acquired meanwhile is released: cancellation
+        never leaks a hold."""
         return await self._acquire_async(wait_ms(blocking, timeout, self._name))
 
-    async def _acquire_async(self, wait: int) -> bool:
-        task = asyncio.current_task()
-        owner: object = task if task is not None else threading.get_ident()
-        cancelled = threading.Event()
-        cfut = in_daemon_thread(lambda: self._acquire(wait, owner, cancelled, False))
-        try:
-            return await asyncio.shield(asyncio.wrap_future(cfut))
-        except asyncio.CancelledError:
-            cancelled.set()
-            # On the concurrent future, not the asyncio one: this runs even
-            # if the event loop is gone by the time the worker gets the lock.
-            cfut.add_done_callback(self._give_back_if_acquired)
-            raise
+    def _acquire_async(self, wait: int) -> Coroutine[Any, Any, bool]:
+        return _async.acquire(self._runtime, self._name, self._acquire_for_task, self._forget_wait, self.release,
+                              wait)
 
-    def _give_back_if_acquired(self, fut: concurrent.futures.Future[bool]) -> None:
-        if not fut.cancelled() and fut.exception() is None and fut.result():
-            in_daemon_thread(self._release_quietly)
+    def _acquire_for_task(self, wait: int, owner: object, cancelled: Optional[threading.Event]) -> bool:
+        return self._acquire(wait, owner, cancelled, False)
 
-    def _release_quietly(self) -> None:
-        with contextlib.suppress(Error):  # the task that wanted it was cancelled: nobody to tell
-            self.release()
+    def _forget_wait(self) -> None:
+        """Drops the wait the core kept for a timed-out acquire (its subscription)."""
+        h = self._hnd
+        if h is not None:
+            _native.lock_forget_wait(h)
+
+    async def release_async(self) -> None:
+        """:meth:`release`, awaitable: the round trip runs on the client's
+        asyncio worker thread. If the awaiting task is cancelled, the release
+        still completes."""
+        await _async.run(self._runtime, self.release)
+
+    async def extend_async(self, ttl: Optional[Duration] = None) -> None:
+        """:meth:`extend`, awaitable (the client's asyncio worker thread)."""
+        await _async.run(self._runtime, lambda: self.extend(ttl))
+
+    async def locked_async(self) -> bool:
+        """:meth:`locked`, awaitable (the client's asyncio worker thread)."""
+        return bool(await _async.run(self._runtime, self.locked))
+
+    async def owned_async(self) -> bool:
+        """:meth:`owned` (no I/O), as a coroutine for symmetry with redis-py's asyncio Lock."""
+        return self.owned()
 
     async def __aenter__(self) -> Lock:
         if not await self._acquire_async(self._blocking_ms):
@@ -541,8 +551,7 @@ class Lock:
         interrupted = (isinstance(exc, asyncio.CancelledError) and self._interrupted != 0
                        and self._interrupted == self.fencing_token)
         try:
-            await asyncio.shield(asyncio.wrap_future(in_daemon_thread(
-                lambda: self._exit(None if interrupted else exc))))
+            await _async.run(self._runtime, lambda: self._exit(None if interrupted else exc))
         except LockLostError as lost:
             if not interrupted:
                 raise
