@@ -500,15 +500,16 @@ class Lock:
 
     # ---- asyncio --------------------------------------------------------
 
-    async def acquire_async(self, blocking: bool = True, timeout: Optional[Duration] = -1) -> bool:
-        """Like :meth:`acquire`, awaitable, without blocking the event loop and
-        without a thread per waiting task (watchlock/_async.py): one try on
-        the client's asyncio worker thread, then a place in the name's queue,
-        woken by the holder's release. The owner is the current task
-        (reentrant per task). If the task is cancelled while waiting, the
-        wait stops and a lock acquired meanwhile is released: cancellation
-        never leaks a hold."""
-        return await self._acquire_async(wait_ms(blocking, timeout, self._name))
+    async def acquire_async(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET) -> bool:
+        """Like :meth:`acquire` (the same arguments, and without them the
+        lock's own ``blocking``/``blocking_timeout``), awaitable, without
+        blocking the event loop and without a thread per waiting task
+        (watchlock/_async.py): one try on the client's asyncio worker thread,
+        then a place in the name's queue, woken by the holder's release. The
+        owner is the current task (reentrant per task). If the task is
+        cancelled while waiting, the wait stops and a lock acquired meanwhile
+        is released: cancellation never leaks a hold."""
+        return await self._acquire_async(self._wait_for(blocking, timeout))
 
     def _acquire_async(self, wait: int) -> Coroutine[Any, Any, bool]:
         return _async.acquire(self._runtime, self._name, self._acquire_for_task, self._forget_wait, self.release,

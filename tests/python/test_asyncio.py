@@ -149,6 +149,24 @@ def test_acquire_async_conventions(client, name):
     run(main())
 
 
+def test_bare_acquire_async_honours_the_locks_blocking_settings(client, name):
+    # As acquire() (issue 25.6): without arguments it waits as the lock was
+    # made to wait, not forever (a hang for a redis-py user).
+    holder = client.lock(name)
+    holder.acquire()
+
+    async def main():
+        started = time.monotonic()
+        assert await client.lock(name, blocking_timeout=0.3).acquire_async() is False
+        assert 0.25 <= time.monotonic() - started < 30
+        assert await client.lock(name, blocking=False).acquire_async() is False
+        assert await client.lock(name, blocking=False).acquire_async(timeout=0.2) is False
+    try:
+        run(main())
+    finally:
+        holder.release()
+
+
 def test_async_timeout_raises_lock_timeout(client, name):
     holder = client.lock(name)
     holder.acquire()
