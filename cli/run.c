@@ -94,9 +94,10 @@ void cli_help_run(void)
           "                          redis://127.0.0.1:6379)\n"
           "  -t, --ttl DURATION      lease: how long the lock outlives a crashed or frozen\n"
           "                          watchlock (default 30s); renewed every TTL/3\n"
-          "      --renew-interval DURATION\n"
-          "                          renew this often instead of every TTL/3; must be\n"
-          "                          shorter than the TTL (0: TTL/3)\n"
+          "      --renew-interval DURATION|FRACTION\n"
+          "                          renew this often instead of every TTL/3: a duration\n"
+          "                          shorter than the TTL (0: TTL/3), or a fraction of\n"
+          "                          the TTL such as 1/4 or 25%\n"
           "      --no-renew          do not renew: the lock runs out one TTL after it was\n"
           "                          acquired, and COMMAND is stopped if still running\n"
           "      --max-renewals N    stop renewing after N renewals; the lock then runs out\n"
@@ -190,6 +191,7 @@ struct lock_opt {
 struct run_opts {
     const char *url;
     struct lock_opt ttl, renew_interval, max_renewals, max_hold;
+    int renew_num, renew_den; /* --renew-interval as a fraction of the TTL (den 0: a duration) */
     int no_renew;    /* --no-renew: auto-renew off */
     int64_t wait_ms; /* < 0 forever */
     int64_t kill_after_ms;
@@ -1118,8 +1120,11 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
                 return rc;
             break;
         case OPT_RENEW_INTERVAL:
-            if ((rc = parse_lock_duration("--renew-interval", optarg, &o->renew_interval)) != 0)
-                return rc;
+            /* a duration, or a fraction of the TTL ("1/4", "25%"): the library's parser */
+            if (watchlock_parse_renew_interval(optarg, &o->renew_interval.value, &o->renew_num, &o->renew_den) !=
+                WATCHLOCK_OK)
+                return cli_usage_error("run", "--renew-interval %s: %s", optarg, watchlock_last_error());
+            o->renew_interval.text = optarg;
             break;
         case OPT_MAX_RENEWALS:
             if ((rc = parse_count("--max-renewals", optarg, &o->max_renewals.value)) != 0)
@@ -1482,7 +1487,8 @@ static int apply_lock_options(watchlock_lock *lock, const struct run_opts *o, in
     if (rc == 0 && o->ttl.text)
         rc = option_status(watchlock_lock_set_lease(lock, o->ttl.value), "--ttl", o->ttl.text);
     if (rc == 0 && o->renew_interval.text)
-        rc = option_status(watchlock_lock_set_renew_interval(lock, o->renew_interval.value),
+        rc = option_status(o->renew_den ? watchlock_lock_set_renew_fraction(lock, o->renew_num, o->renew_den)
+                                        : watchlock_lock_set_renew_interval(lock, o->renew_interval.value),
                            "--renew-interval", o->renew_interval.text);
     if (rc == 0 && o->max_renewals.text)
         rc = option_status(watchlock_lock_set_max_renewals(lock, o->max_renewals.value),

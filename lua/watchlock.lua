@@ -130,6 +130,24 @@ local function duration_ms(value, what, level)
   return ms
 end
 
+-- renew_interval given as a string, read by the core's one parser
+-- (watchlock_parse_renew_interval): a duration ("500ms") gives ms, a
+-- fraction of the ttl ("1/3", "25%") gives nil and { num, den }.
+local function renew_interval_option(text, what, level)
+  local nul = text:find("\0", 1, true)
+  if nul then
+    text = text:sub(1, nul - 1) .. "\\0"
+  end
+  local status, ms, num, den = core.parse_renew_interval(text)
+  if status ~= OK then
+    raise(what .. ": renew_interval: " .. detail(status), level + 1)
+  end
+  if den ~= 0 then
+    return nil, { num, den }
+  end
+  return ms, nil
+end
+
 -- wait: nil or math.huge = forever (-1), else a duration (0 = try once).
 local function wait_ms(wait, what, level)
   if wait == nil or wait == huge then
@@ -395,6 +413,10 @@ local function apply_lock_options(lh, opts, ms, caller, level)
       check(core[setter](lh, ms[what]), what, opts[what])
     end
   end
+  if ms.renew_fraction ~= nil then -- "1/3", "25%": a fraction of the ttl
+    check(core.lock_set_renew_fraction(lh, ms.renew_fraction[1], ms.renew_fraction[2]), "renew_interval",
+      opts.renew_interval)
+  end
   if opts.max_renewals ~= nil then
     check(core.lock_set_max_renewals(lh, opts.max_renewals), "max_renewals", opts.max_renewals)
   end
@@ -411,9 +433,12 @@ end
 local function read_lock_options(opts, what, level)
   local ms = {}
   for _, d in ipairs(DURATION_SETTERS) do
-    if opts[d[1]] ~= nil then
+    if opts[d[1]] ~= nil and not (d[1] == "renew_interval" and type(opts[d[1]]) == "string") then
       ms[d[1]] = duration_ms(opts[d[1]], what .. ": " .. d[1], level + 1)
     end
+  end
+  if type(opts.renew_interval) == "string" then
+    ms.renew_interval, ms.renew_fraction = renew_interval_option(opts.renew_interval, what, level + 1)
   end
   local n = opts.max_renewals
   if n ~= nil and (type(n) ~= "number" or n ~= floor(n)) then

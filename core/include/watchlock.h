@@ -274,9 +274,15 @@ WATCHLOCK_API int watchlock_lock_set_lease(watchlock_lock *lock, int64_t lease_m
 /* on: 1 = the watchdog renews while held (default), 0 = the lease just runs. */
 WATCHLOCK_API int watchlock_lock_set_auto_renew(watchlock_lock *lock, int on);
 /* interval_ms: 0 = lease/3 (default); else 1..lease-1 (checked against the
- * lease set at the time: set the lease first). If a later, shorter lease
- * makes the interval >= the lease, lease/3 is used. */
+ * lease set at the time: set the lease first, EINVAL otherwise). If a later,
+ * shorter lease makes the interval >= the lease, the next acquire fails
+ * with EINVAL (nothing falls back to lease/3 silently). Replaces a
+ * fraction set before. */
 WATCHLOCK_API int watchlock_lock_set_renew_interval(watchlock_lock *lock, int64_t interval_ms);
+/* Renew every num/den of the lease (0 < num < den <= 1000000), e.g. 1/3,
+ * 9/10; the interval follows later lease changes. Replaces an absolute
+ * interval set before. EINVAL out of range. */
+WATCHLOCK_API int watchlock_lock_set_renew_fraction(watchlock_lock *lock, int num, int den);
 /* max: 0 = unlimited (default); else renewals stop after that many and the
  * lock runs out (LOST_MAX_RENEWALS). */
 WATCHLOCK_API int watchlock_lock_set_max_renewals(watchlock_lock *lock, int64_t max);
@@ -402,6 +408,18 @@ WATCHLOCK_API int watchlock_lock_last_lost_reason(const watchlock_lock *lock);
  * text and values above WATCHLOCK_MAX_LEASE_MS (EINVAL).
  */
 WATCHLOCK_API int watchlock_parse_duration(int64_t *out_ms, const char *text);
+
+/*
+ * Parses a renew interval as the bindings and the CLI take it: a fraction
+ * of the lease ("1/3", "9/10": *renew_num / *renew_den, *out_ms = 0), a
+ * percentage of it ("25%" = 1/4, "12.5%" = 1/8; above 0, below 100), or a
+ * duration as watchlock_parse_duration reads it (*out_ms; *renew_num =
+ * *renew_den = 0). Give a fraction to watchlock_lock_set_renew_fraction()
+ * and a duration to watchlock_lock_set_renew_interval(). EINVAL on
+ * anything else (a fraction not below 1, "0/3", "100%", garbage).
+ */
+WATCHLOCK_API int watchlock_parse_renew_interval(const char *text, int64_t *out_ms, int *renew_num,
+                                                 int *renew_den);
 
 /* ---- server check ------------------------------------------------------------ */
 

@@ -250,8 +250,10 @@ int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
         return rc;
     pthread_mutex_lock(&l->client->mu);
     int64_t lease = l->lease_ms;
-    if (interval_ms >= 0 && interval_ms < lease)
+    if (interval_ms >= 0 && interval_ms < lease) {
         l->interval_ms = interval_ms;
+        l->renew_den = l->renew_num = 0; /* replaces a fraction (renew_option.c) */
+    }
     pthread_mutex_unlock(&l->client->mu);
     if ((interval_ms < 0 || interval_ms >= lease) && lease < 2)
         return wl_fail(WATCHLOCK_EINVAL,
@@ -815,7 +817,10 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         return WATCHLOCK_OK;
     }
     bool releasing = l->state == WATCHLOCK_HELD && l->releasing;
+    rc = wl_renew_check(l); /* renew_option.c: an interval a later lease made too long */
     pthread_mutex_unlock(&c->mu);
+    if (rc != WATCHLOCK_OK)
+        return rc;
     if (releasing && (rc = finish_pending_release(l)) != WATCHLOCK_OK)
         return rc;
 

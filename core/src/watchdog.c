@@ -59,8 +59,7 @@
 
 static int64_t interval_us(const watchlock_lock *l)
 {
-    int64_t iv = l->interval_ms > 0 && l->interval_ms < l->lease_ms ? l->interval_ms : l->lease_ms / 3;
-    return (iv > 0 ? iv : 1) * 1000;
+    return wl_renew_interval_us(l); /* renew_option.c: fraction, absolute or lease/3 */
 }
 
 static bool renewing(const watchlock_lock *l)
