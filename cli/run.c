@@ -128,7 +128,11 @@ void cli_help_run(void)
           "                          string's first word). Readable by every client of\n"
           "                          the server, its replicas and persistence: no secrets\n"
           "  -q, --quiet             no informational messages (errors are still printed)\n"
-          "  -v, --verbose           print acquire, renew and release events to stderr\n"
+          "  -v, --verbose           print acquire, renew and release events to stderr,\n"
+          "                          and the client's stats at exit\n"
+          "      --stats-json FILE   save the client's stats (acquires, waits, holds,\n"
+          "                          renewals, losses) as JSON in FILE at exit; see\n"
+          "                          'watchlock stats'\n"
           "  -h, --help              show this help\n"
           "\n"
           "Durations: 500ms, 30s, 1.5s, 5m, 1h; a bare number means seconds. The lock's\n"
@@ -192,6 +196,7 @@ struct run_opts {
     const char *url;
     struct lock_opt ttl, renew_interval, max_renewals, max_hold;
     int renew_num, renew_den; /* --renew-interval as a fraction of the TTL (den 0: a duration) */
+    const char *stats_json;   /* --stats-json FILE (stats.c) */
     int no_renew;    /* --no-renew: auto-renew off */
     int64_t wait_ms; /* < 0 forever */
     int64_t kill_after_ms;
@@ -1007,7 +1012,7 @@ static void make_label(struct run_opts *o)
     }
 }
 
-enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL };
+enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL, OPT_STATS_JSON };
 
 /* --max-renewals N: a whole number in decimal. Its range (>= 0, 0 =
  * unlimited) is the library's rule, checked by its setter. */
@@ -1052,6 +1057,7 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         {"no-renew", no_argument, NULL, OPT_NO_RENEW},
         {"kill-after", required_argument, NULL, 'k'},
         {"label", required_argument, NULL, OPT_LABEL},
+        {"stats-json", required_argument, NULL, OPT_STATS_JSON},
         {"quiet", no_argument, NULL, 'q'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
@@ -1136,6 +1142,9 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
             break;
         case OPT_LABEL:
             o->label_opt = optarg;
+            break;
+        case OPT_STATS_JSON: /* stats.c: the client's stats saved at exit */
+            o->stats_json = optarg;
             break;
         case 'k':
             if ((rc = cli_parse_duration("run", "--kill-after", optarg, &o->kill_after_ms)) != 0)
@@ -1584,6 +1593,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
                      waitbuf, o->what);
         }
         watchlock_lock_free(lock);
+        cli_stats_report(client, o->stats_json); /* stats.c: --verbose, --stats-json */
         watchlock_client_close(client);
         return o->conflict_exit;
     }
@@ -1665,6 +1675,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
                   watchlock_lost_reason_str(sup.lost_reason), o->what);
 
     watchlock_lock_free(lock);
+    cli_stats_report(client, o->stats_json); /* stats.c: --verbose, --stats-json */
     watchlock_client_close(client);
 
     if (sup.lost && spawn_err == 0)

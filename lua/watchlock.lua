@@ -593,6 +593,51 @@ function Client:check()
   return findings
 end
 
+--- client:stats() -> table
+-- The C core's counters and histograms for monitoring, since the client
+-- opened (lock-free, no round trip): held_locks, renew_rounds,
+-- renew_roundtrips, renewals, watchdog_cpu_us, subscribe_denied, acquires,
+-- contended_acquires, acquire_timeouts, release_retries (numbers); lost
+-- (losses by reason: taken, expired, max_renewals, max_hold, connection);
+-- wait_time, hold_time, renew_rtt: histograms { count = n, sum = seconds,
+-- buckets = { { le = seconds, count = n }, ... } } with fixed log-scale
+-- bounds (64 us * 4^i, the last math.huge) and counts not cumulative.
+local STAT_COUNTERS = {
+  "held_locks", "renew_rounds", "renew_roundtrips", "renewals", "watchdog_cpu_us", "subscribe_denied",
+  "acquires", "contended_acquires", "acquire_timeouts", "release_retries",
+}
+local STAT_LOST = { "taken", "expired", "max_renewals", "max_hold", "connection" }
+local STAT_HISTOGRAMS = {
+  { "wait_time", "WATCHLOCK_HIST_WAIT", "WATCHLOCK_STAT_WAIT_US_SUM" },
+  { "hold_time", "WATCHLOCK_HIST_HOLD", "WATCHLOCK_STAT_HOLD_US_SUM" },
+  { "renew_rtt", "WATCHLOCK_HIST_RENEW_RTT", "WATCHLOCK_STAT_RENEW_RTT_US_SUM" },
+}
+function Client:stats()
+  run_hooks()
+  local handle = check_client(self, "stats", 2)
+  local stats, lost = {}, {}
+  for _, key in ipairs(STAT_COUNTERS) do
+    stats[key] = core.client_stat(handle, core["WATCHLOCK_STAT_" .. key:upper()])
+  end
+  for _, key in ipairs(STAT_LOST) do
+    lost[key] = core.client_stat(handle, core["WATCHLOCK_STAT_LOST_" .. key:upper()])
+  end
+  stats.lost = lost
+  for _, h in ipairs(STAT_HISTOGRAMS) do
+    local buckets, count = {}, 0
+    for i = 0, core.WATCHLOCK_HIST_BUCKETS - 1 do
+      local status, upper, n = core.client_histogram(handle, core[h[2]], i)
+      if status ~= OK then
+        return fail(status, "stats", 2)
+      end
+      buckets[#buckets + 1] = { le = i == core.WATCHLOCK_HIST_BUCKETS - 1 and huge or upper / 1e6, count = n }
+      count = count + n
+    end
+    stats[h[1]] = { buckets = buckets, count = count, sum = core.client_stat(handle, core[h[3]]) / 1e6 }
+  end
+  return stats
+end
+
 -- ---------------------------------------------------------------------------
 -- Lock
 

@@ -200,6 +200,23 @@ WATCHLOCK_API int watchlock_client_next_lost_event(watchlock_client *client, int
  *                                   (the ACL user may not SUBSCRIBE to the lock's
  *                                   channel): waiters then wait for the holder's
  *                                   lease to end instead of its release
+ * For monitoring (counted since the client was opened, lock-free):
+ *   WATCHLOCK_STAT_ACQUIRES         holds started by watchlock_lock_acquire()
+ *                                   (a reentrant acquire starts none)
+ *   WATCHLOCK_STAT_CONTENDED_ACQUIRES of those, the ones that found the lock
+ *                                   held by another owner first and waited
+ *   WATCHLOCK_STAT_ACQUIRE_TIMEOUTS acquires that returned ETIMEDOUT, once per
+ *                                   wait: a call that resumes a wait kept by the
+ *                                   previous one (a binding waiting in slices)
+ *                                   does not count again
+ *   WATCHLOCK_STAT_RELEASE_RETRIES  releases sent again because an earlier
+ *                                   try's outcome was unknown (connection failed)
+ *   WATCHLOCK_STAT_LOST_TAKEN .. WATCHLOCK_STAT_LOST_CONNECTION
+ *                                   holds lost, by reason (WATCHLOCK_LOST_*:
+ *                                   WATCHLOCK_STAT_LOST_TAKEN - 1 + reason),
+ *                                   callbacks or not, release's ENOTOWNER included
+ *   WATCHLOCK_STAT_WAIT_US_SUM, _HOLD_US_SUM, _RENEW_RTT_US_SUM
+ *                                   the sums of the histograms below (us)
  */
 enum {
     WATCHLOCK_STAT_HELD_LOCKS = 0,
@@ -207,9 +224,41 @@ enum {
     WATCHLOCK_STAT_RENEW_ROUNDTRIPS = 2,
     WATCHLOCK_STAT_RENEWALS = 3,
     WATCHLOCK_STAT_WATCHDOG_CPU_US = 4,
-    WATCHLOCK_STAT_SUBSCRIBE_DENIED = 5
+    WATCHLOCK_STAT_SUBSCRIBE_DENIED = 5,
+    WATCHLOCK_STAT_ACQUIRES = 6,
+    WATCHLOCK_STAT_CONTENDED_ACQUIRES = 7,
+    WATCHLOCK_STAT_ACQUIRE_TIMEOUTS = 8,
+    WATCHLOCK_STAT_RELEASE_RETRIES = 9,
+    WATCHLOCK_STAT_LOST_TAKEN = 10,
+    WATCHLOCK_STAT_LOST_EXPIRED = 11,
+    WATCHLOCK_STAT_LOST_MAX_RENEWALS = 12,
+    WATCHLOCK_STAT_LOST_MAX_HOLD = 13,
+    WATCHLOCK_STAT_LOST_CONNECTION = 14,
+    WATCHLOCK_STAT_WAIT_US_SUM = 15,
+    WATCHLOCK_STAT_HOLD_US_SUM = 16,
+    WATCHLOCK_STAT_RENEW_RTT_US_SUM = 17
 };
 WATCHLOCK_API int64_t watchlock_client_stat(watchlock_client *client, int which);
+
+/*
+ * Histograms, fixed log-scale buckets: bucket i (0 .. WATCHLOCK_HIST_BUCKETS-1)
+ * counts the values <= *upper_us = 64 us * 4^i and above the previous
+ * bucket's bound (not cumulative); the last one, *upper_us = INT64_MAX,
+ * everything above 1073 s. Their total count is the sum of the buckets, and
+ * their sum WATCHLOCK_STAT_*_US_SUM.
+ *   WATCHLOCK_HIST_WAIT       an acquire call until its hold started (every
+ *                             hold counted in WATCHLOCK_STAT_ACQUIRES; a wait
+ *                             resumed from an earlier call counts from its start)
+ *   WATCHLOCK_HIST_HOLD       a hold's start until its release confirmed it
+ *                             (lost holds are counted by reason, not here)
+ *   WATCHLOCK_HIST_RENEW_RTT  a watchdog round's network time (its renewals'
+ *                             round trip; one per WATCHLOCK_STAT_RENEW_ROUNDS)
+ * EINVAL for an unknown histogram or bucket. Never blocks.
+ */
+#define WATCHLOCK_HIST_BUCKETS 14
+enum { WATCHLOCK_HIST_WAIT = 0, WATCHLOCK_HIST_HOLD = 1, WATCHLOCK_HIST_RENEW_RTT = 2 };
+WATCHLOCK_API int watchlock_client_histogram(watchlock_client *client, int which, int bucket, int64_t *upper_us,
+                                             int64_t *count);
 
 /* ---- lock ---------------------------------------------------------------- */
 

@@ -18,6 +18,7 @@
 
 #include "watchlock.h"
 #include "transport.h"
+#include "stats.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -449,6 +450,7 @@ struct watchlock_client {
     int64_t held;
     int64_t renew_rounds, renew_roundtrips, renewals;
     atomic_llong wd_cpu_us;
+    wl_stats stats; /* monitoring counters and histograms, lock-free (stats.c) */
 };
 
 #define WL_NOT_IN_HEAP ((size_t)-1)
@@ -468,6 +470,7 @@ struct watchlock_lock {
     watchlock_lock *prev, *next;
     int64_t lease_ms, interval_ms, max_renewals, max_hold_ms;
     int renew_num, renew_den; /* renew every num/den of the lease (den 0: interval_ms) — renew_option.c */
+    atomic_llong wait_t0_us;  /* stats.c: when a wait kept for the next acquire call began */
     bool auto_renew;
     watchlock_lost_fn on_lost;
     void *on_lost_data;

@@ -316,6 +316,7 @@ static void *watchdog_main(void *arg)
             pthread_mutex_unlock(&c->mu);
             int64_t t_io = wl_now_us();
             int trips = wl_renew_round(c, es, batch.len, cap_ms);
+            wl_stats_renew_round(c, wl_now_us() - t_io); /* stats.c: renewal round trip */
             round_us += (wl_now_us() - t_io - round_us) / 4;
             update_cpu(c);
             if (wl_test_hook != NULL)

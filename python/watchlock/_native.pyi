@@ -53,6 +53,22 @@ WATCHLOCK_STAT_RENEW_ROUNDTRIPS: int
 WATCHLOCK_STAT_RENEWALS: int
 WATCHLOCK_STAT_WATCHDOG_CPU_US: int
 WATCHLOCK_STAT_SUBSCRIBE_DENIED: int
+WATCHLOCK_STAT_ACQUIRES: int
+WATCHLOCK_STAT_CONTENDED_ACQUIRES: int
+WATCHLOCK_STAT_ACQUIRE_TIMEOUTS: int
+WATCHLOCK_STAT_RELEASE_RETRIES: int
+WATCHLOCK_STAT_LOST_TAKEN: int
+WATCHLOCK_STAT_LOST_EXPIRED: int
+WATCHLOCK_STAT_LOST_MAX_RENEWALS: int
+WATCHLOCK_STAT_LOST_MAX_HOLD: int
+WATCHLOCK_STAT_LOST_CONNECTION: int
+WATCHLOCK_STAT_WAIT_US_SUM: int
+WATCHLOCK_STAT_HOLD_US_SUM: int
+WATCHLOCK_STAT_RENEW_RTT_US_SUM: int
+WATCHLOCK_HIST_BUCKETS: int
+WATCHLOCK_HIST_WAIT: int
+WATCHLOCK_HIST_HOLD: int
+WATCHLOCK_HIST_RENEW_RTT: int
 
 WATCHLOCK_CHECK_EVICTION: int
 WATCHLOCK_CHECK_NO_PERSISTENCE: int
@@ -81,6 +97,7 @@ def client_force_release(client: ClientHandle, name: _Name) -> Tuple[int, int]: 
 def client_enable_lost_events(client: ClientHandle, on: int) -> int: ...
 def client_next_lost_event(client: ClientHandle, timeout_ms: int) -> Tuple[int, int, int]: ...
 def client_stat(client: ClientHandle, which: int) -> int: ...
+def client_histogram(client: ClientHandle, which: int, bucket: int) -> Tuple[int, int, int]: ...
 def client_check(client: ClientHandle) -> Tuple[int, ReportHandle]: ...
 
 def report_count(report: Optional[ReportHandle]) -> int: ...
