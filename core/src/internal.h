@@ -18,6 +18,7 @@
 
 #include "watchlock.h"
 #include "transport.h"
+#include "stats.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -367,6 +368,12 @@ bool wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t 
 uint64_t wl_sub_generation(wl_subscriber *sub, wl_sub_entry *entry);
 int64_t wl_sub_denied(wl_subscriber *sub); /* refused SUBSCRIBEs so far */
 
+/* ---- renew interval (renew_option.c) ---- */
+/* The renewal interval of a hold in us (fraction, absolute, or lease/3); client->mu held. */
+int64_t wl_renew_interval_us(const watchlock_lock *l);
+/* EINVAL when an absolute interval is not below the lease; client->mu held. */
+int wl_renew_check(const watchlock_lock *l);
+
 /* ---- client and lock (client.c, lock.c, watchdog.c) ---- */
 typedef struct wl_lost_event {
     uint64_t lock_id;
@@ -447,6 +454,7 @@ struct watchlock_client {
     int64_t held;
     int64_t renew_rounds, renew_roundtrips, renewals;
     atomic_llong wd_cpu_us;
+    wl_stats stats; /* monitoring counters and histograms, lock-free (stats.c) */
 };
 
 #define WL_NOT_IN_HEAP ((size_t)-1)
@@ -465,6 +473,8 @@ struct watchlock_lock {
     /* guarded by client->mu */
     watchlock_lock *prev, *next;
     int64_t lease_ms, interval_ms, max_renewals, max_hold_ms;
+    int renew_num, renew_den; /* renew every num/den of the lease (den 0: interval_ms) — renew_option.c */
+    atomic_llong wait_t0_us;  /* stats.c: when a wait kept for the next acquire call began */
     bool auto_renew;
     watchlock_lost_fn on_lost;
     void *on_lost_data;

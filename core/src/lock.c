@@ -250,8 +250,10 @@ int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
         return rc;
     pthread_mutex_lock(&l->client->mu);
     int64_t lease = l->lease_ms;
-    if (interval_ms >= 0 && interval_ms < lease)
+    if (interval_ms >= 0 && interval_ms < lease) {
         l->interval_ms = interval_ms;
+        l->renew_den = l->renew_num = 0; /* replaces a fraction (renew_option.c) */
+    }
     pthread_mutex_unlock(&l->client->mu);
     if ((interval_ms < 0 || interval_ms >= lease) && lease < 2)
         return wl_fail(WATCHLOCK_EINVAL,
@@ -824,10 +826,15 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         return WATCHLOCK_OK;
     }
     bool releasing = l->state == WATCHLOCK_HELD && l->releasing;
+    rc = wl_renew_check(l); /* renew_option.c: an interval a later lease made too long */
     pthread_mutex_unlock(&c->mu);
+    if (rc != WATCHLOCK_OK)
+        return rc;
     if (releasing && (rc = finish_pending_release(l)) != WATCHLOCK_OK)
         return rc;
 
+    int64_t t0_us = wl_now_us(); /* stats.c: the wait time */
+    bool continued = false;      /* stats.c: this call resumed a wait kept by an earlier one */
     int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
     uint64_t gen = 0;
     int64_t lease_end = 0, pttl = 0;
@@ -837,6 +844,8 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     if (wait_ms != 0) {
         entry = take_wait(l, &sub, &gen, &lease_end);
         resume = entry != NULL && wl_sub_generation(sub, entry) == gen && wl_now_us() < lease_end;
+        if ((continued = resume)) /* stats.c: a kept wait goes on; its time counts from its start */
+            t0_us = atomic_load_explicit(&l->wait_t0_us, memory_order_relaxed);
     }
     if (entry == NULL) {
         rc = attempt(l, &pttl);
@@ -883,6 +892,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         bool woken = at > wl_now_us() && wl_sub_wait(sub, entry, gen, at);
         if (!woken && until >= 0 && wl_now_us() >= until) {
             if (wl_now_us() < lease_end) { /* keep the wait for the next call */
+                atomic_store_explicit(&l->wait_t0_us, t0_us, memory_order_relaxed); /* stats.c */
                 save_wait(l, sub, entry, gen, lease_end);
                 entry = NULL;
             }
@@ -893,6 +903,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     if (entry != NULL)
         wl_sub_leave(sub, entry);
 out:
+    wl_stats_acquire(c, rc, sub != NULL, continued, t0_us); /* stats.c; sub: it found the lock held and waited */
     if (rc == WATCHLOCK_ETIMEDOUT)
         return wl_fail(rc, "lock %s is held by another owner%s", l->quoted,
                        wait_ms == 0 ? "" : " and was not released in time");
@@ -943,6 +954,8 @@ static int release_fresh(watchlock_client *c, const wl_release_args *a, int64_t 
 static int release_hold(watchlock_lock *l, bool retry)
 {
     watchlock_client *c = l->client;
+    if (retry) /* stats.c: an earlier try's outcome is unknown, sent again */
+        wl_stats_release_retry(c);
     wl_release_args a;
     pthread_mutex_lock(&c->mu);
     wl_release_args_make(l, &a);
@@ -954,9 +967,12 @@ static int release_hold(watchlock_lock *l, bool retry)
     wl_what(what, sizeof what, "release", l->quoted);
     redisReply *r = NULL;
     int rc = wl_run_script(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what);
+    if (wl_script_was_resent()) /* stats.c: sent again on a fresh connection */
+        wl_stats_release_retry(c);
     retry = retry || wl_script_was_resent();
     if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
         retry = true;
+        wl_stats_release_retry(c); /* stats.c */
         rc = release_fresh(c, &a, deadline, &r, what);
     }
     int64_t result = 0;
@@ -993,6 +1009,10 @@ static int release_hold(watchlock_lock *l, bool retry)
     l->releasing = false;
     if (!released)
         l->lost_reason = WATCHLOCK_LOST_TAKEN;
+    if (released) /* stats.c: hold time; else a loss */
+        wl_stats_hold(c, l->acquired_us);
+    else
+        wl_stats_lost(c, WATCHLOCK_LOST_TAKEN);
     pthread_mutex_unlock(&c->mu);
     if (!released)
         return wl_fail(WATCHLOCK_ENOTOWNER,

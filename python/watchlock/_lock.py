@@ -60,6 +60,7 @@ _MAX_NAME = _native.WATCHLOCK_MAX_NAME
 _new_mu = threading.Lock()  # makes lazy handles one at a time: one Lock, one owner
 _mu = threading.Lock()      # every Lock's guard state (_owner, _acquiring, _cond)
 from .exceptions import Error, InvalidArgument, LockLostError, LockTimeout
+from ._renew import RenewOption, renew_option, set_renew
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -78,7 +79,7 @@ class LockOptions(TypedDict, total=False):
     auto_renew: bool
     max_renewals: Optional[int]
     max_hold: Optional[Duration]
-    renew_interval: Optional[Duration]
+    renew_interval: Union[None, Duration, str]  # also "1/3", "25%": a fraction of the ttl
     on_lost: OnLost
 
 
@@ -99,11 +100,12 @@ def check_options(options: Iterable[str]) -> None:
 
 #: (ttl ms, renew_interval ms, max_hold ms, max_renewals, auto_renew) as the core's setters take
 #: them; None = not given (the core's default).
-_Options = Tuple[Optional[int], Optional[int], Optional[int], Optional[int], bool]
+_Options = Tuple[Optional[int], Optional[RenewOption], Optional[int], Optional[int], bool]
 _OPTION_NAMES = ("ttl", "renew_interval", "max_hold", "max_renewals", "auto_renew")
-_SETTERS: Tuple[Callable[[_native.LockHandle, int], int], ...] = (
+_SETTERS: Tuple[Callable[[_native.LockHandle, Any], int], ...] = (
     _c.lock_set_lease,  # first: renew_interval is checked against it
-    _c.lock_set_renew_interval, _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
+    set_renew,  # _renew.py: an interval in ms, or a (num, den) fraction of the lease
+    _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
 
 
 def _new_handle(runtime: Runtime, name: Name, options: _Options,
@@ -150,7 +152,7 @@ class Lock:
                  blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
                  blocking: bool = True,
                  max_renewals: Optional[int] = None, max_hold: Optional[Duration] = None,
-                 renew_interval: Optional[Duration] = None, on_lost: OnLost = None,
+                 renew_interval: Union[None, Duration, str] = None, on_lost: OnLost = None,
                  label: Optional[str] = None, **unexpected: NoReturn) -> None:
         if unexpected:
             check_options(unexpected)
@@ -173,7 +175,7 @@ class Lock:
             if lease is None:
                 lease = to_ms(ttl, "ttl", name)
         options = (lease,
-                   None if renew_interval is None else to_ms(renew_interval, "renew_interval", name),
+                   None if renew_interval is None else renew_option(renew_interval, name),
                    None if max_hold is None else to_ms(max_hold, "max_hold", name),
                    max_renewals, auto_renew)
         self._options: _Options = options
