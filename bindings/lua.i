@@ -212,8 +212,8 @@ static int wl_lua_lock_name(lua_State *L)
 %typemap(argout) uint64_t *OUTPUT %{ wl_lua_push_i64(L, (int64_t)tmp$argnum); SWIG_arg++; %}
 %typemap(argout) int *OUTPUT %{ lua_pushinteger(L, tmp$argnum); SWIG_arg++; %}
 
-%apply int *OUTPUT { int *held, int *released, int *reason };
-%apply int64_t *OUTPUT { int64_t *remaining_ms, int64_t *out_ms };
+%apply int *OUTPUT { int *held, int *released, int *reason, int *renew_num, int *renew_den };
+%apply int64_t *OUTPUT { int64_t *remaining_ms, int64_t *out_ms, int64_t *upper_us, int64_t *count };
 /* Fencing tokens out of client_inspect: a token, as lock_fencing_token(). */
 %typemap(in, numinputs=0) int64_t *fence (int64_t tmp = 0) %{ $1 = &tmp; %}
 %typemap(argout) int64_t *fence %{ wl_lua_push_token(L, tmp$argnum); SWIG_arg++; %}

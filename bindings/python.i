@@ -49,7 +49,9 @@
 %nothread watchlock_lock_lease;
 %nothread watchlock_lock_last_lost_reason;
 %nothread watchlock_parse_duration;
+%nothread watchlock_parse_renew_interval;
 %nothread watchlock_client_stat;
+%nothread watchlock_client_histogram;
 %nothread watchlock_report_count;
 %nothread watchlock_report_code;
 %nothread watchlock_report_message;
@@ -147,6 +149,10 @@ WL_OUT_INT(int, reason, PyLong_FromLong)
 WL_OUT_INT(int64_t, remaining_ms, PyLong_FromLongLong)
 WL_OUT_INT(int64_t, fence, PyLong_FromLongLong)
 WL_OUT_INT(int64_t, out_ms, PyLong_FromLongLong)
+WL_OUT_INT(int, renew_num, PyLong_FromLong)
+WL_OUT_INT(int, renew_den, PyLong_FromLong)
+WL_OUT_INT(int64_t, upper_us, PyLong_FromLongLong)
+WL_OUT_INT(int64_t, count, PyLong_FromLongLong)
 WL_OUT_INT(uint64_t, lock_id, PyLong_FromUnsignedLongLong)
 
 /* uint64_t results (lock ids) as Python ints, never negative. */

@@ -108,5 +108,11 @@ int cli_cmd_release(int argc, char **argv);
 void cli_help_release(void);
 int cli_cmd_check(int argc, char **argv);
 void cli_help_check(void);
+int cli_cmd_stats(int argc, char **argv);
+void cli_help_stats(void);
+/* stats.c: a run's client stats, on stderr with --verbose and as JSON in
+ * json_path (NULL: none). */
+struct watchlock_client;
+void cli_stats_report(struct watchlock_client *c, const char *json_path);
 
 #endif /* WATCHLOCK_CLI_H */

@@ -30,6 +30,7 @@ static const struct command {
     {"check", cli_cmd_check, cli_help_check,
      "report Redis settings that break lock safety (eviction,\n"
      "           persistence, replicas, ACL); exit 1 when there are any"},
+    {"stats", cli_cmd_stats, cli_help_stats, "show the client stats a 'run --stats-json FILE' saved"},
     {"help", cmd_help, help_main, "show help for a command"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

@@ -94,9 +94,10 @@ void cli_help_run(void)
           "                          redis://127.0.0.1:6379)\n"
           "  -t, --ttl DURATION      lease: how long the lock outlives a crashed or frozen\n"
           "                          watchlock (default 30s); renewed every TTL/3\n"
-          "      --renew-interval DURATION\n"
-          "                          renew this often instead of every TTL/3; must be\n"
-          "                          shorter than the TTL (0: TTL/3)\n"
+          "      --renew-interval DURATION|FRACTION\n"
+          "                          renew this often instead of every TTL/3: a duration\n"
+          "                          shorter than the TTL (0: TTL/3), or a fraction of\n"
+          "                          the TTL such as 1/4 or 25%\n"
           "      --no-renew          do not renew: the lock runs out one TTL after it was\n"
           "                          acquired, and COMMAND is stopped if still running\n"
           "      --max-renewals N    stop renewing after N renewals; the lock then runs out\n"
@@ -127,7 +128,11 @@ void cli_help_run(void)
           "                          string's first word). Readable by every client of\n"
           "                          the server, its replicas and persistence: no secrets\n"
           "  -q, --quiet             no informational messages (errors are still printed)\n"
-          "  -v, --verbose           print acquire, renew and release events to stderr\n"
+          "  -v, --verbose           print acquire, renew and release events to stderr,\n"
+          "                          and the client's stats at exit\n"
+          "      --stats-json FILE   save the client's stats (acquires, waits, holds,\n"
+          "                          renewals, losses) as JSON in FILE at exit; see\n"
+          "                          'watchlock stats'\n"
           "  -h, --help              show this help\n"
           "\n"
           "Durations: 500ms, 30s, 1.5s, 5m, 1h; a bare number means seconds. The lock's\n"
@@ -190,6 +195,8 @@ struct lock_opt {
 struct run_opts {
     const char *url;
     struct lock_opt ttl, renew_interval, max_renewals, max_hold;
+    int renew_num, renew_den; /* --renew-interval as a fraction of the TTL (den 0: a duration) */
+    const char *stats_json;   /* --stats-json FILE (stats.c) */
     int no_renew;    /* --no-renew: auto-renew off */
     int64_t wait_ms; /* < 0 forever */
     int64_t kill_after_ms;
@@ -1005,7 +1012,7 @@ static void make_label(struct run_opts *o)
     }
 }
 
-enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL };
+enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL, OPT_STATS_JSON };
 
 /* --max-renewals N: a whole number in decimal. Its range (>= 0, 0 =
  * unlimited) is the library's rule, checked by its setter. */
@@ -1050,6 +1057,7 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         {"no-renew", no_argument, NULL, OPT_NO_RENEW},
         {"kill-after", required_argument, NULL, 'k'},
         {"label", required_argument, NULL, OPT_LABEL},
+        {"stats-json", required_argument, NULL, OPT_STATS_JSON},
         {"quiet", no_argument, NULL, 'q'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
@@ -1118,8 +1126,11 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
                 return rc;
             break;
         case OPT_RENEW_INTERVAL:
-            if ((rc = parse_lock_duration("--renew-interval", optarg, &o->renew_interval)) != 0)
-                return rc;
+            /* a duration, or a fraction of the TTL ("1/4", "25%"): the library's parser */
+            if (watchlock_parse_renew_interval(optarg, &o->renew_interval.value, &o->renew_num, &o->renew_den) !=
+                WATCHLOCK_OK)
+                return cli_usage_error("run", "--renew-interval %s: %s", optarg, watchlock_last_error());
+            o->renew_interval.text = optarg;
             break;
         case OPT_MAX_RENEWALS:
             if ((rc = parse_count("--max-renewals", optarg, &o->max_renewals.value)) != 0)
@@ -1131,6 +1142,9 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
             break;
         case OPT_LABEL:
             o->label_opt = optarg;
+            break;
+        case OPT_STATS_JSON: /* stats.c: the client's stats saved at exit */
+            o->stats_json = optarg;
             break;
         case 'k':
             if ((rc = cli_parse_duration("run", "--kill-after", optarg, &o->kill_after_ms)) != 0)
@@ -1482,7 +1496,8 @@ static int apply_lock_options(watchlock_lock *lock, const struct run_opts *o, in
     if (rc == 0 && o->ttl.text)
         rc = option_status(watchlock_lock_set_lease(lock, o->ttl.value), "--ttl", o->ttl.text);
     if (rc == 0 && o->renew_interval.text)
-        rc = option_status(watchlock_lock_set_renew_interval(lock, o->renew_interval.value),
+        rc = option_status(o->renew_den ? watchlock_lock_set_renew_fraction(lock, o->renew_num, o->renew_den)
+                                        : watchlock_lock_set_renew_interval(lock, o->renew_interval.value),
                            "--renew-interval", o->renew_interval.text);
     if (rc == 0 && o->max_renewals.text)
         rc = option_status(watchlock_lock_set_max_renewals(lock, o->max_renewals.value),
@@ -1578,6 +1593,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
                      waitbuf, o->what);
         }
         watchlock_lock_free(lock);
+        cli_stats_report(client, o->stats_json); /* stats.c: --verbose, --stats-json */
         watchlock_client_close(client);
         return o->conflict_exit;
     }
@@ -1659,6 +1675,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
                   watchlock_lost_reason_str(sup.lost_reason), o->what);
 
     watchlock_lock_free(lock);
+    cli_stats_report(client, o->stats_json); /* stats.c: --verbose, --stats-json */
     watchlock_client_close(client);
 
     if (sup.lost && spawn_err == 0)

@@ -130,6 +130,24 @@ local function duration_ms(value, what, level)
   return ms
 end
 
+-- renew_interval given as a string, read by the core's one parser
+-- (watchlock_parse_renew_interval): a duration ("500ms") gives ms, a
+-- fraction of the ttl ("1/3", "25%") gives nil and { num, den }.
+local function renew_interval_option(text, what, level)
+  local nul = text:find("\0", 1, true)
+  if nul then
+    text = text:sub(1, nul - 1) .. "\\0"
+  end
+  local status, ms, num, den = core.parse_renew_interval(text)
+  if status ~= OK then
+    raise(what .. ": renew_interval: " .. detail(status), level + 1)
+  end
+  if den ~= 0 then
+    return nil, { num, den }
+  end
+  return ms, nil
+end
+
 -- wait: nil or math.huge = forever (-1), else a duration (0 = try once).
 local function wait_ms(wait, what, level)
   if wait == nil or wait == huge then
@@ -395,6 +413,10 @@ local function apply_lock_options(lh, opts, ms, caller, level)
       check(core[setter](lh, ms[what]), what, opts[what])
     end
   end
+  if ms.renew_fraction ~= nil then -- "1/3", "25%": a fraction of the ttl
+    check(core.lock_set_renew_fraction(lh, ms.renew_fraction[1], ms.renew_fraction[2]), "renew_interval",
+      opts.renew_interval)
+  end
   if opts.max_renewals ~= nil then
     check(core.lock_set_max_renewals(lh, opts.max_renewals), "max_renewals", opts.max_renewals)
   end
@@ -411,9 +433,12 @@ end
 local function read_lock_options(opts, what, level)
   local ms = {}
   for _, d in ipairs(DURATION_SETTERS) do
-    if opts[d[1]] ~= nil then
+    if opts[d[1]] ~= nil and not (d[1] == "renew_interval" and type(opts[d[1]]) == "string") then
       ms[d[1]] = duration_ms(opts[d[1]], what .. ": " .. d[1], level + 1)
     end
+  end
+  if type(opts.renew_interval) == "string" then
+    ms.renew_interval, ms.renew_fraction = renew_interval_option(opts.renew_interval, what, level + 1)
   end
   local n = opts.max_renewals
   if n ~= nil and (type(n) ~= "number" or n ~= floor(n)) then
@@ -566,6 +591,51 @@ function Client:check()
     }
   end
   return findings
+end
+
+--- client:stats() -> table
+-- The C core's counters and histograms for monitoring, since the client
+-- opened (lock-free, no round trip): held_locks, renew_rounds,
+-- renew_roundtrips, renewals, watchdog_cpu_us, subscribe_denied, acquires,
+-- contended_acquires, acquire_timeouts, release_retries (numbers); lost
+-- (losses by reason: taken, expired, max_renewals, max_hold, connection);
+-- wait_time, hold_time, renew_rtt: histograms { count = n, sum = seconds,
+-- buckets = { { le = seconds, count = n }, ... } } with fixed log-scale
+-- bounds (64 us * 4^i, the last math.huge) and counts not cumulative.
+local STAT_COUNTERS = {
+  "held_locks", "renew_rounds", "renew_roundtrips", "renewals", "watchdog_cpu_us", "subscribe_denied",
+  "acquires", "contended_acquires", "acquire_timeouts", "release_retries",
+}
+local STAT_LOST = { "taken", "expired", "max_renewals", "max_hold", "connection" }
+local STAT_HISTOGRAMS = {
+  { "wait_time", "WATCHLOCK_HIST_WAIT", "WATCHLOCK_STAT_WAIT_US_SUM" },
+  { "hold_time", "WATCHLOCK_HIST_HOLD", "WATCHLOCK_STAT_HOLD_US_SUM" },
+  { "renew_rtt", "WATCHLOCK_HIST_RENEW_RTT", "WATCHLOCK_STAT_RENEW_RTT_US_SUM" },
+}
+function Client:stats()
+  run_hooks()
+  local handle = check_client(self, "stats", 2)
+  local stats, lost = {}, {}
+  for _, key in ipairs(STAT_COUNTERS) do
+    stats[key] = core.client_stat(handle, core["WATCHLOCK_STAT_" .. key:upper()])
+  end
+  for _, key in ipairs(STAT_LOST) do
+    lost[key] = core.client_stat(handle, core["WATCHLOCK_STAT_LOST_" .. key:upper()])
+  end
+  stats.lost = lost
+  for _, h in ipairs(STAT_HISTOGRAMS) do
+    local buckets, count = {}, 0
+    for i = 0, core.WATCHLOCK_HIST_BUCKETS - 1 do
+      local status, upper, n = core.client_histogram(handle, core[h[2]], i)
+      if status ~= OK then
+        return fail(status, "stats", 2)
+      end
+      buckets[#buckets + 1] = { le = i == core.WATCHLOCK_HIST_BUCKETS - 1 and huge or upper / 1e6, count = n }
+      count = count + n
+    end
+    stats[h[1]] = { buckets = buckets, count = count, sum = core.client_stat(handle, core[h[3]]) / 1e6 }
+  end
+  return stats
 end
 
 -- ---------------------------------------------------------------------------

@@ -200,6 +200,23 @@ WATCHLOCK_API int watchlock_client_next_lost_event(watchlock_client *client, int
  *                                   (the ACL user may not SUBSCRIBE to the lock's
  *                                   channel): waiters then wait for the holder's
  *                                   lease to end instead of its release
+ * For monitoring (counted since the client was opened, lock-free):
+ *   WATCHLOCK_STAT_ACQUIRES         holds started by watchlock_lock_acquire()
+ *                                   (a reentrant acquire starts none)
+ *   WATCHLOCK_STAT_CONTENDED_ACQUIRES of those, the ones that found the lock
+ *                                   held by another owner first and waited
+ *   WATCHLOCK_STAT_ACQUIRE_TIMEOUTS acquires that returned ETIMEDOUT, once per
+ *                                   wait: a call that resumes a wait kept by the
+ *                                   previous one (a binding waiting in slices)
+ *                                   does not count again
+ *   WATCHLOCK_STAT_RELEASE_RETRIES  releases sent again because an earlier
+ *                                   try's outcome was unknown (connection failed)
+ *   WATCHLOCK_STAT_LOST_TAKEN .. WATCHLOCK_STAT_LOST_CONNECTION
+ *                                   holds lost, by reason (WATCHLOCK_LOST_*:
+ *                                   WATCHLOCK_STAT_LOST_TAKEN - 1 + reason),
+ *                                   callbacks or not, release's ENOTOWNER included
+ *   WATCHLOCK_STAT_WAIT_US_SUM, _HOLD_US_SUM, _RENEW_RTT_US_SUM
+ *                                   the sums of the histograms below (us)
  */
 enum {
     WATCHLOCK_STAT_HELD_LOCKS = 0,
@@ -207,9 +224,41 @@ enum {
     WATCHLOCK_STAT_RENEW_ROUNDTRIPS = 2,
     WATCHLOCK_STAT_RENEWALS = 3,
     WATCHLOCK_STAT_WATCHDOG_CPU_US = 4,
-    WATCHLOCK_STAT_SUBSCRIBE_DENIED = 5
+    WATCHLOCK_STAT_SUBSCRIBE_DENIED = 5,
+    WATCHLOCK_STAT_ACQUIRES = 6,
+    WATCHLOCK_STAT_CONTENDED_ACQUIRES = 7,
+    WATCHLOCK_STAT_ACQUIRE_TIMEOUTS = 8,
+    WATCHLOCK_STAT_RELEASE_RETRIES = 9,
+    WATCHLOCK_STAT_LOST_TAKEN = 10,
+    WATCHLOCK_STAT_LOST_EXPIRED = 11,
+    WATCHLOCK_STAT_LOST_MAX_RENEWALS = 12,
+    WATCHLOCK_STAT_LOST_MAX_HOLD = 13,
+    WATCHLOCK_STAT_LOST_CONNECTION = 14,
+    WATCHLOCK_STAT_WAIT_US_SUM = 15,
+    WATCHLOCK_STAT_HOLD_US_SUM = 16,
+    WATCHLOCK_STAT_RENEW_RTT_US_SUM = 17
 };
 WATCHLOCK_API int64_t watchlock_client_stat(watchlock_client *client, int which);
+
+/*
+ * Histograms, fixed log-scale buckets: bucket i (0 .. WATCHLOCK_HIST_BUCKETS-1)
+ * counts the values <= *upper_us = 64 us * 4^i and above the previous
+ * bucket's bound (not cumulative); the last one, *upper_us = INT64_MAX,
+ * everything above 1073 s. Their total count is the sum of the buckets, and
+ * their sum WATCHLOCK_STAT_*_US_SUM.
+ *   WATCHLOCK_HIST_WAIT       an acquire call until its hold started (every
+ *                             hold counted in WATCHLOCK_STAT_ACQUIRES; a wait
+ *                             resumed from an earlier call counts from its start)
+ *   WATCHLOCK_HIST_HOLD       a hold's start until its release confirmed it
+ *                             (lost holds are counted by reason, not here)
+ *   WATCHLOCK_HIST_RENEW_RTT  a watchdog round's network time (its renewals'
+ *                             round trip; one per WATCHLOCK_STAT_RENEW_ROUNDS)
+ * EINVAL for an unknown histogram or bucket. Never blocks.
+ */
+#define WATCHLOCK_HIST_BUCKETS 14
+enum { WATCHLOCK_HIST_WAIT = 0, WATCHLOCK_HIST_HOLD = 1, WATCHLOCK_HIST_RENEW_RTT = 2 };
+WATCHLOCK_API int watchlock_client_histogram(watchlock_client *client, int which, int bucket, int64_t *upper_us,
+                                             int64_t *count);
 
 /* ---- lock ---------------------------------------------------------------- */
 
@@ -274,9 +323,15 @@ WATCHLOCK_API int watchlock_lock_set_lease(watchlock_lock *lock, int64_t lease_m
 /* on: 1 = the watchdog renews while held (default), 0 = the lease just runs. */
 WATCHLOCK_API int watchlock_lock_set_auto_renew(watchlock_lock *lock, int on);
 /* interval_ms: 0 = lease/3 (default); else 1..lease-1 (checked against the
- * lease set at the time: set the lease first). If a later, shorter lease
- * makes the interval >= the lease, lease/3 is used. */
+ * lease set at the time: set the lease first, EINVAL otherwise). If a later,
+ * shorter lease makes the interval >= the lease, the next acquire fails
+ * with EINVAL (nothing falls back to lease/3 silently). Replaces a
+ * fraction set before. */
 WATCHLOCK_API int watchlock_lock_set_renew_interval(watchlock_lock *lock, int64_t interval_ms);
+/* Renew every num/den of the lease (0 < num < den <= 1000000), e.g. 1/3,
+ * 9/10; the interval follows later lease changes. Replaces an absolute
+ * interval set before. EINVAL out of range. */
+WATCHLOCK_API int watchlock_lock_set_renew_fraction(watchlock_lock *lock, int num, int den);
 /* max: 0 = unlimited (default); else renewals stop after that many and the
  * lock runs out (LOST_MAX_RENEWALS). */
 WATCHLOCK_API int watchlock_lock_set_max_renewals(watchlock_lock *lock, int64_t max);
@@ -327,6 +382,17 @@ WATCHLOCK_API int watchlock_lock_set_on_lost(watchlock_lock *lock, watchlock_los
  * Blocking. Thread-safe.
  */
 WATCHLOCK_API int watchlock_lock_acquire(watchlock_lock *lock, int64_t wait_ms);
+
+/*
+ * Drops the wait a timed-out acquire kept on the handle (see above): its
+ * subscription to the release channel is given up (UNSUBSCRIBE once nobody
+ * else on this client waits for the name) and the next acquire starts with a
+ * fresh attempt. For callers that wait in slices and stop waiting for good
+ * (a cancelled asyncio task). No I/O, never blocks. OK also when no wait was
+ * kept; ECLOSED, EFORKED, EINVAL as the other calls. Thread-safe: an
+ * acquire running at the same time keeps its own wait until it returns.
+ */
+WATCHLOCK_API int watchlock_lock_forget_wait(watchlock_lock *lock);
 
 /*
  * Releases one hold. When the count reaches 0 the key is deleted (only if it
@@ -411,6 +477,18 @@ WATCHLOCK_API int watchlock_lock_last_lost_reason(const watchlock_lock *lock);
  * text and values above WATCHLOCK_MAX_LEASE_MS (EINVAL).
  */
 WATCHLOCK_API int watchlock_parse_duration(int64_t *out_ms, const char *text);
+
+/*
+ * Parses a renew interval as the bindings and the CLI take it: a fraction
+ * of the lease ("1/3", "9/10": *renew_num / *renew_den, *out_ms = 0), a
+ * percentage of it ("25%" = 1/4, "12.5%" = 1/8; above 0, below 100), or a
+ * duration as watchlock_parse_duration reads it (*out_ms; *renew_num =
+ * *renew_den = 0). Give a fraction to watchlock_lock_set_renew_fraction()
+ * and a duration to watchlock_lock_set_renew_interval(). EINVAL on
+ * anything else (a fraction not below 1, "0/3", "100%", garbage).
+ */
+WATCHLOCK_API int watchlock_parse_renew_interval(const char *text, int64_t *out_ms, int *renew_num,
+                                                 int *renew_den);
 
 /* ---- server check ------------------------------------------------------------ */
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optiona
 from . import _native, _util
 from ._lock import Lock, LockOptions, check_options
 from ._runtime import HasRuntime, Runtime
+from ._stats import client_stats
 from ._util import OK, Name, fmt_name
 from .exceptions import InvalidArgument
 
@@ -238,15 +239,15 @@ class Client(HasRuntime):
         finally:
             _native.report_free(report)
 
-    def stats(self) -> Dict[str, int]:
-        """Watchdog counters: held_locks, renew_rounds, renew_roundtrips, renewals, watchdog_cpu_us."""
-        h = self._handle()
-        return {key: _native.client_stat(h, which) for key, which in (
-            ("held_locks", _native.WATCHLOCK_STAT_HELD_LOCKS),
-            ("renew_rounds", _native.WATCHLOCK_STAT_RENEW_ROUNDS),
-            ("renew_roundtrips", _native.WATCHLOCK_STAT_RENEW_ROUNDTRIPS),
-            ("renewals", _native.WATCHLOCK_STAT_RENEWALS),
-            ("watchdog_cpu_us", _native.WATCHLOCK_STAT_WATCHDOG_CPU_US))}
+    def stats(self) -> Dict[str, Any]:
+        """Counters and histograms for monitoring, since the client opened
+        (_stats.py): held_locks, renew_rounds, renew_roundtrips, renewals,
+        watchdog_cpu_us, subscribe_denied, acquires, contended_acquires,
+        acquire_timeouts, release_retries (ints); lost (a dict: taken,
+        expired, max_renewals, max_hold, connection); wait_time, hold_time,
+        renew_rtt (:class:`watchlock.Histogram`, seconds). Lock-free, no
+        round trip."""
+        return client_stats(self._handle())
 
     def close(self) -> None:
         """Releases held locks (best effort), stops the watchdog; later calls

@@ -28,8 +28,6 @@ Making a Lock is cheap (``with client.lock(name):`` makes one per block):
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import ctypes
 import importlib
 import logging
@@ -39,12 +37,12 @@ import threading
 import time
 import types
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
 
-from . import _native, _util
+from . import _async, _native, _util
 from ._runtime import Runtime
 from ._util import (CACHEABLE, ECLOSED, ECONN, ENOTOWNER, ETIMEDOUT, HELD, LOST, OK, Duration, LostReason,
-                    Name, ms_cache, fmt_name, in_daemon_thread, raise_status, to_ms, wait_ms)
+                    Name, ms_cache, fmt_name, raise_status, to_ms, wait_ms)
 
 # The hot path calls the C functions of the SWIG module directly: its
 # Python proxies (_native.lock_acquire, ...) add one Python call each.
@@ -62,6 +60,7 @@ _MAX_NAME = _native.WATCHLOCK_MAX_NAME
 _new_mu = threading.Lock()  # makes lazy handles one at a time: one Lock, one owner
 _mu = threading.Lock()      # every Lock's guard state (_owner, _acquiring, _cond)
 from .exceptions import Error, InvalidArgument, LockLostError, LockTimeout
+from ._renew import RenewOption, renew_option, set_renew
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -80,7 +79,7 @@ class LockOptions(TypedDict, total=False):
     auto_renew: bool
     max_renewals: Optional[int]
     max_hold: Optional[Duration]
-    renew_interval: Optional[Duration]
+    renew_interval: Union[None, Duration, str]  # also "1/3", "25%": a fraction of the ttl
     on_lost: OnLost
 
 
@@ -101,11 +100,12 @@ def check_options(options: Iterable[str]) -> None:
 
 #: (ttl ms, renew_interval ms, max_hold ms, max_renewals, auto_renew) as the core's setters take
 #: them; None = not given (the core's default).
-_Options = Tuple[Optional[int], Optional[int], Optional[int], Optional[int], bool]
+_Options = Tuple[Optional[int], Optional[RenewOption], Optional[int], Optional[int], bool]
 _OPTION_NAMES = ("ttl", "renew_interval", "max_hold", "max_renewals", "auto_renew")
-_SETTERS: Tuple[Callable[[_native.LockHandle, int], int], ...] = (
+_SETTERS: Tuple[Callable[[_native.LockHandle, Any], int], ...] = (
     _c.lock_set_lease,  # first: renew_interval is checked against it
-    _c.lock_set_renew_interval, _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
+    set_renew,  # _renew.py: an interval in ms, or a (num, den) fraction of the lease
+    _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
 
 
 def _new_handle(runtime: Runtime, name: Name, options: _Options,
@@ -152,7 +152,7 @@ class Lock:
                  blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
                  blocking: bool = True,
                  max_renewals: Optional[int] = None, max_hold: Optional[Duration] = None,
-                 renew_interval: Optional[Duration] = None, on_lost: OnLost = None,
+                 renew_interval: Union[None, Duration, str] = None, on_lost: OnLost = None,
                  label: Optional[str] = None, **unexpected: NoReturn) -> None:
         if unexpected:
             check_options(unexpected)
@@ -175,7 +175,7 @@ class Lock:
             if lease is None:
                 lease = to_ms(ttl, "ttl", name)
         options = (lease,
-                   None if renew_interval is None else to_ms(renew_interval, "renew_interval", name),
+                   None if renew_interval is None else renew_option(renew_interval, name),
                    None if max_hold is None else to_ms(max_hold, "max_hold", name),
                    max_renewals, auto_renew)
         self._options: _Options = options
@@ -502,34 +502,47 @@ class Lock:
 
     # ---- asyncio --------------------------------------------------------
 
-    async def acquire_async(self, blocking: bool = True, timeout: Optional[Duration] = -1) -> bool:
-        """Like :meth:`acquire`, awaitable: the wait runs in a worker thread so
-        the event loop never blocks. The owner is the current task (reentrant
-        per task). If the task is cancelled while waiting, the wait stops and
-        a lock acquired meanwhile is released: cancellation never leaks a hold."""
-        return await self._acquire_async(wait_ms(blocking, timeout, self._name))
+    async def acquire_async(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET) -> bool:
+        """Like :meth:`acquire` (the same arguments, and without them the
+        lock's own ``blocking``/``blocking_timeout``), awaitable, without
+        blocking the event loop and without a thread per waiting task
+        (watchlock/_async.py): one try on the client's asyncio worker thread,
+        then a place in the name's queue, woken by the holder's release. The
+        owner is the current task (reentrant per task). If the task is
+        cancelled while waiting, the wait stops and a lock acquired meanwhile
+        is released: cancellation never leaks a hold."""
+        return await self._acquire_async(self._wait_for(blocking, timeout))
 
-    async def _acquire_async(self, wait: int) -> bool:
-        task = asyncio.current_task()
-        owner: object = task if task is not None else threading.get_ident()
-        cancelled = threading.Event()
-        cfut = in_daemon_thread(lambda: self._acquire(wait, owner, cancelled, False))
-        try:
-            return await asyncio.shield(asyncio.wrap_future(cfut))
-        except asyncio.CancelledError:
-            cancelled.set()
-            # On the concurrent future, not the asyncio one: this runs even
-            # if the event loop is gone by the time the worker gets the lock.
-            cfut.add_done_callback(self._give_back_if_acquired)
-            raise
+    def _acquire_async(self, wait: int) -> Coroutine[Any, Any, bool]:
+        return _async.acquire(self._runtime, self._name, self._acquire_for_task, self._forget_wait, self.release,
+                              wait)
 
-    def _give_back_if_acquired(self, fut: concurrent.futures.Future[bool]) -> None:
-        if not fut.cancelled() and fut.exception() is None and fut.result():
-            in_daemon_thread(self._release_quietly)
+    def _acquire_for_task(self, wait: int, owner: object, cancelled: Optional[threading.Event]) -> bool:
+        return self._acquire(wait, owner, cancelled, False)
 
-    def _release_quietly(self) -> None:
-        with contextlib.suppress(Error):  # the task that wanted it was cancelled: nobody to tell
-            self.release()
+    def _forget_wait(self) -> None:
+        """Drops the wait the core kept for a timed-out acquire (its subscription)."""
+        h = self._hnd
+        if h is not None:
+            _native.lock_forget_wait(h)
+
+    async def release_async(self) -> None:
+        """:meth:`release`, awaitable: the round trip runs on the client's
+        asyncio worker thread. If the awaiting task is cancelled, the release
+        still completes."""
+        await _async.run(self._runtime, self.release)
+
+    async def extend_async(self, ttl: Optional[Duration] = None) -> None:
+        """:meth:`extend`, awaitable (the client's asyncio worker thread)."""
+        await _async.run(self._runtime, lambda: self.extend(ttl))
+
+    async def locked_async(self) -> bool:
+        """:meth:`locked`, awaitable (the client's asyncio worker thread)."""
+        return bool(await _async.run(self._runtime, self.locked))
+
+    async def owned_async(self) -> bool:
+        """:meth:`owned` (no I/O), as a coroutine for symmetry with redis-py's asyncio Lock."""
+        return self.owned()
 
     async def __aenter__(self) -> Lock:
         if not await self._acquire_async(self._blocking_ms):
@@ -541,8 +554,7 @@ class Lock:
         interrupted = (isinstance(exc, asyncio.CancelledError) and self._interrupted != 0
                        and self._interrupted == self.fencing_token)
         try:
-            await asyncio.shield(asyncio.wrap_future(in_daemon_thread(
-                lambda: self._exit(None if interrupted else exc))))
+            await _async.run(self._runtime, lambda: self._exit(None if interrupted else exc))
         except LockLostError as lost:
             if not interrupted:
                 raise

@@ -50,6 +50,7 @@ class Runtime:
         # Lock with options in here gets its core handle at its first use.
         self.accepted: Set[Any] = set()
         self.forks = _util.forks  # a Lock made after a fork asks the core at once (EFORKED)
+        self.async_hub: Any = None  # _async.Hub, made at the first asyncio use (issue 25.2)
 
     def handle(self) -> _native.ClientHandle:
         """The core's client; never after close(), which may free it (a

@@ -1,11 +1,9 @@
 """Private helpers: core statuses as exceptions, durations, loss reasons."""
 from __future__ import annotations
 
-import concurrent.futures
 import datetime
 import enum
-import threading
-from typing import Callable, Dict, NoReturn, Optional, Tuple, TypeVar, Union
+from typing import Dict, NoReturn, Optional, Tuple, Union
 
 from . import _native
 from .exceptions import error_class
@@ -13,7 +11,6 @@ from .exceptions import error_class
 Name = Union[str, bytes]
 #: A duration: seconds (int or float), a timedelta, or text the core parses ("500ms", "30s", "2m", "1h").
 Duration = Union[int, float, str, datetime.timedelta]
-T = TypeVar("T")
 
 OK = _native.WATCHLOCK_OK
 ETIMEDOUT = _native.WATCHLOCK_ETIMEDOUT
@@ -131,20 +128,3 @@ def wait_ms(blocking: bool, timeout: Optional[Duration], lock_name: Name) -> int
     if timeout is None or timeout == -1:
         return -1
     return to_ms(timeout, "timeout", lock_name)
-
-
-def in_daemon_thread(fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-    """Runs fn in a new daemon thread, for asyncio. Unlike an executor's
-    threads it is never joined at interpreter exit, so a task still waiting
-    for a lock cannot hang shutdown (waits also stop when cancelled)."""
-    fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def run() -> None:
-        if fut.set_running_or_notify_cancel():
-            try:
-                fut.set_result(fn())
-            except BaseException as exc:  # handed to the awaiting task
-                fut.set_exception(exc)
-
-    threading.Thread(target=run, name="watchlock-async", daemon=True).start()
-    return fut

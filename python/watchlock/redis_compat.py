@@ -335,9 +335,10 @@ class AsyncLock(Lock):
     """redis-py's ``redis.asyncio.lock.Lock`` interface, for
     ``redis.asyncio.Redis.lock(name, ..., lock_class=AsyncLock)``: the same
     semantics as :class:`Lock`, every method (but the constructor) a
-    coroutine. Waiting uses watchlock.Lock.acquire_async (the owner is the
-    task); release, extend, reacquire and locked run their round trip in a
-    worker thread so that the event loop never blocks on I/O.
+    coroutine, on watchlock.Lock's awaitables (the owner is the task):
+    waiting costs a task, not a thread, and release, extend, reacquire and
+    locked run their round trip on the client's asyncio worker thread, so
+    the event loop never blocks on I/O.
     A cancelled release() finishes before the cancellation is re-raised:
     the lock is never left released on the server but owned here."""
 
@@ -384,7 +385,7 @@ class AsyncLock(Lock):
         return ok
 
     async def locked(self) -> bool:  # type: ignore[override]
-        return await asyncio.to_thread(self._inner.locked)
+        return await self._inner.locked_async()
 
     async def owned(self) -> bool:  # type: ignore[override]
         return Lock.owned(self)
@@ -392,7 +393,7 @@ class AsyncLock(Lock):
     async def release(self) -> None:  # type: ignore[override]
         if self.local.token is None:
             raise LockError("Cannot release an unlocked lock", lock_name=self.name)
-        fut = asyncio.ensure_future(asyncio.to_thread(self._inner.release))
+        fut = asyncio.ensure_future(self._inner.release_async())
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -406,13 +407,19 @@ class AsyncLock(Lock):
 
     async def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:  # type: ignore[override]
         inner, seconds = self._extend_args(additional_time, replace_ttl)
-        await asyncio.to_thread(self._extend, inner, seconds, "extend")
+        await self._extend_async(inner, seconds, "extend")
         return True
 
     async def reacquire(self) -> bool:  # type: ignore[override]
         inner, seconds = self._reacquire_args()
-        await asyncio.to_thread(self._extend, inner, seconds, "reacquire")
+        await self._extend_async(inner, seconds, "reacquire")
         return True
+
+    async def _extend_async(self, inner: _WatchLock, seconds: float, what: str) -> None:
+        try:
+            await inner.extend_async(max(seconds, 0.001))
+        except _wl.LockNotOwnedError as e:
+            raise LockNotOwnedError(f"Cannot {what} a lock that's no longer owned", lock_name=self.name) from e
 
 
 class _Local(threading.local):

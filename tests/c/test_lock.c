@@ -1045,6 +1045,47 @@ static void test_abandon_while_renewing(void)
     watchlock_client_close(c);
 }
 
+static long long subscribers(const char *channel)
+{
+    redisReply *r = rh_command(test_server(), "PUBSUB NUMSUB %s", channel);
+    long long n = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* issue 25.2: a wait kept by a timed-out acquire holds its subscription until
+ * the holder's lease ends; watchlock_lock_forget_wait gives it up at once,
+ * and the next acquire starts with a fresh attempt. */
+static void test_forget_wait_drops_kept_subscription(void)
+{
+    static const char channel[] = "watchlock:{forget-wait}:released";
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_client *c2 = open_client(test_url(""));
+    watchlock_lock *holder = new_lock(c, "forget-wait");
+    watchlock_lock *waiter = new_lock(c2, "forget-wait");
+    CHECK_OK(watchlock_lock_set_lease(holder, 60000));
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    CHECK_OK(watchlock_lock_forget_wait(waiter)); /* nothing kept: OK, no-op */
+    CHECK_STATUS(watchlock_lock_acquire(waiter, 50), WATCHLOCK_ETIMEDOUT);
+    CHECK_EQ(subscribers(channel), 1); /* kept for the next acquire */
+    long long calls = script_calls();
+    CHECK_OK(watchlock_lock_forget_wait(waiter));
+    /* The subscriber unsubscribes a channel nobody uses after its linger (2 s). */
+    WAIT_FOR(subscribers(channel) == 0, 10000);
+    CHECK_EQ(subscribers(channel), 0);
+    CHECK_EQ(watchlock_lock_state(holder), WATCHLOCK_HELD);
+    /* Nothing to resume: the next acquire asks the server again. */
+    CHECK_STATUS(watchlock_lock_acquire(waiter, 50), WATCHLOCK_ETIMEDOUT);
+    CHECK_INT(script_calls(), >, calls);
+    CHECK_OK(watchlock_lock_forget_wait(waiter));
+    CHECK_STATUS(watchlock_lock_forget_wait(NULL), WATCHLOCK_EINVAL);
+    CHECK_OK(watchlock_lock_release(holder));
+    watchlock_lock_free(holder);
+    watchlock_lock_free(waiter);
+    watchlock_client_close(c);
+    watchlock_client_close(c2);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -1073,6 +1114,7 @@ int main(int argc, char **argv)
         {"abandon_then_close_releases", test_abandon_then_close_releases, 0},
         {"abandon_unheld", test_abandon_unheld, 0},
         {"abandon_while_renewing", test_abandon_while_renewing, 0},
+        {"forget_wait_drops_kept_subscription", test_forget_wait_drops_kept_subscription, 0},
         {NULL, NULL, 0},
     };
     return testing_main(argc, argv, tests, TESTING_SHARED_SERVER);

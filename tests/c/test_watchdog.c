@@ -161,12 +161,17 @@ static void test_renew_interval(void)
     watchlock_lock *big = new_lock(c, "interval-big");
     CHECK_OK(watchlock_lock_set_lease(fast, 3000));
     CHECK_OK(watchlock_lock_set_renew_interval(fast, 150));
-    /* A lease lowered below an interval set earlier: the lock must still be
-     * kept alive (renewed before the lease runs out). */
+    /* A lease lowered below an interval set earlier: acquire refuses it
+     * (issue 25.4: no silent fallback to lease/3), nothing is taken; a
+     * fraction of the lease then keeps it alive. */
     CHECK_OK(watchlock_lock_set_lease(big, 2700));
     CHECK_OK(watchlock_lock_set_renew_interval(big, 900));
     CHECK_OK(watchlock_lock_set_lease(big, 900));
     CHECK_OK(watchlock_lock_acquire(fast, 0));
+    CHECK_EQ(watchlock_lock_acquire(big, 0), WATCHLOCK_EINVAL);
+    CHECK(strstr(watchlock_last_error(), "not below the lease") != NULL);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{interval-big}"), 0);
+    CHECK_OK(watchlock_lock_set_renew_fraction(big, 1, 3));
     CHECK_OK(watchlock_lock_acquire(big, 0));
     sleep_ms(1600);
     CHECK_INT(watchlock_lock_renewals(fast), >=, 4); /* ~10 at 150 ms */

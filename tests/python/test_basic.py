@@ -287,7 +287,9 @@ def test_stats_and_repr(client, name):
         assert "held" in repr(lock)
         assert client.stats()["held_locks"] >= 1
     assert set(client.stats()) == {"held_locks", "renew_rounds", "renew_roundtrips", "renewals",
-                                   "watchdog_cpu_us"}
+                                   "watchdog_cpu_us", "subscribe_denied", "acquires", "contended_acquires",
+                                   "acquire_timeouts", "release_retries", "lost", "wait_time", "hold_time",
+                                   "renew_rtt"}
 
 
 def test_version():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 
 import pytest
 
@@ -134,3 +135,70 @@ def test_module_level_lock_and_synchronized(default_client_env, redis_server, na
         assert lock.client is c and lock.owned()
     c.close()
     assert watchlock.default_client() is not c  # reopened after close
+
+
+# ---- issue 25 item 4: renew options through the decorator -------------------
+
+def _renewal_times(client, name, stop):
+    """Seconds after the call at which the key's remaining lease jumped back
+    up (the watchdog's renewals, seen from the server), polled until
+    stop(times) or the key is gone."""
+    t0, times, last = time.monotonic(), [], None
+    while not stop(times):
+        info = client.inspect(name)
+        if not info.held:
+            break
+        if last is not None and info.remaining > last + 0.05:
+            times.append(time.monotonic() - t0)
+        last = info.remaining
+        time.sleep(0.01)
+    return times
+
+
+def test_synchronized_renews_at_a_fraction_and_stops_at_max_renewals(client, name):
+    lost = threading.Event()
+    seen = {}
+
+    def on_lost(lock, reason):
+        seen["reason"], seen["renewals"] = reason, lock.renewals
+        lost.set()
+
+    # 1/10 of a 3 s ttl: every 0.3 s (the default ttl/3 would be 1 s); three
+    # renewals, then the lease runs out.
+    @client.synchronized(name, ttl=3, renew_interval="1/10", max_renewals=3, on_lost=on_lost)
+    def job():
+        seen["times"] = _renewal_times(client, name, lambda _: lost.is_set())
+        assert lost.wait(10)
+
+    with pytest.raises(watchlock.LockLostError):
+        job()
+    times = seen.pop("times")
+    assert seen == {"reason": watchlock.LostReason.MAX_RENEWALS, "renewals": 3}
+    assert not client.inspect(name).held
+    # the three renewals, seen on the server, came at 1/10 of the ttl, and
+    # no fourth one came
+    assert len(times) == 3, times
+    assert 0.27 <= times[0] < 0.8 and times[2] < 2.0, times  # ttl/3: the first at 1 s
+
+
+@pytest.mark.parametrize("form", ["25%", "1/4", "500ms", 0.5])
+def test_synchronized_renew_interval_forms(client, name, form):
+    """Every form of renew_interval sets the same 0.5 s for a 2 s ttl (the
+    default, ttl/3, would be 0.67 s): two renewals are seen on the server
+    at about 0.5 s and 1 s."""
+    @client.synchronized(name, ttl=2, renew_interval=form)
+    def job():
+        t0 = time.monotonic()
+        return _renewal_times(client, name, lambda times: len(times) >= 2 or time.monotonic() - t0 > 5)
+
+    stamps = job()
+    assert len(stamps) >= 2, stamps
+    assert 0.45 <= stamps[0] < 0.62, stamps  # ttl/3 would not renew before 0.66 s
+    assert 0.9 <= stamps[1], stamps
+
+
+@pytest.mark.parametrize("bad", ["0/3", "3/3", "100%", "0%", "1/x", "2s", 2])
+def test_renew_interval_not_below_the_ttl_is_refused(client, name, bad):
+    with pytest.raises(watchlock.InvalidArgument) as e:
+        client.lock(name, ttl=2, renew_interval=bad)
+    assert "renew" in str(e.value), str(e.value)

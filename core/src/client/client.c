@@ -312,6 +312,8 @@ int64_t watchlock_client_stat(watchlock_client *c, int which)
     int64_t v = -1;
     if (which == WATCHLOCK_STAT_WATCHDOG_CPU_US)
         return atomic_load(&c->wd_cpu_us);
+    if (which >= WATCHLOCK_STAT_ACQUIRES) /* stats.c: lock-free counters */
+        return wl_stats_get(c, which);
     if (which == WATCHLOCK_STAT_SUBSCRIBE_DENIED) { /* subscriber.mu: never under client.mu */
         int64_t n = wl_sub_denied(c->sub);
         wl_server *node;

@@ -8,6 +8,7 @@
  */
 #include "hold/hold.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms)
@@ -137,4 +138,29 @@ int wl_release_fresh(wl_server *srv, const wl_release_args *a, size_t n, int64_t
     }
     wl_server_put(srv, ctx); /* the node itself without cluster; under it, freed (unpinned node) */
     return rc;
+}
+
+/* ---- the renew interval (its options: locks/renew_option.c) ---- */
+
+int64_t wl_renew_interval_us(const watchlock_lock *l)
+{
+    int64_t iv_us;
+    if (l->renew_den > 0)
+        iv_us = l->lease_ms * 1000 / l->renew_den * l->renew_num +
+                l->lease_ms * 1000 % l->renew_den * l->renew_num / l->renew_den;
+    else if (l->interval_ms > 0 && l->interval_ms < l->lease_ms)
+        iv_us = l->interval_ms * 1000;
+    else /* 0 = lease/3; a lease changed while held keeps renewing */
+        iv_us = l->lease_ms / 3 * 1000;
+    return iv_us > 0 ? iv_us : 1000;
+}
+
+int wl_renew_check(const watchlock_lock *l)
+{
+    if (l->renew_den == 0 && l->interval_ms > 0 && l->interval_ms >= l->lease_ms)
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "acquire %s: renew interval %" PRId64 " ms is not below the lease of %" PRId64
+                       " ms (set a shorter interval, or a fraction such as \"1/3\")",
+                       l->quoted, l->interval_ms, l->lease_ms);
+    return WATCHLOCK_OK;
 }

@@ -8,6 +8,7 @@
 #define WATCHLOCK_HOLD_H
 
 #include "topology/topology.h"
+#include "hold/stats.h"
 
 typedef struct wl_lost_event {
     uint64_t lock_id;
@@ -71,6 +72,7 @@ struct watchlock_client {
     int64_t held;
     int64_t renew_rounds, renew_roundtrips, renewals;
     atomic_llong wd_cpu_us;
+    wl_stats stats; /* monitoring counters and histograms, lock-free (stats.c) */
 };
 
 /* What the hold layer (the watchdog, the loss timer) and the client's
@@ -103,6 +105,8 @@ struct watchlock_lock {
     /* guarded by client->mu */
     watchlock_lock *prev, *next;
     int64_t lease_ms, interval_ms, max_renewals, max_hold_ms;
+    int renew_num, renew_den; /* renew every num/den of the lease (den 0: interval_ms) — renew_option.c */
+    atomic_llong wait_t0_us;  /* stats.c: when a wait kept for the next acquire call began */
     bool auto_renew;
     watchlock_lost_fn on_lost;
     void *on_lost_data;
@@ -173,6 +177,12 @@ void wl_release_best_effort(wl_server *srv, const wl_release_args *a);
 int wl_release_fresh(wl_server *srv, const wl_release_args *a, size_t n, int64_t cap_ms, redisReply **out,
                      const char *what);
 /* Watchdog (watchdog.c). Called with client->mu held. */
+/* The renewal interval of a hold in us (a fraction of the lease, an
+ * absolute interval, or lease/3); client->mu held. */
+int64_t wl_renew_interval_us(const watchlock_lock *l);
+/* EINVAL when an absolute interval is not below the lease (a later,
+ * shorter lease made it too long); client->mu held. */
+int wl_renew_check(const watchlock_lock *l);
 int wl_watchdog_ensure_started(watchlock_client *c);
 void wl_watchdog_schedule(watchlock_client *c, watchlock_lock *l); /* (re)insert with fresh wake_us */
 void wl_watchdog_unschedule(watchlock_client *c, watchlock_lock *l);

@@ -203,6 +203,7 @@ void wl_lose(watchlock_client *c, watchlock_lock *l, int reason, bool fire)
     }
     l->state = WATCHLOCK_LOST;
     l->lost_reason = reason;
+    wl_stats_lost(c, reason); /* stats.c */
     if (!fire)
         return;
     if (c->events_on)

@@ -59,8 +59,7 @@
 
 static int64_t interval_us(const watchlock_lock *l)
 {
-    int64_t iv = l->interval_ms > 0 && l->interval_ms < l->lease_ms ? l->interval_ms : l->lease_ms / 3;
-    return (iv > 0 ? iv : 1) * 1000;
+    return wl_renew_interval_us(l); /* renew_option.c: fraction, absolute or lease/3 */
 }
 
 static bool renewing(const watchlock_lock *l)
@@ -308,6 +307,7 @@ static void *watchdog_main(void *arg)
             pthread_mutex_unlock(&c->mu);
             int64_t t_io = wl_now_us();
             int trips = wl_renew_round(c, es, batch.len, cap_ms);
+            wl_stats_renew_round(c, wl_now_us() - t_io); /* stats.c: renewal round trip */
             round_us += (wl_now_us() - t_io - round_us) / 4;
             update_cpu(c);
             if (wl_test_hook != NULL)

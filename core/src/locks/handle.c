@@ -248,8 +248,10 @@ int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
         return rc;
     pthread_mutex_lock(&l->client->mu);
     int64_t lease = l->lease_ms;
-    if (interval_ms >= 0 && interval_ms < lease)
+    if (interval_ms >= 0 && interval_ms < lease) {
         l->interval_ms = interval_ms;
+        l->renew_den = l->renew_num = 0; /* replaces a fraction (renew_option.c) */
+    }
     pthread_mutex_unlock(&l->client->mu);
     if ((interval_ms < 0 || interval_ms >= lease) && lease < 2)
         return wl_fail(WATCHLOCK_EINVAL,
@@ -461,4 +463,13 @@ int watchlock_lock_last_lost_reason(const watchlock_lock *l)
     int v = l->state == WATCHLOCK_UNLOCKED ? l->lost_reason : lost_reason_of(l);
     read_end(l);
     return v;
+}
+
+/* issue 25.2: public, for bindings that stop a sliced wait for good. */
+int watchlock_lock_forget_wait(watchlock_lock *l)
+{
+    int rc = wl_check_lock(l);
+    if (rc == WATCHLOCK_OK)
+        wl_wait_forget(l);
+    return rc;
 }

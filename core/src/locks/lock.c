@@ -359,10 +359,15 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         return WATCHLOCK_OK;
     }
     bool releasing = l->state == WATCHLOCK_HELD && l->releasing;
+    rc = wl_renew_check(l); /* an interval a later lease made too long (hold.c) */
     pthread_mutex_unlock(&c->mu);
+    if (rc != WATCHLOCK_OK)
+        return rc;
     if (releasing && (rc = wl_lock_finish_pending_release(l)) != WATCHLOCK_OK)
         return rc;
 
+    int64_t t0_us = wl_now_us(); /* stats.c: the wait time */
+    bool continued = false;      /* stats.c: this call resumed a wait kept by an earlier one */
     int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
     uint64_t gen = 0;
     int64_t lease_end = 0, pttl = 0;
@@ -372,6 +377,8 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     if (wait_ms != 0) {
         entry = wl_wait_take(l, &sub, &gen, &lease_end);
         resume = entry != NULL && wl_sub_generation(sub, entry) == gen && wl_now_us() < lease_end;
+        if ((continued = resume)) /* stats.c: a kept wait goes on; its time counts from its start */
+            t0_us = atomic_load_explicit(&l->wait_t0_us, memory_order_relaxed);
     }
     if (entry == NULL) {
         rc = attempt(l, &pttl);
@@ -419,6 +426,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         bool woken = at > wl_now_us() && wl_sub_wait(sub, entry, gen, at);
         if (!woken && until >= 0 && wl_now_us() >= until) {
             if (wl_now_us() < lease_end) { /* keep the wait for the next call */
+                atomic_store_explicit(&l->wait_t0_us, t0_us, memory_order_relaxed); /* stats.c */
                 wl_wait_save(l, sub, entry, gen, lease_end);
                 entry = NULL;
             }
@@ -429,6 +437,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     if (entry != NULL)
         wl_sub_leave(sub, entry);
 out:
+    wl_stats_acquire(c, rc, sub != NULL, continued, t0_us); /* stats.c; sub: it found the lock held and waited */
     if (rc == WATCHLOCK_ETIMEDOUT)
         return wl_fail(rc, "lock %s is held by another owner%s", l->quoted,
                        wait_ms == 0 ? "" : " and was not released in time");

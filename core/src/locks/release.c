@@ -21,6 +21,8 @@
 static int release_hold(watchlock_lock *l, bool retry)
 {
     watchlock_client *c = l->client;
+    if (retry) /* stats.c: an earlier try's outcome is unknown, sent again */
+        wl_stats_release_retry(c);
     wl_release_args a;
     pthread_mutex_lock(&c->mu);
     wl_release_args_make(l, &a);
@@ -34,9 +36,12 @@ static int release_hold(watchlock_lock *l, bool retry)
     bool resent;
     int rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what, NULL,
                                 &resent);
+    if (resent) /* stats.c: sent again on a fresh connection */
+        wl_stats_release_retry(c);
     retry = retry || resent;
     if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
         retry = true;
+        wl_stats_release_retry(c); /* stats.c */
         /* The release script once more, on a fresh connection whose
          * timeouts end by the hold's deadline. */
         int64_t cap_ms = (deadline - wl_now_us()) / 1000;
@@ -77,6 +82,10 @@ static int release_hold(watchlock_lock *l, bool retry)
     l->releasing = false;
     if (!released)
         l->lost_reason = WATCHLOCK_LOST_TAKEN;
+    if (released) /* stats.c: hold time; else a loss */
+        wl_stats_hold(c, l->acquired_us);
+    else
+        wl_stats_lost(c, WATCHLOCK_LOST_TAKEN);
     pthread_mutex_unlock(&c->mu);
     if (!released)
         return wl_fail(WATCHLOCK_ENOTOWNER,
