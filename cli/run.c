@@ -487,6 +487,44 @@ struct linux_dirent64 {
     char d_name[];
 };
 
+/* Calls fn(fd, arg) for every open descriptor above 2 but the one that
+ * lists them. Async-signal-safe (open, getdents64, close): for the child
+ * and the guardian between fork and exec/exit. */
+static void each_fd_above_2(void (*fn)(int fd, void *arg), void *arg)
+{
+    int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    _Alignas(struct linux_dirent64) char buf[2048];
+    long n;
+    while ((n = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < n;) {
+            const struct linux_dirent64 *e = (const struct linux_dirent64 *)(buf + off);
+            off += e->d_reclen;
+            int fd = 0;
+            const char *c = e->d_name;
+            if (*c < '0' || *c > '9')
+                continue;
+            for (; *c >= '0' && *c <= '9'; c++)
+                fd = fd * 10 + (*c - '0');
+            if (fd > 2 && fd != dfd)
+                fn(fd, arg);
+        }
+    }
+    close(dfd);
+}
+
+static void cloexec_unless_kept(int fd, void *arg)
+{
+    const struct spawn_plan *p = arg;
+    for (size_t i = 0; i < p->n_keep_fds; i++)
+        if (p->keep_fds[i] == fd)
+            return;
+    int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC))
+        fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
 /* In the child: marks close-on-exec every descriptor above 2 that was not
  * open when watchlock started (the library's sockets: hiredis does not set
  * close-on-exec), so that COMMAND inherits only what it was given. Done here
@@ -497,36 +535,7 @@ static void cloexec_new_fds_in_child(const struct spawn_plan *p)
 {
     if (!p->keep_fds)
         return; /* no snapshot of the startup descriptors: inherit as before */
-    int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return;
-    _Alignas(struct linux_dirent64) char buf[2048];
-    for (;;) {
-        long n = syscall(SYS_getdents64, dfd, buf, sizeof buf);
-        if (n <= 0)
-            break;
-        for (long off = 0; off < n;) {
-            const struct linux_dirent64 *e = (const struct linux_dirent64 *)(buf + off);
-            off += e->d_reclen;
-            int fd = 0;
-            const char *c = e->d_name;
-            if (*c < '0' || *c > '9')
-                continue;
-            for (; *c >= '0' && *c <= '9'; c++)
-                fd = fd * 10 + (*c - '0');
-            if (fd <= 2 || fd == dfd)
-                continue;
-            int keep = 0;
-            for (size_t i = 0; i < p->n_keep_fds && !keep; i++)
-                keep = p->keep_fds[i] == fd;
-            if (keep)
-                continue;
-            int flags = fcntl(fd, F_GETFD);
-            if (flags >= 0 && !(flags & FD_CLOEXEC))
-                fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-        }
-    }
-    close(dfd);
+    each_fd_above_2(cloexec_unless_kept, (void *)p);
 }
 
 /* The child's side of spawn_command(): only async-signal-safe calls. */
@@ -604,6 +613,12 @@ fail:;
 
 /* ---- the guardian ------------------------------------------------------------ */
 
+static void close_unless(int fd, void *keep)
+{
+    if (fd != *(const int *)keep)
+        close(fd);
+}
+
 /* The kernel's PR_SET_PDEATHSIG reaches COMMAND itself when watchlock dies,
  * not the processes COMMAND started (the stages of `-c 'a | b'`, a script's
  * children), which would go on working without the lock. The guardian is a
@@ -649,26 +664,7 @@ static _Noreturn void guardian_main(int rfd, int wfd)
         if (null > 2)
             close(null);
     }
-    int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        _Alignas(struct linux_dirent64) char buf[2048];
-        long n;
-        while ((n = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
-            for (long off = 0; off < n;) {
-                const struct linux_dirent64 *e = (const struct linux_dirent64 *)(buf + off);
-                off += e->d_reclen;
-                int fd = 0;
-                const char *c = e->d_name;
-                if (*c < '0' || *c > '9')
-                    continue;
-                for (; *c >= '0' && *c <= '9'; c++)
-                    fd = fd * 10 + (*c - '0');
-                if (fd > 2 && fd != rfd && fd != dfd)
-                    close(fd);
-            }
-        }
-        close(dfd);
-    }
+    each_fd_above_2(close_unless, &rfd);
 
     pid_t pgid = 0;
     size_t have = 0;
