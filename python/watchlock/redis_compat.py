@@ -214,15 +214,7 @@ class Lock:
         """Waits as redis-py's: ``blocking`` (False: try once) and
         ``blocking_timeout`` (None: until free), the lock's own when not
         given. True when acquired, False when not."""
-        if token is not None:
-            raise TypeError("acquire(token=...) is not supported by watchlock: it makes its own tokens "
-                            "(see lock.fencing_token)")
-        if sleep is not None and sleep < 0:
-            raise ValueError("sleep must not be negative")
-        if blocking is None:
-            blocking = self.blocking
-        if blocking_timeout is None:
-            blocking_timeout = self.blocking_timeout
+        blocking, blocking_timeout = self._acquire_args(sleep, blocking, blocking_timeout, token)
         deadline = None if blocking_timeout is None else time.monotonic() + float(blocking_timeout)
         inner = self._hold_handle()
         if inner.owned() and not self._wait_for_other_owner(inner, blocking, deadline):
@@ -235,6 +227,17 @@ class Lock:
         if ok:
             self.local.token = str(inner.fencing_token).encode()
         return ok
+
+    def _acquire_args(self, sleep: Optional[float], blocking: Optional[bool], blocking_timeout: Optional[float],
+                      token: Optional[Union[str, bytes]]) -> Tuple[bool, Optional[float]]:
+        """acquire()'s arguments checked, and the lock's own where not given."""
+        if token is not None:
+            raise TypeError("acquire(token=...) is not supported by watchlock: it makes its own tokens "
+                            "(see lock.fencing_token)")
+        if sleep is not None and sleep < 0:
+            raise ValueError("sleep must not be negative")
+        return (self.blocking if blocking is None else blocking,
+                self.blocking_timeout if blocking_timeout is None else blocking_timeout)
 
     def _hold_handle(self) -> _WatchLock:
         with self._mu:
@@ -359,15 +362,7 @@ class AsyncLock(Lock):
 
     async def acquire(self, sleep: Optional[float] = None, blocking: Optional[bool] = None,  # type: ignore[override]
                       blocking_timeout: Optional[float] = None, token: Optional[Union[str, bytes]] = None) -> bool:
-        if token is not None:
-            raise TypeError("acquire(token=...) is not supported by watchlock: it makes its own tokens "
-                            "(see lock.fencing_token)")
-        if sleep is not None and sleep < 0:
-            raise ValueError("sleep must not be negative")
-        if blocking is None:
-            blocking = self.blocking
-        if blocking_timeout is None:
-            blocking_timeout = self.blocking_timeout
+        blocking, blocking_timeout = self._acquire_args(sleep, blocking, blocking_timeout, token)
         loop = asyncio.get_running_loop()
         deadline = None if blocking_timeout is None else loop.time() + float(blocking_timeout)
         inner = self._hold_handle()
