@@ -87,8 +87,8 @@ int watchlock_client_open(watchlock_client **out, const char *url)
         free(c);
         return rc;
     }
-    wl_heap_init(&c->renew_heap, offsetof(watchlock_lock, wake_us), offsetof(watchlock_lock, heap_idx));
-    wl_heap_init(&c->deadline_heap, offsetof(watchlock_lock, deadline_us), offsetof(watchlock_lock, dl_idx));
+    wl_heap_init(&c->renew_heap, offsetof(wl_hold, wake_us), offsetof(wl_hold, heap_idx));
+    wl_heap_init(&c->deadline_heap, offsetof(wl_hold, deadline_us), offsetof(wl_hold, dl_idx));
     if (pthread_mutex_init(&c->mu, NULL) != 0 || wl_cond_init(&c->wd_cond) != 0 || wl_cond_init(&c->ev_cond) != 0 ||
         wl_cond_init(&c->tm_cond) != 0 || wl_cond_init(&c->cb_cond) != 0) {
         wl_server_destroy(&c->server);
@@ -132,28 +132,28 @@ void watchlock_client_close(watchlock_client *c)
     pthread_cond_broadcast(&c->tm_cond);
     pthread_cond_broadcast(&c->ev_cond);
     size_t n = 0;
-    for (watchlock_lock *l = c->locks; l; l = l->next)
-        if (l->state == WATCHLOCK_HELD)
+    for (wl_hold *h = c->holds; h; h = h->next)
+        if (h->state == WATCHLOCK_HELD)
             n++;
-    watchlock_lock **held = n ? calloc(n, sizeof *held) : NULL;
+    wl_hold **held = n ? calloc(n, sizeof *held) : NULL;
     wl_release_args *args = n ? calloc(n, sizeof *args) : NULL;
     size_t k = 0;
-    for (watchlock_lock *l = c->locks, *next; l; l = next) {
-        next = l->next;
-        if (l->state != WATCHLOCK_UNLOCKED) {
-            if (held && args && l->state == WATCHLOCK_HELD && k < n) {
-                atomic_fetch_add(&l->refs, 1);
-                wl_release_args_make(l, &args[k]);
-                held[k++] = l;
+    for (wl_hold *h = c->holds, *next; h; h = next) {
+        next = h->next;
+        if (h->state != WATCHLOCK_UNLOCKED) {
+            if (held && args && h->state == WATCHLOCK_HELD && k < n) {
+                atomic_fetch_add(&h->refs, 1);
+                wl_release_args_make(h, &args[k]);
+                held[k++] = h;
             }
-            wl_unschedule_all(c, l);
-            l->state = WATCHLOCK_UNLOCKED;
-            l->releasing = false;
-            l->hold_count = 0;
-            l->hold_gen++;
+            wl_unschedule_all(c, h);
+            h->state = WATCHLOCK_UNLOCKED;
+            h->releasing = false;
+            h->hold_count = 0;
+            h->hold_gen++;
         }
-        if (l->abandoned) /* a dropped handle's hold: released above, like the others */
-            l->ops->abandoned_end(c, l);
+        if (h->abandoned) /* a dropped handle's hold: released above, like the others */
+            h->ops->abandoned_end(c, h);
     }
     c->held = 0;
     pthread_mutex_unlock(&c->mu);

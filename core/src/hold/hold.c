@@ -20,10 +20,10 @@ int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms)
     return margin < half ? margin : half;
 }
 
-size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf)
+size_t wl_ident(const wl_hold *h, int64_t epoch, char *buf)
 {
-    size_t n = strlen(l->token); /* 32 hex digits */
-    memcpy(buf, l->token, n);
+    size_t n = strlen(h->token); /* 32 hex digits */
+    memcpy(buf, h->token, n);
     buf[n++] = '.';
     if (epoch < 0) {
         buf[n] = '\0';
@@ -32,69 +32,69 @@ size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf)
     return n + wl_fmt_i64(buf + n, epoch);
 }
 
-void wl_release_args_make(const watchlock_lock *l, wl_release_args *a)
+void wl_release_args_make(const wl_hold *h, wl_release_args *a)
 {
-    a->argv[0] = l->keys.lock;
-    a->lens[0] = l->keys.lock_len;
-    a->lens[1] = wl_ident(l, -1, a->prefix);
+    a->argv[0] = h->keys.lock;
+    a->lens[0] = h->keys.lock_len;
+    a->lens[1] = wl_ident(h, -1, a->prefix);
     a->argv[1] = a->prefix;
-    a->argv[2] = l->keys.channel;
-    a->lens[2] = l->keys.channel_len;
-    a->argv[3] = wl_publish_command(&l->client->server);
+    a->argv[2] = h->keys.channel;
+    a->lens[2] = h->keys.channel_len;
+    a->argv[3] = wl_publish_command(&h->client->server);
     a->lens[3] = strlen(a->argv[3]);
 }
 
-void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w)
+void wl_write_prepare(watchlock_client *c, wl_hold *h, int64_t ms, int64_t sent, wl_write *w)
 {
-    if (ms != l->epoch_ms) { /* a different lease: a new epoch */
-        l->epoch_to++;
-        l->epoch_ms = ms;
+    if (ms != h->epoch_ms) { /* a different lease: a new epoch */
+        h->epoch_to++;
+        h->epoch_ms = ms;
     }
-    *w = (wl_write){.gen = l->hold_gen, .from = l->epoch, .to = l->epoch_to, .ms = ms, .sent = sent};
+    *w = (wl_write){.gen = h->hold_gen, .from = h->epoch, .to = h->epoch_to, .ms = ms, .sent = sent};
     /* From now on this write may land at any moment, and leave `ms` from
      * then on: never count on more than that. */
     int64_t d = sent + ms * 1000 - wl_margin_us(c, ms);
-    if (d < l->deadline_us)
-        wl_set_deadline(c, l, d);
+    if (d < h->deadline_us)
+        wl_set_deadline(c, h, d);
 }
 
-bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire,
+bool wl_write_applied(watchlock_client *c, wl_hold *h, const wl_write *w, int result, bool fire,
                       int64_t now)
 {
-    if (l->hold_gen != w->gen || l->state != WATCHLOCK_HELD)
+    if (h->hold_gen != w->gen || h->state != WATCHLOCK_HELD)
         return false; /* that hold is over */
-    if (now >= l->deadline_us) {
+    if (now >= h->deadline_us) {
         /* Too late: the hold was LOST at its deadline (state() may already
          * have said so), and LOST stays LOST whatever the reply says. */
-        wl_lose(c, l, wl_lock_expiry_reason(l), fire);
+        wl_lose(c, h, wl_lock_expiry_reason(h), fire);
         return false;
     }
     switch (result) {
     case WL_WRITE_OK:
-        if (w->to > l->epoch)
-            l->epoch = w->to;
-        if (w->to == l->epoch_to) { /* the newest lease: count on it */
+        if (w->to > h->epoch)
+            h->epoch = w->to;
+        if (w->to == h->epoch_to) { /* the newest lease: count on it */
             int64_t d = w->sent + w->ms * 1000 - wl_margin_us(c, w->ms);
-            if (d > l->deadline_us)
-                wl_set_deadline(c, l, d);
-            if (w->sent > l->confirmed_us)
-                l->confirmed_us = w->sent;
+            if (d > h->deadline_us)
+                wl_set_deadline(c, h, d);
+            if (w->sent > h->confirmed_us)
+                h->confirmed_us = w->sent;
         }
-        l->renew_failing = false;
+        h->renew_failing = false;
         return true;
     case WL_WRITE_STALE: /* a newer write of ours is on the server */
-        if (w->to < l->epoch_to)
+        if (w->to < h->epoch_to)
             return true;
         break; /* cannot happen for the newest epoch: treat as not ours */
     case WL_WRITE_NOT_OWNER:
-        if (l->releasing)
+        if (h->releasing)
             return true; /* our own release got there first */
         break;
     default:
-        l->renew_failing = true;
+        h->renew_failing = true;
         return true;
     }
-    wl_lose(c, l, WATCHLOCK_LOST_TAKEN, fire);
+    wl_lose(c, h, WATCHLOCK_LOST_TAKEN, fire);
     return false;
 }
 
@@ -142,25 +142,25 @@ int wl_release_fresh(wl_server *srv, const wl_release_args *a, size_t n, int64_t
 
 /* ---- the renew interval (its options: locks/renew_option.c) ---- */
 
-int64_t wl_renew_interval_us(const watchlock_lock *l)
+int64_t wl_renew_interval_us(const wl_hold *h)
 {
     int64_t iv_us;
-    if (l->renew_den > 0)
-        iv_us = l->lease_ms * 1000 / l->renew_den * l->renew_num +
-                l->lease_ms * 1000 % l->renew_den * l->renew_num / l->renew_den;
-    else if (l->interval_ms > 0 && l->interval_ms < l->lease_ms)
-        iv_us = l->interval_ms * 1000;
+    if (h->renew_den > 0)
+        iv_us = h->lease_ms * 1000 / h->renew_den * h->renew_num +
+                h->lease_ms * 1000 % h->renew_den * h->renew_num / h->renew_den;
+    else if (h->interval_ms > 0 && h->interval_ms < h->lease_ms)
+        iv_us = h->interval_ms * 1000;
     else /* 0 = lease/3; a lease changed while held keeps renewing */
-        iv_us = l->lease_ms / 3 * 1000;
+        iv_us = h->lease_ms / 3 * 1000;
     return iv_us > 0 ? iv_us : 1000;
 }
 
-int wl_renew_check(const watchlock_lock *l)
+int wl_renew_check(const wl_hold *h)
 {
-    if (l->renew_den == 0 && l->interval_ms > 0 && l->interval_ms >= l->lease_ms)
+    if (h->renew_den == 0 && h->interval_ms > 0 && h->interval_ms >= h->lease_ms)
         return wl_fail(WATCHLOCK_EINVAL,
                        "acquire %s: renew interval %" PRId64 " ms is not below the lease of %" PRId64
                        " ms (set a shorter interval, or a fraction such as \"1/3\")",
-                       l->quoted, l->interval_ms, l->lease_ms);
+                       h->quoted, h->interval_ms, h->lease_ms);
     return WATCHLOCK_OK;
 }

@@ -10,6 +10,8 @@
 #include "topology/topology.h"
 #include "hold/stats.h"
 
+typedef struct wl_hold wl_hold; /* one hold, whatever its kind (below) */
+
 typedef struct wl_lost_event {
     uint64_t lock_id;
     int reason;
@@ -28,7 +30,7 @@ struct watchlock_client {
     atomic_bool closed;
     /* Names this client has acquired, so their fence counters are seeded
      * (lock.c acquire_fast): a direct-mapped set of lock keys' hashes
-     * (watchlock_lock.key_hash), relaxed atomics. Only a name found here
+     * (the plain lock's key_hash), relaxed atomics. Only a name found here
      * takes the fast acquire: a name's first acquire (most acquires, when
      * names are used once) goes to the script in one round trip instead of
      * a fast attempt that would find the counter new, and a user whose ACL
@@ -41,20 +43,20 @@ struct watchlock_client {
     atomic_bool no_fast;
 
     pthread_mutex_t mu; /* guards everything below */
-    watchlock_lock *locks; /* every live handle (doubly linked) */
+    wl_hold *holds; /* every live handle's hold (doubly linked) */
     /* watchdog: renewals */
     pthread_t wd_thread;
     bool wd_started;
     bool wd_stop;
     pthread_cond_t wd_cond;
     int64_t wd_sleep_until; /* when the sleeping thread looks next; 0 while awake */
-    wl_heap renew_heap;     /* held locks being renewed, on wake_us */
+    wl_heap renew_heap;     /* holds being renewed (wl_hold *), on wake_us */
     /* loss timer: declares holds lost at their local deadline (loss.c) */
     pthread_t tm_thread;
     bool tm_started;
     pthread_cond_t tm_cond;
     int64_t tm_sleep_until;
-    wl_heap deadline_heap; /* held locks, on deadline_us */
+    wl_heap deadline_heap; /* holds (wl_hold *), on deadline_us */
     /* on-lost callbacks: a FIFO of pending ones, run by at most
      * WATCHLOCK_CALLBACK_THREADS detached threads (loss.c) */
     struct wl_callback_job *cb_head, *cb_tail;
@@ -79,34 +81,35 @@ struct watchlock_client {
  * close ask of the lock kind that made a hold, without knowing the kind:
  * installed by locks/ when the handle is made. */
 typedef struct wl_hold_ops {
-    /* drops one reference to the handle (may free it, and then the client) */
-    void (*unref)(watchlock_lock *l);
+    /* drops one reference to the kind's handle (may free it, and then the client) */
+    void (*unref)(wl_hold *h);
     /* with client->mu held: the hold of an abandoned handle is over (its
      * local deadline passed, a renewal found it taken, or the client is
      * closing): out of both heaps and the client's list, and the client's
      * reference to it dropped (which may free the handle, never the client) */
-    void (*abandoned_end)(watchlock_client *c, watchlock_lock *l);
+    void (*abandoned_end)(watchlock_client *c, wl_hold *h);
     /* the kind's release, for a handle freed while it holds (no mutex held) */
-    int (*release)(watchlock_lock *l);
+    int (*release)(wl_hold *h);
+    /* the user's handle that the on-lost callback is given */
+    void *(*owner)(wl_hold *h);
 } wl_hold_ops;
 
-struct watchlock_lock {
-    const wl_hold_ops *ops; /* the lock kind's (set at creation, never changed) */
+/* One hold, whatever its kind: what the watchdog, the loss timer and the
+ * client's close read and write. A lock kind's handle embeds one (the plain
+ * lock's watchlock_lock, locks/locks.h, as its first member) and installs
+ * its ops; the hold layer never sees the handle's own fields. */
+struct wl_hold {
+    const wl_hold_ops *ops;   /* the lock kind's (set at creation, never changed) */
     watchlock_client *client; /* counted reference */
     atomic_int refs;          /* the user's + the watchdog's while in flight + one per pending callback */
-    uint64_t id;
-    unsigned fork_gen;
-    char *name; /* NUL-terminated copy */
-    size_t name_len;
-    char quoted[96]; /* the name, printable, for messages */
-    wl_keys keys;
-    pthread_mutex_t io_mu;
+    uint64_t id;              /* the handle's id, as lost events report it */
+    char quoted[96];          /* the name, printable, for messages */
+    wl_keys keys;             /* the lock key and channel: renew and release arguments */
 
     /* guarded by client->mu */
-    watchlock_lock *prev, *next;
+    wl_hold *prev, *next; /* client->holds */
     int64_t lease_ms, interval_ms, max_renewals, max_hold_ms;
     int renew_num, renew_den; /* renew every num/den of the lease (den 0: interval_ms) — renew_option.c */
-    atomic_llong wait_t0_us;  /* stats.c: when a wait kept for the next acquire call began */
     bool auto_renew;
     watchlock_lost_fn on_lost;
     void *on_lost_data;
@@ -132,26 +135,13 @@ struct watchlock_lock {
     bool renew_failing;   /* the last renewal failed on the network */
     bool renew_inflight;  /* the watchdog has a renewal of this hold on the wire */
     bool releasing;       /* release() could not confirm: not renewed, kept until confirmed or expired */
-    bool freed;           /* watchlock_lock_free() has begun: no callback may start */
-    bool abandoned;       /* watchlock_lock_abandon() left the hold to its lease: the client owns the
-                             handle until the hold ends (wl_abandoned_end) */
-    bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */
-    int64_t token_lease_ms; /* lease of the attempts made with token */
-    bool last_busy;       /* io_mu: the last attempt found the name held: the next goes to the script */
-    uint64_t key_hash;    /* of keys.lock, never 0: its slot in client->seeded */
+    bool freed;           /* the handle's free has begun: no callback may start */
+    bool abandoned;       /* the handle was abandoned, its hold left to its lease: the client owns the
+                             handle until the hold ends (ops->abandoned_end) */
     int64_t confirmed_us; /* when the newest confirmed write of the hold was sent */
-    int cb_running;       /* this lock's callbacks now running */
+    int cb_running;       /* this hold's callbacks now running */
     size_t heap_idx;      /* index in client->renew_heap */
     size_t dl_idx;        /* index in client->deadline_heap */
-    /* a wait that timed out, resumed by the next acquire (see acquire) */
-    wl_sub_entry *wait_entry;
-    wl_subscriber *wait_sub; /* the subscriber wait_entry belongs to */
-    uint64_t wait_gen;
-    int64_t wait_until_us;
-    /* owner record (watchlock_lock_set_owner_label), guarded by client->mu:
-     * NULL = none is written at acquire */
-    char *owner_label;
-    int64_t name_stored_us; /* a digested name: when an acquire last stored it (0 never); client->mu */
 };
 
 /* KEYS and ARGV of the release script for this lock's hold (1 key,
@@ -164,7 +154,7 @@ typedef struct wl_release_args {
     const char *argv[1 + WL_RELEASE_NARGS];
     size_t lens[1 + WL_RELEASE_NARGS];
 } wl_release_args;
-void wl_release_args_make(const watchlock_lock *l, wl_release_args *a);
+void wl_release_args_make(const wl_hold *h, wl_release_args *a);
 /* The release script for a hold, best effort (a hold lost or given back:
  * the script deletes the key only while it still holds this hold); the
  * reply is not looked at. Without client->mu. */
@@ -179,16 +169,16 @@ int wl_release_fresh(wl_server *srv, const wl_release_args *a, size_t n, int64_t
 /* Watchdog (watchdog.c). Called with client->mu held. */
 /* The renewal interval of a hold in us (a fraction of the lease, an
  * absolute interval, or lease/3); client->mu held. */
-int64_t wl_renew_interval_us(const watchlock_lock *l);
+int64_t wl_renew_interval_us(const wl_hold *h);
 /* EINVAL when an absolute interval is not below the lease (a later,
  * shorter lease made it too long); client->mu held. */
-int wl_renew_check(const watchlock_lock *l);
+int wl_renew_check(const wl_hold *h);
 int wl_watchdog_ensure_started(watchlock_client *c);
-void wl_watchdog_schedule(watchlock_client *c, watchlock_lock *l); /* (re)insert with fresh wake_us */
-void wl_watchdog_unschedule(watchlock_client *c, watchlock_lock *l);
+void wl_watchdog_schedule(watchlock_client *c, wl_hold *h); /* (re)insert with fresh wake_us */
+void wl_watchdog_unschedule(watchlock_client *c, wl_hold *h);
 void wl_watchdog_stop(watchlock_client *c); /* called without mu: joins */
 /* Why a held lock whose local deadline passed is lost. */
-int wl_lock_expiry_reason(const watchlock_lock *l);
+int wl_lock_expiry_reason(const wl_hold *h);
 
 /* Hold writes (hold.c): renewals and extend send (token, epoch, epoch_to,
  * ms). wl_write_prepare picks the epoch for a write setting lease `ms` and
@@ -200,26 +190,26 @@ typedef struct wl_write {
     int64_t ms;       /* lease it sets */
     int64_t sent;     /* when it was sent (wl_now_us: CLOCK_BOOTTIME us) */
 } wl_write;
-void wl_write_prepare(watchlock_client *c, watchlock_lock *l, int64_t ms, int64_t sent, wl_write *w);
+void wl_write_prepare(watchlock_client *c, wl_hold *h, int64_t ms, int64_t sent, wl_write *w);
 /* Returns true when the hold is still HELD afterwards. Lost holds are
  * reported through wl_lose (fire = callbacks and events). now: a time read
  * after the reply arrived (a round reads it once for all its replies),
  * judged against the hold's deadline. */
-bool wl_write_applied(watchlock_client *c, watchlock_lock *l, const wl_write *w, int result, bool fire,
+bool wl_write_applied(watchlock_client *c, wl_hold *h, const wl_write *w, int result, bool fire,
                       int64_t now);
 /* The margin taken off a lease for the local deadline, in us. */
 int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms);
 /* Sets deadline_us and keeps the deadline heap in order. */
-void wl_set_deadline(watchlock_client *c, watchlock_lock *l, int64_t deadline_us);
+void wl_set_deadline(watchlock_client *c, wl_hold *h, int64_t deadline_us);
 /* The hold identity "<token>.<epoch>" into buf (WL_IDENT_SIZE bytes); epoch < 0
  * gives the prefix "<token>." that names the hold whatever its epoch.
  * Returns the length. With client->mu held. */
-size_t wl_ident(const watchlock_lock *l, int64_t epoch, char *buf);
+size_t wl_ident(const wl_hold *h, int64_t epoch, char *buf);
 
 /* One hold's renewal in a round (watchdog.c prepares it with mu held;
  * renew_round.c sends it without). */
 typedef struct round_entry {
-    watchlock_lock *lock;
+    wl_hold *hold;
     wl_write w;
     bool final_hold;            /* the last renewal allowed by max_hold */
     char ident[WL_IDENT_SIZE]; /* "<token>.<to>": the hold at the epoch this write installs */
@@ -253,11 +243,11 @@ void wl_timer_stop(watchlock_client *c); /* without mu: joins */
 /* Marks the hold LOST (sticky). fire: queue the lost event and start the
  * on-lost callback (off every timing path). A hold that was being released
  * ends UNLOCKED instead, silently. */
-void wl_lose(watchlock_client *c, watchlock_lock *l, int reason, bool fire);
+void wl_lose(watchlock_client *c, wl_hold *h, int reason, bool fire);
 /* Takes a hold out of both heaps (release, loss, free, close). */
-void wl_unschedule_all(watchlock_client *c, watchlock_lock *l);
-/* Waits until no callback of `l` (or, l NULL, of the client) runs, except
+void wl_unschedule_all(watchlock_client *c, wl_hold *h);
+/* Waits until no callback of `h` (or, h NULL, of the client) runs, except
  * one the calling thread is running itself. */
-void wl_wait_callbacks(watchlock_client *c, watchlock_lock *l);
+void wl_wait_callbacks(watchlock_client *c, wl_hold *h);
 
 #endif

@@ -40,23 +40,23 @@
 void (*wl_test_hook)(watchlock_client *c, int point);
 
 /* The lock whose callback this thread is running (NULL outside callbacks). */
-static _Thread_local watchlock_lock *running_callback;
+static _Thread_local wl_hold *running_callback;
 
-void wl_unschedule_all(watchlock_client *c, watchlock_lock *l)
+void wl_unschedule_all(watchlock_client *c, wl_hold *h)
 {
-    wl_heap_remove(&c->renew_heap, l);
-    wl_heap_remove(&c->deadline_heap, l);
+    wl_heap_remove(&c->renew_heap, h);
+    wl_heap_remove(&c->deadline_heap, h);
 }
 
-void wl_set_deadline(watchlock_client *c, watchlock_lock *l, int64_t deadline_us)
+void wl_set_deadline(watchlock_client *c, wl_hold *h, int64_t deadline_us)
 {
-    l->deadline_us = deadline_us;
-    if (l->state != WATCHLOCK_HELD)
+    h->deadline_us = deadline_us;
+    if (h->state != WATCHLOCK_HELD)
         return;
-    if (wl_heap_update(&c->deadline_heap, l) != 0) {
+    if (wl_heap_update(&c->deadline_heap, h) != 0) {
         /* Nobody could watch this hold's deadline: give it up now rather
          * than hold a lock whose loss would go unreported. */
-        wl_lose(c, l, WATCHLOCK_LOST_EXPIRED, true);
+        wl_lose(c, h, WATCHLOCK_LOST_EXPIRED, true);
         return;
     }
     if (deadline_us < c->tm_sleep_until)
@@ -65,7 +65,7 @@ void wl_set_deadline(watchlock_client *c, watchlock_lock *l, int64_t deadline_us
 
 typedef struct wl_callback_job {
     struct wl_callback_job *next;
-    watchlock_lock *lock; /* counted reference */
+    wl_hold *hold; /* counted reference */
     int reason;
 } callback_job;
 
@@ -90,27 +90,27 @@ static void *callback_main(void *arg)
     pthread_mutex_lock(&c->mu);
     callback_job *job;
     while ((job = pop_job(c)) != NULL) {
-        watchlock_lock *l = job->lock;
-        watchlock_lost_fn fn = l->on_lost;
-        void *data = l->on_lost_data;
-        bool run = fn != NULL && !l->freed && !atomic_load(&c->closed);
+        wl_hold *h = job->hold;
+        watchlock_lost_fn fn = h->on_lost;
+        void *data = h->on_lost_data;
+        bool run = fn != NULL && !h->freed && !atomic_load(&c->closed);
         if (run) {
-            l->cb_running++;
+            h->cb_running++;
             c->cb_running++;
         }
         pthread_mutex_unlock(&c->mu);
         if (run) {
-            running_callback = l;
-            fn(l, job->reason, data);
+            running_callback = h;
+            fn(h->ops->owner(h), job->reason, data); /* the kind's handle */
             running_callback = NULL;
             pthread_mutex_lock(&c->mu);
-            l->cb_running--;
+            h->cb_running--;
             c->cb_running--;
             pthread_cond_broadcast(&c->cb_cond);
             pthread_mutex_unlock(&c->mu);
         }
         free(job);
-        l->ops->unref(l); /* never the client's last reference: this thread holds one */
+        h->ops->unref(h); /* never the client's last reference: this thread holds one */
         pthread_mutex_lock(&c->mu);
     }
     c->cb_threads--;
@@ -140,13 +140,13 @@ static bool start_thread(watchlock_client *c)
 
 /* With mu held: queues the lock's callback, and starts a thread for it if
  * every live callback thread is busy in a callback and the cap allows. */
-static void start_callback(watchlock_client *c, watchlock_lock *l, int reason)
+static void start_callback(watchlock_client *c, wl_hold *h, int reason)
 {
     callback_job *job = malloc(sizeof *job);
     if (job == NULL)
         return; /* the loss stays visible through state() and lost events */
-    *job = (callback_job){NULL, l, reason};
-    atomic_fetch_add(&l->refs, 1);
+    *job = (callback_job){NULL, h, reason};
+    atomic_fetch_add(&h->refs, 1);
     if (c->cb_tail)
         c->cb_tail->next = job;
     else
@@ -161,16 +161,16 @@ static void start_callback(watchlock_client *c, watchlock_lock *l, int reason)
     /* No thread at all: the queue held only this job. */
     c->cb_head = c->cb_tail = NULL;
     c->cb_queued = 0;
-    atomic_fetch_sub(&l->refs, 1); /* never the last: the caller holds one */
+    atomic_fetch_sub(&h->refs, 1); /* never the last: the caller holds one */
     free(job);
 }
 
-static void queue_event(watchlock_client *c, watchlock_lock *l, int reason)
+static void queue_event(watchlock_client *c, wl_hold *h, int reason)
 {
     wl_lost_event *e = calloc(1, sizeof *e);
     if (e == NULL)
         return;
-    e->lock_id = l->id;
+    e->lock_id = h->id;
     e->reason = reason;
     if (c->ev_tail)
         c->ev_tail->next = e;
@@ -180,43 +180,43 @@ static void queue_event(watchlock_client *c, watchlock_lock *l, int reason)
     pthread_cond_broadcast(&c->ev_cond);
 }
 
-void wl_lose(watchlock_client *c, watchlock_lock *l, int reason, bool fire)
+void wl_lose(watchlock_client *c, wl_hold *h, int reason, bool fire)
 {
-    wl_unschedule_all(c, l);
-    if (l->state != WATCHLOCK_HELD)
+    wl_unschedule_all(c, h);
+    if (h->state != WATCHLOCK_HELD)
         return; /* LOST stays LOST; UNLOCKED has nothing to lose */
-    if (l->abandoned) {
+    if (h->abandoned) {
         /* Its handle was dropped (watchlock_lock_abandon): nobody to tell,
          * and the client lets go of the handle now. */
-        l->ops->abandoned_end(c, l);
+        h->ops->abandoned_end(c, h);
         return;
     }
     c->held--;
-    if (l->releasing) {
+    if (h->releasing) {
         /* release() could not confirm, and now the lease has run out on
          * its own: the hold is over as the user asked, nothing to report. */
-        l->releasing = false;
-        l->state = WATCHLOCK_UNLOCKED;
-        l->hold_count = 0;
-        l->hold_gen++;
+        h->releasing = false;
+        h->state = WATCHLOCK_UNLOCKED;
+        h->hold_count = 0;
+        h->hold_gen++;
         return;
     }
-    l->state = WATCHLOCK_LOST;
-    l->lost_reason = reason;
+    h->state = WATCHLOCK_LOST;
+    h->lost_reason = reason;
     wl_stats_lost(c, reason); /* stats.c */
     if (!fire)
         return;
     if (c->events_on)
-        queue_event(c, l, reason);
-    if (l->on_lost != NULL && !l->freed)
-        start_callback(c, l, reason);
+        queue_event(c, h, reason);
+    if (h->on_lost != NULL && !h->freed)
+        start_callback(c, h, reason);
 }
 
-void wl_wait_callbacks(watchlock_client *c, watchlock_lock *l)
+void wl_wait_callbacks(watchlock_client *c, wl_hold *h)
 {
-    const watchlock_lock *self = running_callback;
-    int mine = l != NULL ? self == l : self != NULL && self->client == c;
-    while ((l != NULL ? l->cb_running : c->cb_running) > mine)
+    const wl_hold *self = running_callback;
+    int mine = h != NULL ? self == h : self != NULL && self->client == c;
+    while ((h != NULL ? h->cb_running : c->cb_running) > mine)
         pthread_cond_wait(&c->cb_cond, &c->mu);
 }
 
@@ -227,7 +227,7 @@ static void *timer_main(void *arg)
 
     pthread_mutex_lock(&c->mu);
     while (!c->wd_stop) {
-        watchlock_lock *top = wl_heap_top(&c->deadline_heap);
+        wl_hold *top = wl_heap_top(&c->deadline_heap);
         int64_t now = wl_now_us();
         if (top == NULL || top->deadline_us > now) {
             c->tm_sleep_until = top ? top->deadline_us : INT64_MAX;
@@ -271,11 +271,11 @@ void wl_timer_stop(watchlock_client *c)
         pthread_join(c->tm_thread, NULL);
 }
 
-int wl_lock_expiry_reason(const watchlock_lock *l)
+int wl_lock_expiry_reason(const wl_hold *h)
 {
-    if (l->stop_reason != WATCHLOCK_LOST_NONE)
-        return l->stop_reason;
+    if (h->stop_reason != WATCHLOCK_LOST_NONE)
+        return h->stop_reason;
     /* A renewal still on the wire at the deadline is a renewal the network
      * did not answer in time. */
-    return l->renew_failing || l->renew_inflight ? WATCHLOCK_LOST_CONNECTION : WATCHLOCK_LOST_EXPIRED;
+    return h->renew_failing || h->renew_inflight ? WATCHLOCK_LOST_CONNECTION : WATCHLOCK_LOST_EXPIRED;
 }

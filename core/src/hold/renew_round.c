@@ -54,8 +54,8 @@ static size_t chunk_end(const round_entry *es, size_t i, size_t to)
  * "<token>.<to>", the epoch it accepts, the lease it sets. */
 static void entry_args(const round_entry *e, const char **key, size_t *key_len, const char **a, size_t *al)
 {
-    *key = e->lock->keys.lock;
-    *key_len = e->lock->keys.lock_len;
+    *key = e->hold->keys.lock;
+    *key_len = e->hold->keys.lock_len;
     a[0] = e->ident;
     a[1] = e->from_s;
     a[2] = e->ms_s;
@@ -322,7 +322,7 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
         es[i].result = WL_WRITE_FAILED;
         es[i].need_eval = es[i].redirected = false;
         if (sharded) {
-            es[i].slot = wl_key_slot(es[i].lock->keys.lock, es[i].lock->keys.lock_len);
+            es[i].slot = wl_key_slot(es[i].hold->keys.lock, es[i].hold->keys.lock_len);
             es[i].node = wl_server_route_slot(&c->server, es[i].slot); /* NULL: stays FAILED, retried */
         } else {
             es[i].slot = 0;

@@ -57,53 +57,53 @@
 #define PIGGYBACK_DIV 50     /* renew up to interval/50 early to share a round */
 #define ROUND_FLOOR_MS 250   /* a round's network waits are never cut shorter (round_budget_ms) */
 
-static int64_t interval_us(const watchlock_lock *l)
+static int64_t interval_us(const wl_hold *h)
 {
-    return wl_renew_interval_us(l); /* renew_option.c: fraction, absolute or lease/3 */
+    return wl_renew_interval_us(h); /* renew_option.c: fraction, absolute or lease/3 */
 }
 
-static bool renewing(const watchlock_lock *l)
+static bool renewing(const wl_hold *h)
 {
-    return l->auto_renew && l->stop_reason == WATCHLOCK_LOST_NONE && !l->releasing;
+    return h->auto_renew && h->stop_reason == WATCHLOCK_LOST_NONE && !h->releasing;
 }
 
-/* When the thread must look at l next: when its renewal is due. */
-static int64_t trigger_us(const watchlock_lock *l)
+/* When the thread must look at h next: when its renewal is due. */
+static int64_t trigger_us(const wl_hold *h)
 {
-    return l->wake_us;
+    return h->wake_us;
 }
 
-void wl_watchdog_unschedule(watchlock_client *c, watchlock_lock *l)
+void wl_watchdog_unschedule(watchlock_client *c, wl_hold *h)
 {
-    wl_heap_remove(&c->renew_heap, l);
+    wl_heap_remove(&c->renew_heap, h);
 }
 
 /* (Re)inserts a held lock to be looked at by renew_at (or, when it is not
  * renewed, not at all: the loss timer ends it at its deadline). */
-static void schedule_at(watchlock_client *c, watchlock_lock *l, int64_t renew_at)
+static void schedule_at(watchlock_client *c, wl_hold *h, int64_t renew_at)
 {
-    l->renew_at_us = renew_at;
-    if (!renewing(l)) {
-        wl_heap_remove(&c->renew_heap, l);
+    h->renew_at_us = renew_at;
+    if (!renewing(h)) {
+        wl_heap_remove(&c->renew_heap, h);
         return;
     }
-    l->wake_us = renew_at;
-    if (wl_heap_update(&c->renew_heap, l) != 0) {
+    h->wake_us = renew_at;
+    if (wl_heap_update(&c->renew_heap, h) != 0) {
         /* Cannot track it: give it up now rather than hold a lock nobody renews. */
-        wl_lose(c, l, WATCHLOCK_LOST_EXPIRED, true);
+        wl_lose(c, h, WATCHLOCK_LOST_EXPIRED, true);
         return;
     }
     /* Wake the thread only if it would otherwise sleep past this lock's
      * first moment of interest (it re-reads the heap after every round and
      * every idle tick anyway): a plain acquire+release then costs no
      * context switch. */
-    if (trigger_us(l) < c->wd_sleep_until)
+    if (trigger_us(h) < c->wd_sleep_until)
         pthread_cond_signal(&c->wd_cond);
 }
 
-void wl_watchdog_schedule(watchlock_client *c, watchlock_lock *l)
+void wl_watchdog_schedule(watchlock_client *c, wl_hold *h)
 {
-    schedule_at(c, l, l->confirmed_us + interval_us(l));
+    schedule_at(c, h, h->confirmed_us + interval_us(h));
 }
 
 /* ---- one round ---- */
@@ -137,7 +137,7 @@ static int64_t round_budget_ms(const round_entry *es, size_t n, int64_t now)
 {
     int64_t nearest = INT64_MAX;
     for (size_t i = 0; i < n; i++) {
-        int64_t left = es[i].lock->deadline_us - now;
+        int64_t left = es[i].hold->deadline_us - now;
         if (left >= ROUND_FLOOR_MS * 1000 && left < nearest)
             nearest = left;
     }
@@ -146,7 +146,7 @@ static int64_t round_budget_ms(const round_entry *es, size_t n, int64_t now)
 
 static int by_deadline(const void *a, const void *b)
 {
-    int64_t x = ((const round_entry *)a)->lock->deadline_us, y = ((const round_entry *)b)->lock->deadline_us;
+    int64_t x = ((const round_entry *)a)->hold->deadline_us, y = ((const round_entry *)b)->hold->deadline_us;
     return x < y ? -1 : x > y;
 }
 
@@ -157,7 +157,7 @@ static int by_deadline(const void *a, const void *b)
 static void sort_by_deadline(round_entry *es, size_t n)
 {
     for (size_t i = 1; i < n; i++)
-        if (es[i].lock->deadline_us < es[i - 1].lock->deadline_us) {
+        if (es[i].hold->deadline_us < es[i - 1].hold->deadline_us) {
             qsort(es, n, sizeof *es, by_deadline);
             return;
         }
@@ -185,44 +185,44 @@ static void update_cpu(watchlock_client *c)
  * failed on the network is still tried until its deadline. The margin:
  * ROUND_FLOOR_MS (at most an eighth of the lease), or twice the time
  * recent rounds took (at most half the lease) when that is longer. */
-static bool shed(const watchlock_lock *l, int64_t now, int64_t round_us)
+static bool shed(const wl_hold *h, int64_t now, int64_t round_us)
 {
-    int64_t margin = l->lease_ms * 1000 / 8;
+    int64_t margin = h->lease_ms * 1000 / 8;
     if (margin > ROUND_FLOOR_MS * 1000)
         margin = ROUND_FLOOR_MS * 1000;
-    int64_t slow = 2 * round_us, half = l->lease_ms * 1000 / 2;
+    int64_t slow = 2 * round_us, half = h->lease_ms * 1000 / 2;
     if (slow > half)
         slow = half;
     if (slow > margin)
         margin = slow;
-    return now - l->wake_us > margin && l->deadline_us - now < margin;
+    return now - h->wake_us > margin && h->deadline_us - now < margin;
 }
 
 /* With mu held: pops what is due now and prepares its renewals. */
 static void collect(watchlock_client *c, int64_t now, int64_t round_us, vec *batch)
 {
     while (batch->len < ROUND_MAX) {
-        watchlock_lock *l = wl_heap_top(&c->renew_heap);
+        wl_hold *h = wl_heap_top(&c->renew_heap);
         /* Piggyback renewals due within a 50th of their interval on this
          * round: locks due a moment apart share a pipeline, and nobody's
          * interval shrinks by more than 2%. */
-        if (l == NULL || !(l->wake_us <= now || l->renew_at_us - interval_us(l) / PIGGYBACK_DIV <= now))
+        if (h == NULL || !(h->wake_us <= now || h->renew_at_us - interval_us(h) / PIGGYBACK_DIV <= now))
             break;
-        wl_heap_remove(&c->renew_heap, l);
-        if (!renewing(l))
+        wl_heap_remove(&c->renew_heap, h);
+        if (!renewing(h))
             continue; /* auto-renew turned off or release begun: the loss timer ends it */
-        if (now >= l->deadline_us) {
-            wl_lose(c, l, wl_lock_expiry_reason(l), true);
+        if (now >= h->deadline_us) {
+            wl_lose(c, h, wl_lock_expiry_reason(h), true);
             continue;
         }
-        if (shed(l, now, round_us))
+        if (shed(h, now, round_us))
             continue; /* not renewed any more: the loss timer ends it at its deadline */
-        int64_t ms = l->lease_ms;
+        int64_t ms = h->lease_ms;
         bool final_hold = false;
-        if (l->max_hold_ms > 0) {
-            int64_t left_us = l->acquired_us + l->max_hold_ms * 1000 - now;
+        if (h->max_hold_ms > 0) {
+            int64_t left_us = h->acquired_us + h->max_hold_ms * 1000 - now;
             if (left_us <= 0) {
-                l->stop_reason = WATCHLOCK_LOST_MAX_HOLD;
+                h->stop_reason = WATCHLOCK_LOST_MAX_HOLD;
                 continue; /* not renewed any more: the loss timer ends it */
             }
             if (left_us < ms * 1000) {
@@ -232,14 +232,14 @@ static void collect(watchlock_client *c, int64_t now, int64_t round_us, vec *bat
         }
         round_entry *e = vec_push(batch);
         if (e == NULL) { /* out of memory: try again shortly */
-            schedule_at(c, l, now + RETRY_US);
+            schedule_at(c, h, now + RETRY_US);
             break;
         }
-        atomic_fetch_add(&l->refs, 1);
-        l->renew_inflight = true;
-        *e = (round_entry){.lock = l, .final_hold = final_hold};
-        wl_write_prepare(c, l, ms, now, &e->w);
-        e->ident_len = (unsigned char)wl_ident(l, e->w.to, e->ident);
+        atomic_fetch_add(&h->refs, 1);
+        h->renew_inflight = true;
+        *e = (round_entry){.hold = h, .final_hold = final_hold};
+        wl_write_prepare(c, h, ms, now, &e->w);
+        e->ident_len = (unsigned char)wl_ident(h, e->w.to, e->ident);
         e->from_len = (unsigned char)wl_fmt_i64(e->from_s, e->w.from);
         e->ms_len = (unsigned char)wl_fmt_i64(e->ms_s, e->w.ms);
     }
@@ -251,29 +251,29 @@ static void collect(watchlock_client *c, int64_t now, int64_t round_us, vec *bat
 static void apply(watchlock_client *c, round_entry *es, size_t n, int64_t now)
 {
     for (size_t i = 0; i < n; i++) {
-        watchlock_lock *l = es[i].lock;
+        wl_hold *h = es[i].hold;
         int result = es[i].result;
         /* Still in flight while the reply is judged: a reply (or a
          * timeout) that comes at or after the deadline is the network's
          * fault, and the loss says "connection lost". */
-        bool still_held = wl_write_applied(c, l, &es[i].w, result, true, now);
-        if (l->hold_gen == es[i].w.gen)
-            l->renew_inflight = false;
+        bool still_held = wl_write_applied(c, h, &es[i].w, result, true, now);
+        if (h->hold_gen == es[i].w.gen)
+            h->renew_inflight = false;
         if (still_held) {
             if (result == WL_WRITE_OK) {
-                l->renewals++;
+                h->renewals++;
                 c->renewals++;
-                if (l->max_renewals > 0 && l->renewals >= l->max_renewals)
-                    l->stop_reason = WATCHLOCK_LOST_MAX_RENEWALS;
+                if (h->max_renewals > 0 && h->renewals >= h->max_renewals)
+                    h->stop_reason = WATCHLOCK_LOST_MAX_RENEWALS;
                 if (es[i].final_hold)
-                    l->stop_reason = WATCHLOCK_LOST_MAX_HOLD;
-                wl_watchdog_schedule(c, l);
-            } else if (!wl_heap_contains(&c->renew_heap, l)) {
-                int64_t retry = interval_us(l) < RETRY_US ? interval_us(l) : RETRY_US;
-                schedule_at(c, l, now + retry);
+                    h->stop_reason = WATCHLOCK_LOST_MAX_HOLD;
+                wl_watchdog_schedule(c, h);
+            } else if (!wl_heap_contains(&c->renew_heap, h)) {
+                int64_t retry = interval_us(h) < RETRY_US ? interval_us(h) : RETRY_US;
+                schedule_at(c, h, now + retry);
             }
         }
-        l->ops->unref(l); /* never the last reference of the client: close joins us first */
+        h->ops->unref(h); /* never the last reference of the client: close joins us first */
     }
 }
 
@@ -290,7 +290,7 @@ static void *watchdog_main(void *arg)
         /* Sleep until the top lock needs a look; with nothing held, tick
          * once per IDLE_TICK_US so that acquiring a long-lease lock need
          * not wake the thread. */
-        watchlock_lock *top = wl_heap_top(&c->renew_heap);
+        wl_hold *top = wl_heap_top(&c->renew_heap);
         int64_t at = top == NULL ? now + IDLE_TICK_US : trigger_us(top);
         if (at > now) {
             c->wd_sleep_until = at;

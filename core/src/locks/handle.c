@@ -25,9 +25,9 @@ int wl_check_lock(const watchlock_lock *l)
     if (l->fork_gen != wl_fork_generation())
         return wl_fail(WATCHLOCK_EFORKED,
                        "lock %s belongs to the parent process (inherited across fork); the child cannot use it",
-                       l->quoted);
-    if (atomic_load(&l->client->closed))
-        return wl_fail(WATCHLOCK_ECLOSED, "lock %s: client is closed", l->quoted);
+                       l->hold.quoted);
+    if (atomic_load(&l->hold.client->closed))
+        return wl_fail(WATCHLOCK_ECLOSED, "lock %s: client is closed", l->hold.quoted);
     return WATCHLOCK_OK;
 }
 
@@ -49,43 +49,43 @@ int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, s
     memcpy(l->name, name, name_len);
     l->name[name_len] = '\0';
     l->name_len = name_len;
-    wl_quote_name(l->quoted, sizeof l->quoted, name, name_len);
-    if (wl_random_token(l->token) != 0) {
+    wl_quote_name(l->hold.quoted, sizeof l->hold.quoted, name, name_len);
+    if (wl_random_token(l->hold.token) != 0) {
         free(l->name);
         free(l);
         return wl_fail(WATCHLOCK_EINTERNAL, "getrandom failed");
     }
-    if ((rc = wl_keys_make(&l->keys, name, name_len)) != WATCHLOCK_OK) {
+    if ((rc = wl_keys_make(&l->hold.keys, name, name_len)) != WATCHLOCK_OK) {
         free(l->name);
         free(l);
         return rc;
     }
     if (pthread_mutex_init(&l->io_mu, NULL) != 0) {
-        wl_keys_clear(&l->keys);
+        wl_keys_clear(&l->hold.keys);
         free(l->name);
         free(l);
         return wl_fail(WATCHLOCK_EINTERNAL, "pthread_mutex_init failed");
     }
-    atomic_init(&l->refs, 1);
+    atomic_init(&l->hold.refs, 1);
     l->key_hash = UINT64_C(14695981039346656037); /* FNV-1a */
-    for (size_t i = 0; i < l->keys.lock_len; i++)
-        l->key_hash = (l->key_hash ^ (unsigned char)l->keys.lock[i]) * UINT64_C(1099511628211);
+    for (size_t i = 0; i < l->hold.keys.lock_len; i++)
+        l->key_hash = (l->key_hash ^ (unsigned char)l->hold.keys.lock[i]) * UINT64_C(1099511628211);
     l->key_hash |= 1;
-    l->id = atomic_fetch_add(&next_lock_id, 1);
+    l->hold.id = atomic_fetch_add(&next_lock_id, 1);
     l->fork_gen = c->fork_gen;
-    l->client = c;
-    l->ops = ops;
-    l->lease_ms = DEFAULT_LEASE_MS;
-    l->auto_renew = true;
-    l->state = WATCHLOCK_UNLOCKED;
-    l->heap_idx = WL_NOT_IN_HEAP;
-    l->dl_idx = WL_NOT_IN_HEAP;
+    l->hold.client = c;
+    l->hold.ops = ops;
+    l->hold.lease_ms = DEFAULT_LEASE_MS;
+    l->hold.auto_renew = true;
+    l->hold.state = WATCHLOCK_UNLOCKED;
+    l->hold.heap_idx = WL_NOT_IN_HEAP;
+    l->hold.dl_idx = WL_NOT_IN_HEAP;
     atomic_fetch_add(&c->refs, 1);
     pthread_mutex_lock(&c->mu);
-    l->next = c->locks;
-    if (c->locks)
-        c->locks->prev = l;
-    c->locks = l;
+    l->hold.next = c->holds;
+    if (c->holds)
+        c->holds->prev = &l->hold;
+    c->holds = &l->hold;
     pthread_mutex_unlock(&c->mu);
     *out = l;
     return WATCHLOCK_OK;
@@ -93,11 +93,11 @@ int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, s
 
 void wl_lock_unref(watchlock_lock *l)
 {
-    if (atomic_fetch_sub(&l->refs, 1) != 1)
+    if (atomic_fetch_sub(&l->hold.refs, 1) != 1)
         return;
-    watchlock_client *c = l->client;
+    watchlock_client *c = l->hold.client;
     pthread_mutex_destroy(&l->io_mu);
-    wl_keys_clear(&l->keys);
+    wl_keys_clear(&l->hold.keys);
     free(l->name);
     free(l->owner_label);
     free(l);
@@ -108,32 +108,32 @@ void watchlock_lock_free(watchlock_lock *l)
 {
     if (l == NULL || l->fork_gen != wl_fork_generation())
         return; /* forked child: never release or touch the parent's lock */
-    watchlock_client *c = l->client;
+    watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
-    l->freed = true; /* no callback starts from now on */
-    l->on_lost = NULL;
-    wl_wait_callbacks(c, l);
+    l->hold.freed = true; /* no callback starts from now on */
+    l->hold.on_lost = NULL;
+    wl_wait_callbacks(c, &l->hold);
     /* Held: release it. Lost by its deadline: release deletes the key if
      * it still holds this hold (for the safety margin), so waiters need not
      * wait for it to expire. */
-    bool held = l->state != WATCHLOCK_UNLOCKED;
+    bool held = l->hold.state != WATCHLOCK_UNLOCKED;
     if (held)
-        l->hold_count = 1;
+        l->hold.hold_count = 1;
     pthread_mutex_unlock(&c->mu);
     if (held && !atomic_load(&c->closed))
-        l->ops->release(l);
+        l->hold.ops->release(&l->hold);
     wl_wait_forget(l);
     pthread_mutex_lock(&c->mu);
-    wl_unschedule_all(c, l);
-    if (l->state == WATCHLOCK_HELD)
+    wl_unschedule_all(c, &l->hold);
+    if (l->hold.state == WATCHLOCK_HELD)
         c->held--;
-    l->state = WATCHLOCK_UNLOCKED;
-    if (l->prev)
-        l->prev->next = l->next;
+    l->hold.state = WATCHLOCK_UNLOCKED;
+    if (l->hold.prev)
+        l->hold.prev->next = l->hold.next;
     else
-        c->locks = l->next;
-    if (l->next)
-        l->next->prev = l->prev;
+        c->holds = l->hold.next;
+    if (l->hold.next)
+        l->hold.next->prev = l->hold.prev;
     pthread_mutex_unlock(&c->mu);
     wl_lock_unref(l);
 }
@@ -142,25 +142,25 @@ void watchlock_lock_free(watchlock_lock *l)
 
 static void unlink_lock(watchlock_client *c, watchlock_lock *l)
 {
-    if (l->prev)
-        l->prev->next = l->next;
+    if (l->hold.prev)
+        l->hold.prev->next = l->hold.next;
     else
-        c->locks = l->next;
-    if (l->next)
-        l->next->prev = l->prev;
-    l->prev = l->next = NULL;
+        c->holds = l->hold.next;
+    if (l->hold.next)
+        l->hold.next->prev = l->hold.prev;
+    l->hold.prev = l->hold.next = NULL;
 }
 
 void wl_abandoned_end(watchlock_client *c, watchlock_lock *l)
 {
-    wl_unschedule_all(c, l);
-    if (l->state == WATCHLOCK_HELD)
+    wl_unschedule_all(c, &l->hold);
+    if (l->hold.state == WATCHLOCK_HELD)
         c->held--;
-    l->state = WATCHLOCK_UNLOCKED;
-    l->releasing = false;
-    l->hold_count = 0;
-    l->hold_gen++;
-    l->abandoned = false;
+    l->hold.state = WATCHLOCK_UNLOCKED;
+    l->hold.releasing = false;
+    l->hold.hold_count = 0;
+    l->hold.hold_gen++;
+    l->hold.abandoned = false;
     unlink_lock(c, l);
     wl_lock_unref(l);
 }
@@ -175,25 +175,25 @@ int watchlock_lock_abandon(watchlock_lock *l)
 {
     if (l == NULL || l->fork_gen != wl_fork_generation())
         return 0; /* forked child: the parent's lock is none of its business */
-    watchlock_client *c = l->client;
+    watchlock_client *c = l->hold.client;
     wl_wait_forget(l);
     pthread_mutex_lock(&c->mu);
-    l->freed = true; /* no callback starts from now on */
-    l->on_lost = NULL;
-    wl_wait_callbacks(c, l);
+    l->hold.freed = true; /* no callback starts from now on */
+    l->hold.on_lost = NULL;
+    wl_wait_callbacks(c, &l->hold);
     /* Whether close has already ended the hold is read here, under mu:
      * close marks every hold UNLOCKED under it before releasing them. */
     int dropped = 0;
-    if (l->state == WATCHLOCK_HELD) {
-        dropped = !l->releasing && wl_now_us() < l->deadline_us;
-        l->abandoned = true;
-        l->auto_renew = false;          /* a renewal in flight is not rescheduled */
-        wl_watchdog_unschedule(c, l);   /* the deadline heap keeps it: the loss timer ends it */
+    if (l->hold.state == WATCHLOCK_HELD) {
+        dropped = !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
+        l->hold.abandoned = true;
+        l->hold.auto_renew = false;          /* a renewal in flight is not rescheduled */
+        wl_watchdog_unschedule(c, &l->hold);   /* the deadline heap keeps it: the loss timer ends it */
         pthread_mutex_unlock(&c->mu);
         return dropped;
     }
-    wl_unschedule_all(c, l);
-    l->state = WATCHLOCK_UNLOCKED;
+    wl_unschedule_all(c, &l->hold);
+    l->hold.state = WATCHLOCK_UNLOCKED;
     unlink_lock(c, l);
     pthread_mutex_unlock(&c->mu);
     wl_lock_unref(l);
@@ -208,36 +208,36 @@ static int set_begin(watchlock_lock *l)
 {
     int rc = wl_check_lock(l);
     if (rc == WATCHLOCK_OK)
-        pthread_mutex_lock(&l->client->mu);
+        pthread_mutex_lock(&l->hold.client->mu);
     return rc;
 }
 
 static int set_end(watchlock_lock *l)
 {
-    pthread_mutex_unlock(&l->client->mu);
+    pthread_mutex_unlock(&l->hold.client->mu);
     return WATCHLOCK_OK;
 }
 
 int watchlock_lock_set_lease(watchlock_lock *l, int64_t lease_ms)
 {
     if (l != NULL && (lease_ms <= 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS))
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms", l->quoted,
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms", l->hold.quoted,
                        lease_ms);
     int rc = set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    l->lease_ms = lease_ms;
+    l->hold.lease_ms = lease_ms;
     return set_end(l);
 }
 
 int watchlock_lock_set_auto_renew(watchlock_lock *l, int on)
 {
     if (l != NULL && on != 0 && on != 1)
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: auto-renew must be 0 or 1, got %d", l->quoted, on);
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: auto-renew must be 0 or 1, got %d", l->hold.quoted, on);
     int rc = set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    l->auto_renew = on != 0;
+    l->hold.auto_renew = on != 0;
     return set_end(l);
 }
 
@@ -246,43 +246,43 @@ int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    pthread_mutex_lock(&l->client->mu);
-    int64_t lease = l->lease_ms;
+    pthread_mutex_lock(&l->hold.client->mu);
+    int64_t lease = l->hold.lease_ms;
     if (interval_ms >= 0 && interval_ms < lease) {
-        l->interval_ms = interval_ms;
-        l->renew_den = l->renew_num = 0; /* replaces a fraction (renew_option.c) */
+        l->hold.interval_ms = interval_ms;
+        l->hold.renew_den = l->hold.renew_num = 0; /* replaces a fraction (renew_option.c) */
     }
-    pthread_mutex_unlock(&l->client->mu);
+    pthread_mutex_unlock(&l->hold.client->mu);
     if ((interval_ms < 0 || interval_ms >= lease) && lease < 2)
         return wl_fail(WATCHLOCK_EINVAL,
                        "lock %s: a lease of %" PRId64 " ms leaves no room for a renew interval (only 0 = lease/3)",
-                       l->quoted, lease);
+                       l->hold.quoted, lease);
     if (interval_ms < 0 || interval_ms >= lease)
         return wl_fail(WATCHLOCK_EINVAL,
                        "lock %s: renew interval must be 0 (lease/3) or 1 .. %" PRId64 " ms (below the lease), got %" PRId64,
-                       l->quoted, lease - 1, interval_ms);
+                       l->hold.quoted, lease - 1, interval_ms);
     return WATCHLOCK_OK;
 }
 
 int watchlock_lock_set_max_renewals(watchlock_lock *l, int64_t max)
 {
     if (l != NULL && max < 0)
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: max renewals must be >= 0 (0 = unlimited)", l->quoted);
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: max renewals must be >= 0 (0 = unlimited)", l->hold.quoted);
     int rc = set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    l->max_renewals = max;
+    l->hold.max_renewals = max;
     return set_end(l);
 }
 
 int watchlock_lock_set_max_hold(watchlock_lock *l, int64_t max_hold_ms)
 {
     if (l != NULL && (max_hold_ms < 0 || max_hold_ms > WATCHLOCK_MAX_LEASE_MS * 100))
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: max hold must be >= 0 ms (0 = unlimited)", l->quoted);
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: max hold must be >= 0 ms (0 = unlimited)", l->hold.quoted);
     int rc = set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    l->max_hold_ms = max_hold_ms;
+    l->hold.max_hold_ms = max_hold_ms;
     return set_end(l);
 }
 
@@ -291,8 +291,8 @@ int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *us
     int rc = set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    l->on_lost = fn;
-    l->on_lost_data = userdata;
+    l->hold.on_lost = fn;
+    l->hold.on_lost_data = userdata;
     return set_end(l);
 }
 
@@ -300,7 +300,7 @@ int watchlock_lock_set_owner_label(watchlock_lock *l, const char *label)
 {
     size_t len = label != NULL ? strnlen(label, WATCHLOCK_MAX_LABEL + 1) : 0;
     if (l != NULL && len > WATCHLOCK_MAX_LABEL)
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: owner label is longer than %d bytes", l->quoted,
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: owner label is longer than %d bytes", l->hold.quoted,
                        WATCHLOCK_MAX_LABEL);
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
@@ -311,10 +311,10 @@ int watchlock_lock_set_owner_label(watchlock_lock *l, const char *label)
             return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
         memcpy(copy, label, len + 1);
     }
-    pthread_mutex_lock(&l->client->mu);
+    pthread_mutex_lock(&l->hold.client->mu);
     char *old = l->owner_label;
     l->owner_label = copy;
-    pthread_mutex_unlock(&l->client->mu);
+    pthread_mutex_unlock(&l->hold.client->mu);
     free(old);
     return WATCHLOCK_OK;
 }
@@ -330,13 +330,13 @@ static bool read_begin(const watchlock_lock *l)
 {
     if (l == NULL || l->fork_gen != wl_fork_generation())
         return false;
-    pthread_mutex_lock(&l->client->mu);
+    pthread_mutex_lock(&l->hold.client->mu);
     return true;
 }
 
 static void read_end(const watchlock_lock *l)
 {
-    pthread_mutex_unlock(&l->client->mu);
+    pthread_mutex_unlock(&l->hold.client->mu);
 }
 
 /* The state as the caller should see it: a HELD lock past its local
@@ -349,12 +349,12 @@ static void read_end(const watchlock_lock *l)
  * const objects: the cast only undoes the read-only view of the getters. */
 static int visible_state(const watchlock_lock *l, int *reason)
 {
-    if (l->state == WATCHLOCK_HELD && wl_now_us() >= l->deadline_us) {
+    if (l->hold.state == WATCHLOCK_HELD && wl_now_us() >= l->hold.deadline_us) {
         watchlock_lock *m = (watchlock_lock *)l;
-        wl_lose(m->client, m, wl_lock_expiry_reason(l), true);
+        wl_lose(m->hold.client, &m->hold, wl_lock_expiry_reason(&l->hold), true);
     }
-    *reason = l->state == WATCHLOCK_LOST ? l->lost_reason : WATCHLOCK_LOST_NONE;
-    return l->state;
+    *reason = l->hold.state == WATCHLOCK_LOST ? l->hold.lost_reason : WATCHLOCK_LOST_NONE;
+    return l->hold.state;
 }
 
 static int state_of(const watchlock_lock *l)
@@ -390,9 +390,9 @@ int watchlock_lock_lost_reason(const watchlock_lock *l)
 
 static int64_t remaining(const watchlock_lock *l)
 {
-    if (l->state != WATCHLOCK_HELD)
+    if (l->hold.state != WATCHLOCK_HELD)
         return 0;
-    int64_t left = (l->deadline_us - wl_now_us()) / 1000;
+    int64_t left = (l->hold.deadline_us - wl_now_us()) / 1000;
     return left > 0 ? left : 0;
 }
 
@@ -409,7 +409,7 @@ int64_t watchlock_lock_fencing_token(const watchlock_lock *l)
 {
     if (!read_begin(l))
         return 0;
-    int64_t v = l->fence;
+    int64_t v = l->hold.fence;
     read_end(l);
     return v;
 }
@@ -418,7 +418,7 @@ int64_t watchlock_lock_hold_count(const watchlock_lock *l)
 {
     if (!read_begin(l))
         return 0;
-    int64_t v = l->state == WATCHLOCK_UNLOCKED ? 0 : l->hold_count;
+    int64_t v = l->hold.state == WATCHLOCK_UNLOCKED ? 0 : l->hold.hold_count;
     read_end(l);
     return v;
 }
@@ -427,7 +427,7 @@ int64_t watchlock_lock_renewals(const watchlock_lock *l)
 {
     if (!read_begin(l))
         return 0;
-    int64_t v = l->renewals;
+    int64_t v = l->hold.renewals;
     read_end(l);
     return v;
 }
@@ -441,14 +441,14 @@ const char *watchlock_lock_name(const watchlock_lock *l, size_t *len)
 
 uint64_t watchlock_lock_id(const watchlock_lock *l)
 {
-    return l ? l->id : 0;
+    return l ? l->hold.id : 0;
 }
 
 int64_t watchlock_lock_lease(const watchlock_lock *l)
 {
     if (!read_begin(l))
         return 0;
-    int64_t v = l->lease_ms;
+    int64_t v = l->hold.lease_ms;
     read_end(l);
     return v;
 }
@@ -460,7 +460,7 @@ int watchlock_lock_last_lost_reason(const watchlock_lock *l)
 {
     if (!read_begin(l))
         return WATCHLOCK_LOST_NONE;
-    int v = l->state == WATCHLOCK_UNLOCKED ? l->lost_reason : lost_reason_of(l);
+    int v = l->hold.state == WATCHLOCK_UNLOCKED ? l->hold.lost_reason : lost_reason_of(l);
     read_end(l);
     return v;
 }

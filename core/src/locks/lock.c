@@ -60,8 +60,8 @@ static int owner_args_add(const watchlock_lock *l, owner_args *o, const char **a
         argv[i + 1] = argv[i];
         lens[i + 1] = lens[i];
     }
-    argv[2] = l->keys.owner;
-    lens[2] = l->keys.owner_len;
+    argv[2] = l->hold.keys.owner;
+    lens[2] = l->hold.keys.owner_len;
     argv[6] = o->host;
     lens[6] = strlen(o->host);
     argv[7] = o->pid;
@@ -71,9 +71,30 @@ static int owner_args_add(const watchlock_lock *l, owner_args *o, const char **a
     return 3;
 }
 
-/* The plain lock's answers to the hold layer and to the handle (hold.h). */
+/* The plain lock's answers to the hold layer and to the handle (hold.h):
+ * each finds the handle that embeds the hold (wl_lock_of). */
+static void plain_unref(wl_hold *h)
+{
+    wl_lock_unref(wl_lock_of(h));
+}
+
+static void plain_abandoned_end(watchlock_client *c, wl_hold *h)
+{
+    wl_abandoned_end(c, wl_lock_of(h));
+}
+
+static int plain_release(wl_hold *h)
+{
+    return watchlock_lock_release(wl_lock_of(h));
+}
+
+static void *plain_owner(wl_hold *h)
+{
+    return wl_lock_of(h);
+}
+
 static const wl_hold_ops plain_lock_ops = {
-    .unref = wl_lock_unref, .abandoned_end = wl_abandoned_end, .release = watchlock_lock_release};
+    .unref = plain_unref, .abandoned_end = plain_abandoned_end, .release = plain_release, .owner = plain_owner};
 
 int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len)
 {
@@ -87,7 +108,7 @@ int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *na
  * marks it (see visible_state). */
 static bool held_now(const watchlock_lock *l)
 {
-    return l->state == WATCHLOCK_HELD && !l->releasing && wl_now_us() < l->deadline_us;
+    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
 }
 
 /* min_replicas: WAIT on the connection that wrote the key (WAIT counts
@@ -176,43 +197,43 @@ static int acquire_fast(watchlock_client *c, const char *const *argv, const size
  * *pttl_ms says for how long (-1 no expiry, -2 gone meanwhile). */
 static int attempt(watchlock_lock *l, int64_t *pttl_ms)
 {
-    watchlock_client *c = l->client;
+    watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
     if (held_now(l)) { /* another thread got this handle meanwhile */
-        l->hold_count++;
+        l->hold.hold_count++;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
         return WATCHLOCK_OK;
     }
-    if (l->state == WATCHLOCK_HELD && !l->releasing) /* past its deadline, not yet marked */
-        wl_lose(c, l, wl_lock_expiry_reason(l), true);
+    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing) /* past its deadline, not yet marked */
+        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
     /* A hold lost by its local deadline may still have its key for the
      * safety margin: delete it (checked, never someone else's) so that the
      * new hold, which has a new token, need not wait for it. */
-    bool drop_old = l->state == WATCHLOCK_LOST && l->lost_reason != WATCHLOCK_LOST_TAKEN && l->token_used;
+    bool drop_old = l->hold.state == WATCHLOCK_LOST && l->hold.lost_reason != WATCHLOCK_LOST_TAKEN && l->token_used;
     wl_release_args old;
     if (drop_old)
-        wl_release_args_make(l, &old);
-    int64_t lease = l->lease_ms;
+        wl_release_args_make(&l->hold, &old);
+    int64_t lease = l->hold.lease_ms;
     /* A new hold gets a new token. Failed attempts keep theirs, so that a
      * retry after a lost reply finds its own key; a different lease gets a
      * new one too, so that an old attempt landing late never sets a lease
      * this hold does not count on. */
     if (l->token_used || l->token_lease_ms != lease) {
-        if (wl_random_token(l->token) != 0) {
+        if (wl_random_token(l->hold.token) != 0) {
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_unlock(&l->io_mu);
-            return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->quoted);
+            return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
         }
         l->token_used = false;
         l->token_lease_ms = lease;
     }
     char ident[WL_IDENT_SIZE];
-    size_t ident_len = wl_ident(l, 1, ident);
+    size_t ident_len = wl_ident(&l->hold, 1, ident);
     owner_args owner;
     owner_args_take(l, &owner);
-    bool store_name = l->keys.name != NULL &&
+    bool store_name = l->hold.keys.name != NULL &&
                       (l->name_stored_us == 0 || wl_now_us() - l->name_stored_us >= NAME_REFRESH_US);
     pthread_mutex_unlock(&c->mu);
     if (drop_old) {
@@ -223,20 +244,20 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     int64_t fence_ttl = lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS;
     wl_fmt_i64(lease_s, lease);
     wl_fmt_i64(fence_ttl_s, fence_ttl);
-    const char *argv[11] = {l->keys.lock, l->keys.fence, ident, lease_s, fence_ttl_s};
-    size_t lens[11] = {l->keys.lock_len, l->keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    const char *argv[11] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
+    size_t lens[11] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
     int nkeys = owner.set ? owner_args_add(l, &owner, argv, lens) : 2; /* + owner key, host, pid, label */
     int nargs = nkeys == 2 ? 3 : 6;
     if (store_name) { /* a digested long name: the hold also stores the name (keys.c) */
         memmove(argv + nkeys + 1, argv + nkeys, (size_t)nargs * sizeof *argv);
         memmove(lens + nkeys + 1, lens + nkeys, (size_t)nargs * sizeof *lens);
-        argv[nkeys] = l->keys.name;
-        lens[nkeys++] = l->keys.name_len;
+        argv[nkeys] = l->hold.keys.name;
+        lens[nkeys++] = l->hold.keys.name_len;
         argv[nkeys + nargs] = l->name;
         lens[nkeys + nargs++] = l->name_len;
     }
     char what[160];
-    wl_what(what, sizeof what, "acquire", l->quoted);
+    wl_what(what, sizeof what, "acquire", l->hold.quoted);
     int64_t sent = wl_now_us();
     wl_conn *wrote = NULL; /* kept for WAIT when min_replicas is set */
     wl_conn **keep = c->server.ep.min_replicas > 0 ? &wrote : NULL;
@@ -284,7 +305,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
         char msg[512];
         snprintf(msg, sizeof msg, "%s", watchlock_last_error());
         wl_release_args a;
-        wl_release_args_make(l, &a);
+        wl_release_args_make(&l->hold, &a);
         pthread_mutex_unlock(&c->mu);
         wl_release_best_effort(&c->server, &a);
         pthread_mutex_unlock(&l->io_mu);
@@ -297,7 +318,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
          * what it knew of, so give this one back too (best effort, on a
          * connection of our own: the pool is shut). */
         wl_release_args a;
-        wl_release_args_make(l, &a);
+        wl_release_args_make(&l->hold, &a);
         pthread_mutex_unlock(&c->mu);
         wl_release_fresh(&c->server, &a, 1, 0, NULL, "release");
         pthread_mutex_unlock(&l->io_mu);
@@ -311,7 +332,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
          * arrival. Give the key back (checked) and report the slow link
          * instead of handing the caller a lock it cannot use. */
         wl_release_args a;
-        wl_release_args_make(l, &a);
+        wl_release_args_make(&l->hold, &a);
         pthread_mutex_unlock(&c->mu);
         wl_release_best_effort(&c->server, &a);
         pthread_mutex_unlock(&l->io_mu);
@@ -320,23 +341,23 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
                        " ms lease; the key was given back",
                        what, took_us / 1000, lease);
     }
-    l->state = WATCHLOCK_HELD;
-    l->hold_count = 1;
-    l->hold_gen++;
-    l->epoch = l->epoch_to = 1;
-    l->epoch_ms = lease;
-    l->fence = value;
-    l->renewals = 0;
-    l->lost_reason = WATCHLOCK_LOST_NONE;
-    l->stop_reason = WATCHLOCK_LOST_NONE;
-    l->renew_failing = false;
-    l->renew_inflight = false;
-    l->releasing = false;
-    l->acquired_us = l->confirmed_us = sent;
+    l->hold.state = WATCHLOCK_HELD;
+    l->hold.hold_count = 1;
+    l->hold.hold_gen++;
+    l->hold.epoch = l->hold.epoch_to = 1;
+    l->hold.epoch_ms = lease;
+    l->hold.fence = value;
+    l->hold.renewals = 0;
+    l->hold.lost_reason = WATCHLOCK_LOST_NONE;
+    l->hold.stop_reason = WATCHLOCK_LOST_NONE;
+    l->hold.renew_failing = false;
+    l->hold.renew_inflight = false;
+    l->hold.releasing = false;
+    l->hold.acquired_us = l->hold.confirmed_us = sent;
     c->held++;
-    wl_set_deadline(c, l, deadline);
-    if (l->state == WATCHLOCK_HELD)
-        wl_watchdog_schedule(c, l);
+    wl_set_deadline(c, &l->hold, deadline);
+    if (l->hold.state == WATCHLOCK_HELD)
+        wl_watchdog_schedule(c, &l->hold);
     rc = wl_watchdog_ensure_started(c);
     if (rc == WATCHLOCK_OK)
         rc = wl_timer_ensure_started(c);
@@ -351,15 +372,15 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    watchlock_client *c = l->client;
+    watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
     if (held_now(l)) { /* reentrant: no round trip */
-        l->hold_count++;
+        l->hold.hold_count++;
         pthread_mutex_unlock(&c->mu);
         return WATCHLOCK_OK;
     }
-    bool releasing = l->state == WATCHLOCK_HELD && l->releasing;
-    rc = wl_renew_check(l); /* an interval a later lease made too long (hold.c) */
+    bool releasing = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
+    rc = wl_renew_check(&l->hold); /* an interval a later lease made too long (hold.c) */
     pthread_mutex_unlock(&c->mu);
     if (rc != WATCHLOCK_OK)
         return rc;
@@ -392,7 +413,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     for (;;) {
         if (!resume && (wl_sub_moved(sub, entry) ||
                         (wl_server_sharded(&c->server) &&
-                         wl_client_sub(c, l->keys.channel, l->keys.channel_len) != sub))) {
+                         wl_client_sub(c, l->hold.keys.channel, l->hold.keys.channel_len) != sub))) {
             /* Cluster: the channel's slot moved (or its node failed over);
              * follow it. */
             wl_redirect rd;
@@ -412,7 +433,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
             int64_t ready_by = until >= 0 && until < lease_end ? until : lease_end;
             gen = wl_sub_ready(sub, entry, ready_by, &live);
             if (atomic_load(&c->closed)) {
-                rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->quoted);
+                rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
                 break;
             }
             rc = attempt(l, &pttl);
@@ -439,7 +460,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
 out:
     wl_stats_acquire(c, rc, sub != NULL, continued, t0_us); /* stats.c; sub: it found the lock held and waited */
     if (rc == WATCHLOCK_ETIMEDOUT)
-        return wl_fail(rc, "lock %s is held by another owner%s", l->quoted,
+        return wl_fail(rc, "lock %s is held by another owner%s", l->hold.quoted,
                        wait_ms == 0 ? "" : " and was not released in time");
     return rc;
 }
@@ -453,34 +474,34 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
         return rc;
     if (lease_ms < 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS)
         return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days, got %" PRId64,
-                       l->quoted, lease_ms);
-    watchlock_client *c = l->client;
+                       l->hold.quoted, lease_ms);
+    watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
     if (!held_now(l)) {
-        if (l->state == WATCHLOCK_HELD && !l->releasing)
-            wl_lose(c, l, wl_lock_expiry_reason(l), false); /* past its deadline */
-        const char *why = l->state == WATCHLOCK_LOST ? "the lock was lost"
-                          : l->state == WATCHLOCK_HELD ? "the lock is being released"
+        if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
+            wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false); /* past its deadline */
+        const char *why = l->hold.state == WATCHLOCK_LOST ? "the lock was lost"
+                          : l->hold.state == WATCHLOCK_HELD ? "the lock is being released"
                                                        : "not held by this handle";
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->quoted, why);
+        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->hold.quoted, why);
     }
     if (lease_ms > 0)
-        l->lease_ms = lease_ms;
+        l->hold.lease_ms = lease_ms;
     wl_write w;
-    wl_write_prepare(c, l, l->lease_ms, wl_now_us(), &w);
+    wl_write_prepare(c, &l->hold, l->hold.lease_ms, wl_now_us(), &w);
     char ident[WL_IDENT_SIZE], from_s[24], ms_s[24];
-    size_t ident_len = wl_ident(l, w.to, ident);
+    size_t ident_len = wl_ident(&l->hold, w.to, ident);
     wl_fmt_i64(from_s, w.from);
     wl_fmt_i64(ms_s, w.ms);
     pthread_mutex_unlock(&c->mu);
 
-    const char *argv[4] = {l->keys.lock, ident, from_s, ms_s};
-    size_t lens[4] = {l->keys.lock_len, ident_len, strlen(from_s), strlen(ms_s)};
+    const char *argv[4] = {l->hold.keys.lock, ident, from_s, ms_s};
+    size_t lens[4] = {l->hold.keys.lock_len, ident_len, strlen(from_s), strlen(ms_s)};
     char what[160];
-    wl_what(what, sizeof what, "extend", l->quoted);
+    wl_what(what, sizeof what, "extend", l->hold.quoted);
     redisReply *r;
     /* min_replicas: the write counts only once the replicas acknowledged
      * it (WAIT on the connection that wrote), like every other write of a
@@ -503,16 +524,16 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     }
     wl_server_put(&c->server, wrote); /* as acquire does (NULL-safe) */
     pthread_mutex_lock(&c->mu);
-    bool held = wl_write_applied(c, l, &w, result, false, wl_now_us());
+    bool held = wl_write_applied(c, &l->hold, &w, result, false, wl_now_us());
     if (held && result == WL_WRITE_OK)
-        wl_watchdog_schedule(c, l);
+        wl_watchdog_schedule(c, &l->hold);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&l->io_mu);
     if (rc != WATCHLOCK_OK)
         return rc;
     if (!held)
         return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: the lock was lost (another owner, no key, or its lease ran out)",
-                       l->quoted);
+                       l->hold.quoted);
     return WATCHLOCK_OK;
 }
 

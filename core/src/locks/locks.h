@@ -8,6 +8,38 @@
 
 #include "client/client.h"
 
+#include <stddef.h>
+
+/* The plain lock's handle: its hold (what the hold layer and the client's
+ * close work on, hold/hold.h) first, then what only locks/ reads. */
+struct watchlock_lock {
+    wl_hold hold; /* first: the hold layer gets &l->hold, wl_lock_of() gets the handle back */
+    unsigned fork_gen;
+    char *name; /* NUL-terminated copy */
+    size_t name_len;
+    pthread_mutex_t io_mu;
+    atomic_llong wait_t0_us;  /* stats.c: when a wait kept for the next acquire call began */
+    bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */
+    int64_t token_lease_ms; /* lease of the attempts made with token */
+    bool last_busy;       /* io_mu: the last attempt found the name held: the next goes to the script */
+    uint64_t key_hash;    /* of keys.lock, never 0: its slot in client->seeded */
+    /* a wait that timed out, resumed by the next acquire (see acquire) */
+    wl_sub_entry *wait_entry;
+    wl_subscriber *wait_sub; /* the subscriber wait_entry belongs to */
+    uint64_t wait_gen;
+    int64_t wait_until_us;
+    /* owner record (watchlock_lock_set_owner_label), guarded by client->mu:
+     * NULL = none is written at acquire */
+    char *owner_label;
+    int64_t name_stored_us; /* a digested name: when an acquire last stored it (0 never); client->mu */
+};
+
+/* The handle whose hold is h (the plain lock's ops get their wl_hold *). */
+static inline watchlock_lock *wl_lock_of(wl_hold *h)
+{
+    return (watchlock_lock *)((char *)h - offsetof(watchlock_lock, hold));
+}
+
 int wl_check_lock(const watchlock_lock *l);
 /* A new handle of the kind whose hold ops are `ops` (handle.c): checks the
  * client and the name, makes the keys and a token, links it to the client. */

@@ -20,18 +20,18 @@
  * its lease runs out. */
 static int release_hold(watchlock_lock *l, bool retry)
 {
-    watchlock_client *c = l->client;
+    watchlock_client *c = l->hold.client;
     if (retry) /* stats.c: an earlier try's outcome is unknown, sent again */
         wl_stats_release_retry(c);
     wl_release_args a;
     pthread_mutex_lock(&c->mu);
-    wl_release_args_make(l, &a);
-    int64_t deadline = l->deadline_us;
-    uint64_t gen = l->hold_gen;
+    wl_release_args_make(&l->hold, &a);
+    int64_t deadline = l->hold.deadline_us;
+    uint64_t gen = l->hold.hold_gen;
     pthread_mutex_unlock(&c->mu);
 
     char what[160];
-    wl_what(what, sizeof what, "release", l->quoted);
+    wl_what(what, sizeof what, "release", l->hold.quoted);
     redisReply *r = NULL;
     bool resent;
     int rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what, NULL,
@@ -54,7 +54,7 @@ static int release_hold(watchlock_lock *l, bool retry)
         freeReplyObject(r);
     }
     pthread_mutex_lock(&c->mu);
-    if (gen != l->hold_gen || l->state != WATCHLOCK_HELD) {
+    if (gen != l->hold.hold_gen || l->hold.state != WATCHLOCK_HELD) {
         /* Ended meanwhile: its lease ran out (the key is gone by expiry),
          * or the client was closed (close released it). */
         pthread_mutex_unlock(&c->mu);
@@ -74,22 +74,22 @@ static int release_hold(watchlock_lock *l, bool retry)
      * first try that is certain (its reply arrived) reports "another
      * owner" as a loss. */
     bool released = result == 1 || (retry && (result == 0 || result == -1));
-    wl_unschedule_all(c, l);
+    wl_unschedule_all(c, &l->hold);
     c->held--;
-    l->state = WATCHLOCK_UNLOCKED;
-    l->hold_count = 0;
-    l->hold_gen++;
-    l->releasing = false;
+    l->hold.state = WATCHLOCK_UNLOCKED;
+    l->hold.hold_count = 0;
+    l->hold.hold_gen++;
+    l->hold.releasing = false;
     if (!released)
-        l->lost_reason = WATCHLOCK_LOST_TAKEN;
+        l->hold.lost_reason = WATCHLOCK_LOST_TAKEN;
     if (released) /* stats.c: hold time; else a loss */
-        wl_stats_hold(c, l->acquired_us);
+        wl_stats_hold(c, l->hold.acquired_us);
     else
         wl_stats_lost(c, WATCHLOCK_LOST_TAKEN);
     pthread_mutex_unlock(&c->mu);
     if (!released)
         return wl_fail(WATCHLOCK_ENOTOWNER,
-                       "lock %s was lost before release (its lease ran out or another owner took it)", l->quoted);
+                       "lock %s was lost before release (its lease ran out or another owner took it)", l->hold.quoted);
     return WATCHLOCK_OK;
 }
 
@@ -97,9 +97,9 @@ static int release_hold(watchlock_lock *l, bool retry)
 int wl_lock_finish_pending_release(watchlock_lock *l)
 {
     pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&l->client->mu);
-    bool pending = l->state == WATCHLOCK_HELD && l->releasing;
-    pthread_mutex_unlock(&l->client->mu);
+    pthread_mutex_lock(&l->hold.client->mu);
+    bool pending = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
+    pthread_mutex_unlock(&l->hold.client->mu);
     int rc = pending ? release_hold(l, true) : WATCHLOCK_OK;
     pthread_mutex_unlock(&l->io_mu);
     return rc == WATCHLOCK_ENOTOWNER ? WATCHLOCK_OK : rc;
@@ -110,20 +110,20 @@ int watchlock_lock_release(watchlock_lock *l)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    watchlock_client *c = l->client;
+    watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
-    if (l->state == WATCHLOCK_HELD && !l->releasing && wl_now_us() >= l->deadline_us)
-        wl_lose(c, l, wl_lock_expiry_reason(l), true); /* past its deadline: LOST, as state() says */
-    if (l->state == WATCHLOCK_LOST) {
-        bool last = l->hold_count <= 1;
+    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() >= l->hold.deadline_us)
+        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true); /* past its deadline: LOST, as state() says */
+    if (l->hold.state == WATCHLOCK_LOST) {
+        bool last = l->hold.hold_count <= 1;
         if (last)
-            l->state = WATCHLOCK_UNLOCKED;
-        if (l->hold_count > 0)
-            l->hold_count--;
-        int reason = l->lost_reason;
+            l->hold.state = WATCHLOCK_UNLOCKED;
+        if (l->hold.hold_count > 0)
+            l->hold.hold_count--;
+        int reason = l->hold.lost_reason;
         wl_release_args a;
-        wl_release_args_make(l, &a);
+        wl_release_args_make(&l->hold, &a);
         pthread_mutex_unlock(&c->mu);
         if (last && reason != WATCHLOCK_LOST_TAKEN) {
             /* Declared lost by the local deadline: the key may still hold
@@ -132,23 +132,23 @@ int watchlock_lock_release(watchlock_lock *l)
             wl_release_best_effort(&c->server, &a);
         }
         pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s was lost (%s) before release", l->quoted,
+        return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s was lost (%s) before release", l->hold.quoted,
                        watchlock_lost_reason_str(reason));
     }
-    if (l->state != WATCHLOCK_HELD) {
+    if (l->hold.state != WATCHLOCK_HELD) {
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s is not held by this handle", l->quoted);
+        return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s is not held by this handle", l->hold.quoted);
     }
-    if (l->hold_count > 1 && !l->releasing) {
-        l->hold_count--;
+    if (l->hold.hold_count > 1 && !l->hold.releasing) {
+        l->hold.hold_count--;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
         return WATCHLOCK_OK;
     }
-    bool retry = l->releasing; /* an earlier release's outcome is unknown */
-    l->releasing = true;
-    wl_heap_remove(&c->renew_heap, l); /* no more renewals; the deadline still ends it */
+    bool retry = l->hold.releasing; /* an earlier release's outcome is unknown */
+    l->hold.releasing = true;
+    wl_heap_remove(&c->renew_heap, &l->hold); /* no more renewals; the deadline still ends it */
     pthread_mutex_unlock(&c->mu);
     rc = release_hold(l, retry);
     pthread_mutex_unlock(&l->io_mu);

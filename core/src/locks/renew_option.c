@@ -28,15 +28,15 @@ int watchlock_lock_set_renew_fraction(watchlock_lock *l, int num, int den)
         return wl_fail(WATCHLOCK_EINVAL,
                        "lock %s: renew fraction must be num/den with 0 < num < den <= %d (below the whole lease), "
                        "got %d/%d",
-                       l->quoted, MAX_DEN, num, den);
+                       l->hold.quoted, MAX_DEN, num, den);
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    pthread_mutex_lock(&l->client->mu);
-    l->renew_num = num;
-    l->renew_den = den;
-    l->interval_ms = 0;
-    pthread_mutex_unlock(&l->client->mu);
+    pthread_mutex_lock(&l->hold.client->mu);
+    l->hold.renew_num = num;
+    l->hold.renew_den = den;
+    l->hold.interval_ms = 0;
+    pthread_mutex_unlock(&l->hold.client->mu);
     return WATCHLOCK_OK;
 }
 

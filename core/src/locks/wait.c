@@ -15,7 +15,7 @@
 
 void wl_wait_save(watchlock_lock *l, wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t until_us)
 {
-    watchlock_client *c = l->client;
+    watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
     wl_sub_entry *old = l->wait_entry;
     wl_subscriber *old_sub = l->wait_sub;
@@ -30,7 +30,7 @@ void wl_wait_save(watchlock_lock *l, wl_subscriber *sub, wl_sub_entry *entry, ui
 
 wl_sub_entry *wl_wait_take(watchlock_lock *l, wl_subscriber **sub, uint64_t *gen, int64_t *until_us)
 {
-    watchlock_client *c = l->client;
+    watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
     wl_sub_entry *entry = l->wait_entry;
     *sub = l->wait_sub;
@@ -56,8 +56,8 @@ void wl_wait_forget(watchlock_lock *l)
 int wl_wait_join(watchlock_lock *l, wl_subscriber **sub, wl_sub_entry **entry)
 {
     char what[120];
-    wl_what(what, sizeof what, "acquire", l->quoted);
-    return wl_client_join(l->client, l->keys.channel, l->keys.channel_len, what, sub, entry);
+    wl_what(what, sizeof what, "acquire", l->hold.quoted);
+    return wl_client_join(l->hold.client, l->hold.keys.channel, l->hold.keys.channel_len, what, sub, entry);
 }
 
 /* When the holder's lease ends, by the PTTL an attempt saw. */
