@@ -1,8 +1,9 @@
 /*
  * hold/hold.h - the hold layer: one hold's life whatever its kind: identity
  * and epochs, the local deadline, the loss timer and lost reports (loss.c),
- * the watchdog's rounds (watchdog.c, renew_round.c). Calls into
- * topology/ and the layers below.
+ * the watchdog's rounds (watchdog.c, renew_round.c), all on a wl_hold
+ * (below) that a lock kind's handle embeds; the kind answers through its
+ * wl_hold_ops. Calls into topology/ and the layers below.
  */
 #ifndef WATCHLOCK_HOLD_H
 #define WATCHLOCK_HOLD_H

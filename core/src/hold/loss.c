@@ -23,7 +23,7 @@
  * started, the job waits for a live one; with none alive it is dropped (the
  * loss stays visible through state() and the lost events).
  *
- * A queued job holds a reference to its lock (and through it, to the
+ * A queued job holds a reference to its hold's handle (and through it, to the
  * client), so memory stays valid whatever the user frees meanwhile, and a
  * callback thread holds one to the client. Before calling, the thread checks
  * under client->mu that the lock is not being freed and the client not
