@@ -27,7 +27,7 @@ struct watchlock_client {
      * hold layer's callback threads end with it without calling up */
     void (*unref)(watchlock_client *c);
     unsigned fork_gen;
-    wl_server server; /* one server today; Redlock/Sentinel will hold several */
+    wl_server server; /* the client's topology: one server, a Sentinel-discovered master or a cluster (wl_topology_ops) */
     atomic_bool closed;
     /* Names this client has acquired, so their fence counters are seeded
      * (lock.c acquire_fast): a direct-mapped set of lock keys' hashes
