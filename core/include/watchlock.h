@@ -469,6 +469,54 @@ WATCHLOCK_API int64_t watchlock_lock_lease(const watchlock_lock *lock);
  * from release() (ENOTOWNER) can still ask why. No I/O. */
 WATCHLOCK_API int watchlock_lock_last_lost_reason(const watchlock_lock *lock);
 
+/* ---- multi-lock: several names, all or nothing (issue 23) ------------------ */
+
+/*
+ * A handle that holds every one of `n` names (names[i], name_lens[i] bytes
+ * each; copied) or none: one lease, one hold per name, each renewed by the
+ * watchdog in its batched rounds. Every watchlock_lock_* call works on it:
+ * set_lease and the other options apply to every name; acquire takes all
+ * names or none; release gives back all; extend sets the lease of all;
+ * state is HELD only while every name is held; fencing_token is the first
+ * name's token, watchlock_lock_fencing_token_at() each name's.
+ * Acquire: when the names share one server (standalone, Sentinel) or one
+ * Cluster slot, one script takes all of them at once; otherwise names are
+ * taken in one global order (sorted by their lock keys' bytes), runs of
+ * names of one slot by one script each, waiting (woken by the blocking
+ * name's release, bounded by its lease) while holding the earlier ones, so
+ * two multi-locks over overlapping names never deadlock. A wait that runs
+ * out, a closed client or any error gives back whatever this acquire took
+ * (nothing stays taken). A name whose key is of another type (in use as
+ * another lock kind) fails the acquire with ESERVER and a message that
+ * says so.
+ * Loss: the loss of any one name is the loss of the whole hold, reported
+ * once (one on-lost callback, one lost event, with the handle's id);
+ * watchlock_lock_lost_name() tells which name. The other names are no
+ * longer renewed; release() (or free) deletes those still held.
+ * Not supported (EINVAL at acquire): min_replicas URLs; owner labels are
+ * accepted but no owner record is written.
+ * Errors: EINVAL (n == 0, a name listed twice, a bad name), ENOMEM,
+ * ECLOSED, EFORKED. No network I/O.
+ */
+WATCHLOCK_API int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *client,
+                                           const void *const *names, const size_t *name_lens,
+                                           size_t n);
+/* Names of the handle: n of a multi-lock, 1 of any other lock. */
+WATCHLOCK_API size_t watchlock_lock_name_count(const watchlock_lock *lock);
+/* Name i (in the order given to watchlock_multi_lock_new; 0 for another
+ * lock), *len its length; NULL past the last. Borrowed, valid while the
+ * handle lives. */
+WATCHLOCK_API const char *watchlock_lock_name_at(const watchlock_lock *lock, size_t i, size_t *len);
+/* Fencing token of name i in the current (or last) hold (order as above;
+ * i == 0 of another lock is watchlock_lock_fencing_token()), 0 before the
+ * first acquire or past the last name. Each name's token comes from that
+ * name's counter: strictly increasing per name across all holders, plain
+ * and multi alike. */
+WATCHLOCK_API int64_t watchlock_lock_fencing_token_at(const watchlock_lock *lock, size_t i);
+/* The name whose loss lost the current or last hold (*len its length),
+ * NULL when that hold was not lost. For another lock: its name once lost. */
+WATCHLOCK_API const char *watchlock_lock_lost_name(const watchlock_lock *lock, size_t *len);
+
 /* ---- helpers --------------------------------------------------------------- */
 
 /*

@@ -93,6 +93,15 @@ typedef struct wl_hold_ops {
     int (*release)(wl_hold *h);
     /* the user's handle that the on-lost callback is given */
     void *(*owner)(wl_hold *h);
+    /* Optional (NULL for a hold of its own), for holds kept as a group
+     * (locks/multi.c: one hold per name of a multi-lock). With client->mu
+     * held: `lost` runs when wl_lose has just marked h LOST (not for a hold
+     * being released or abandoned); it returns whether the hold layer tells
+     * of this loss itself (stats, lost event, on-lost callback): a group's
+     * member returns false and has its group told instead, once.
+     * `deadline_moved` runs whenever wl_set_deadline set h's deadline. */
+    bool (*lost)(watchlock_client *c, wl_hold *h, int reason, bool fire);
+    void (*deadline_moved)(watchlock_client *c, wl_hold *h);
 } wl_hold_ops;
 
 /* One hold, whatever its kind: what the watchdog, the loss timer and the

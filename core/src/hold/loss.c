@@ -51,6 +51,8 @@ void wl_unschedule_all(watchlock_client *c, wl_hold *h)
 void wl_set_deadline(watchlock_client *c, wl_hold *h, int64_t deadline_us)
 {
     h->deadline_us = deadline_us;
+    if (h->ops->deadline_moved != NULL) /* a group's member: the group's deadline follows (hold.h) */
+        h->ops->deadline_moved(c, h);
     if (h->state != WATCHLOCK_HELD)
         return;
     if (wl_heap_update(&c->deadline_heap, h) != 0) {
@@ -203,6 +205,8 @@ void wl_lose(watchlock_client *c, wl_hold *h, int reason, bool fire)
     }
     h->state = WATCHLOCK_LOST;
     h->lost_reason = reason;
+    if (h->ops->lost != NULL && !h->ops->lost(c, h, reason, fire))
+        return; /* a group's member: its group is told instead (hold.h) */
     wl_stats_lost(c, reason); /* stats.c */
     if (!fire)
         return;

@@ -96,6 +96,8 @@ void wl_lock_unref(watchlock_lock *l)
     if (atomic_fetch_sub(&l->hold.refs, 1) != 1)
         return;
     watchlock_client *c = l->hold.client;
+    if (l->kind != NULL && l->kind->destroy != NULL)
+        l->kind->destroy(l);
     pthread_mutex_destroy(&l->io_mu);
     wl_keys_clear(&l->hold.keys);
     free(l->name);
@@ -108,6 +110,10 @@ void watchlock_lock_free(watchlock_lock *l)
 {
     if (l == NULL || l->fork_gen != wl_fork_generation())
         return; /* forked child: never release or touch the parent's lock */
+    if (l->kind != NULL) {
+        l->kind->free(l);
+        return;
+    }
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
     l->hold.freed = true; /* no callback starts from now on */
@@ -175,6 +181,8 @@ int watchlock_lock_abandon(watchlock_lock *l)
 {
     if (l == NULL || l->fork_gen != wl_fork_generation())
         return 0; /* forked child: the parent's lock is none of its business */
+    if (l->kind != NULL)
+        return l->kind->abandon(l);
     watchlock_client *c = l->hold.client;
     wl_wait_forget(l);
     pthread_mutex_lock(&c->mu);

@@ -10,6 +10,20 @@
 
 #include <stddef.h>
 
+/* A lock kind whose handle is not one plain hold (locks/multi.c: a hold
+ * per name) answers the public calls itself: watchlock_lock_acquire,
+ * _release, _extend, _free and _abandon pass the handle to these when the
+ * handle has them (kind != NULL), after checking it; destroy frees the
+ * kind's data at the handle's last reference. NULL for the plain lock. */
+typedef struct wl_kind_ops {
+    int (*acquire)(watchlock_lock *l, int64_t wait_ms);
+    int (*release)(watchlock_lock *l);
+    int (*extend)(watchlock_lock *l, int64_t lease_ms);
+    void (*free)(watchlock_lock *l);
+    int (*abandon)(watchlock_lock *l);
+    void (*destroy)(watchlock_lock *l);
+} wl_kind_ops;
+
 /* The plain lock's handle: its hold (what the hold layer and the client's
  * close work on, hold/hold.h) first, then what only locks/ reads. */
 struct watchlock_lock {
@@ -32,6 +46,8 @@ struct watchlock_lock {
      * NULL = none is written at acquire */
     char *owner_label;
     int64_t name_stored_us; /* a digested name: when an acquire last stored it (0 never); client->mu */
+    const wl_kind_ops *kind; /* NULL: the plain lock (or a kind that needs no dispatch) */
+    void *kind_data;         /* the kind's own (multi.c: its members) */
 };
 
 /* The handle whose hold is h (the plain lock's ops get their wl_hold *). */

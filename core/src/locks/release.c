@@ -110,6 +110,8 @@ int watchlock_lock_release(watchlock_lock *l)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
+    if (l->kind != NULL)
+        return l->kind->release(l);
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);

@@ -99,6 +99,8 @@ enum {
     WL_SCRIPT_FORCE_RELEASE,
     WL_SCRIPT_INSPECT,
     WL_SCRIPT_INSPECT_OWNER, /* admin.c: inspect_owner and list */
+    WL_SCRIPT_MULTI_ACQUIRE, /* locks/multi.c: several names of one slot, all or nothing */
+    WL_SCRIPT_MULTI_RELEASE, /* locks/multi.c: several names of one slot */
     WL_SCRIPT_COUNT
 };
 typedef struct wl_script {

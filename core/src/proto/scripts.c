@@ -175,7 +175,71 @@ static const char inspect_owner_lua[] =
     "end\n"
     "return out\n";
 
+/* Multi-lock (locks/multi.c), several names of one slot (or of the one
+ * server) at once, all or nothing. KEYS: lock, fence of each name, in the
+ * multi-lock's order (sorted by lock key). ARGV: the hold identity
+ * "<token>.1" (one token for every name of the hold), lease ms, fence TTL
+ * ms. -> {1, fence1, fence2, ...} all taken; {0, i, pttl} name i is held
+ * by someone else (nothing written); {-1, i} name i's key is of another
+ * type (in use as another lock kind: nothing written). Every key is read
+ * before anything is written, so a refusal leaves nothing; a key already
+ * holding this identity is a retry whose reply was lost (taken, with fresh
+ * fences). Each name's fence comes from its own counter exactly as the
+ * plain acquire's does (INCR, seeded with TIME below WL_FENCE_SEEDED), so
+ * a name's tokens increase across plain and multi holds alike. A counter
+ * that cannot count (another type, TIME denied) undoes the call: every
+ * lock key of the call is deleted before the error is returned. */
+static const char multi_acquire_lua[] =
+    "local n = #KEYS / 2\n"
+    "for i = 1, n do\n"
+    "  local v = redis.pcall('GET', KEYS[2 * i - 1])\n"
+    "  if type(v) == 'table' then return {-1, i} end\n"
+    "  if v and v ~= ARGV[1] then return {0, i, redis.call('PTTL', KEYS[2 * i - 1])} end\n"
+    "end\n"
+    "for i = 1, n do redis.call('SET', KEYS[2 * i - 1], ARGV[1], 'PX', ARGV[2]) end\n"
+    "local out = {1}\n"
+    "for i = 1, n do\n"
+    "  local f = KEYS[2 * i]\n"
+    "  local c = redis.pcall('INCR', f)\n"
+    "  if type(c) == 'number' and c < 1000000000000000 then\n"
+    "    local t = redis.pcall('TIME')\n"
+    "    if type(t) == 'table' and t[2] then\n"
+    "      c = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "      redis.call('SET', f, string.format('%.0f', c), 'PX', ARGV[3])\n"
+    "    else\n"
+    "      redis.call('DEL', f)\n"
+    "      c = t\n"
+    "    end\n"
+    "  end\n"
+    "  if type(c) ~= 'number' then\n"
+    "    for j = 1, n do redis.call('DEL', KEYS[2 * j - 1]) end\n"
+    "    return c\n"
+    "  end\n"
+    "  out[i + 1] = c\n"
+    "end\n"
+    "return out\n";
+
+/* KEYS: lock keys of one slot. ARGV: "<token>." (the hold, any epoch), the
+ * publish command, then each key's channel. -> {r1, r2, ...}: per key as
+ * the release script answers (1 released, 0 no key, -1 another owner or
+ * another type). */
+static const char multi_release_lua[] =
+    "local out = {}\n"
+    "for i = 1, #KEYS do\n"
+    "  local v = redis.pcall('GET', KEYS[i])\n"
+    "  if not v then out[i] = 0\n"
+    "  elseif type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then out[i] = -1\n"
+    "  else\n"
+    "    redis.call('DEL', KEYS[i])\n"
+    "    redis.pcall(ARGV[2], ARGV[i + 2], '')\n"
+    "    out[i] = 1\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
 wl_script wl_scripts[WL_SCRIPT_COUNT] = {
+    [WL_SCRIPT_MULTI_ACQUIRE] = {multi_acquire_lua, ""},
+    [WL_SCRIPT_MULTI_RELEASE] = {multi_release_lua, ""},
     [WL_SCRIPT_ACQUIRE] = {acquire_lua, ""},
     [WL_SCRIPT_RELEASE] = {release_lua, ""},
     [WL_SCRIPT_RENEW] = {renew_lua, ""},

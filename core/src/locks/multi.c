@@ -1,0 +1,299 @@
+/*
+ * multi.c - the multi-lock: several names held all or nothing, with one
+ * lease (issue 23; docs/design.md "Multi-lock").
+ *
+ * The handle is a watchlock_lock whose own hold is the *group*: what the
+ * user sees (state, on-lost callback, lost event, hold count, deadline =
+ * the earliest of its names'). It is never renewed and never in the
+ * client's heaps. Each name is a *member*: a plain hold of the hold layer
+ * (wl_hold, its own keys, the group's token, its own fence and epochs),
+ * in the client's list and heaps like any lock's, renewed in the
+ * watchdog's batched rounds and declared lost by the loss timer. The
+ * members' wl_hold_ops tie them to the group: `lost` turns the loss of
+ * one member into the loss of the group (told once, with that name: the
+ * member's own loss is not told), and the group's `lost` then marks the
+ * other members lost (no longer renewed); `deadline_moved` keeps the
+ * group's deadline at the earliest member's.
+ *
+ * Acquire: members are sorted by lock key bytes, the one global order.
+ * Consecutive members of one slot (every member, when the server is not a
+ * cluster) form a run, taken by one script all or nothing. Runs are taken
+ * in order; a run held by someone else is waited for (its channel, the
+ * holder's lease) while the earlier runs stay held and renewed. Two
+ * acquires over overlapping names therefore never wait for each other in a
+ * cycle (ordered locking), and every way out that is not success (the wait
+ * ran out, an error, the client closed) gives back what this call took.
+ *
+ * Threads and locks: as lock.c. The group's io_mu is held for a whole
+ * acquire (waits included: a second thread acquiring or releasing the same
+ * handle waits for it), every state field under client->mu, no I/O under
+ * client->mu. The ops run with client->mu held and do no I/O.
+ */
+#include "locks/multi.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void member_abandoned_end(watchlock_client *c, wl_hold *h)
+{
+    end_hold(c, h);
+    h->abandoned = false;
+    unlink_hold(c, h);
+    member_unref(h);
+}
+
+static int member_release(wl_hold *h)
+{
+    (void)h; /* members are released by their group */
+    return WATCHLOCK_OK;
+}
+
+static void *member_owner(wl_hold *h)
+{
+    return member_of(h)->group;
+}
+
+static void member_deadline_moved(watchlock_client *c, wl_hold *h)
+{
+    (void)c;
+    watchlock_lock *g = member_of(h)->group;
+    if (g->hold.state == WATCHLOCK_HELD)
+        group_deadline(g);
+}
+
+static bool member_lost(watchlock_client *c, wl_hold *h, int reason, bool fire)
+{
+    watchlock_lock *g = member_of(h)->group;
+    if (g->hold.state == WATCHLOCK_HELD && !g->hold.releasing) {
+        multi_of(g)->lost = (long)member_of(h)->index;
+        wl_lose(c, &g->hold, reason, fire); /* told once, as the group's loss */
+    }
+    return false;
+}
+
+static const wl_hold_ops member_ops = {.unref = member_unref,
+                                       .abandoned_end = member_abandoned_end,
+                                       .release = member_release,
+                                       .owner = member_owner,
+                                       .lost = member_lost,
+                                       .deadline_moved = member_deadline_moved};
+
+static void group_unref(wl_hold *h)
+{
+    wl_lock_unref(wl_lock_of(h));
+}
+
+static void group_abandoned_end(watchlock_client *c, wl_hold *h)
+{
+    end_hold(c, h); /* the group is unlinked by abandon itself */
+    h->abandoned = false;
+}
+
+static int group_release(wl_hold *h)
+{
+    return watchlock_lock_release(wl_lock_of(h));
+}
+
+static void *group_owner(wl_hold *h)
+{
+    return wl_lock_of(h);
+}
+
+/* The group is lost: every member still held is lost with it (no longer
+ * renewed, not told on its own). The name is the one whose loss this is,
+ * or, lost by the group's deadline, the member with the earliest one. */
+static bool group_lost(watchlock_client *c, wl_hold *h, int reason, bool fire)
+{
+    (void)fire;
+    watchlock_lock *l = wl_lock_of(h);
+    wl_multi *m = multi_of(l);
+    if (m->lost < 0) {
+        int64_t d = INT64_MAX;
+        for (size_t i = 0; i < m->n; i++)
+            if (m->m[i].hold.state == WATCHLOCK_HELD && m->m[i].hold.deadline_us <= d) {
+                d = m->m[i].hold.deadline_us;
+                m->lost = (long)m->m[i].index;
+            }
+    }
+    for (size_t i = 0; i < m->n; i++)
+        if (m->m[i].hold.state == WATCHLOCK_HELD && !m->m[i].hold.releasing)
+            wl_lose(c, &m->m[i].hold, reason, false);
+    return true;
+}
+
+static const wl_hold_ops group_ops = {.unref = group_unref,
+                                      .abandoned_end = group_abandoned_end,
+                                      .release = group_release,
+                                      .owner = group_owner,
+                                      .lost = group_lost};
+
+/* ---- the handle ---- */
+
+static void multi_destroy(watchlock_lock *l);
+
+static const wl_kind_ops multi_kind = {.acquire = wl_multi_acquire,
+                                       .release = wl_multi_release,
+                                       .extend = wl_multi_extend,
+                                       .free = wl_multi_free,
+                                       .abandon = wl_multi_abandon,
+                                       .destroy = multi_destroy};
+
+static int key_cmp(const void *a, const void *b)
+{
+    const wl_member *x = a, *y = b;
+    size_t n = x->hold.keys.lock_len < y->hold.keys.lock_len ? x->hold.keys.lock_len : y->hold.keys.lock_len;
+    int d = memcmp(x->hold.keys.lock, y->hold.keys.lock, n);
+    if (d != 0)
+        return d;
+    return x->hold.keys.lock_len < y->hold.keys.lock_len ? -1 : x->hold.keys.lock_len > y->hold.keys.lock_len;
+}
+
+static void multi_destroy(watchlock_lock *l)
+{
+    wl_multi *m = multi_of(l);
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->n; i++) {
+        wl_keys_clear(&m->m[i].hold.keys);
+        free(m->m[i].name);
+    }
+    free(m->m);
+    free(m->by_user);
+    free(m);
+    l->kind_data = NULL;
+}
+
+int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *c, const void *const *names,
+                             const size_t *name_lens, size_t n)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (names == NULL || name_lens == NULL || n == 0)
+        return wl_fail(WATCHLOCK_EINVAL, "multi-lock: no names");
+    if (n > 1024)
+        return wl_fail(WATCHLOCK_EINVAL, "multi-lock: %zu names, more than the limit of 1024", n);
+    for (size_t i = 0; i < n; i++) {
+        int rc = wl_check_name(names[i], name_lens[i]);
+        if (rc != WATCHLOCK_OK)
+            return rc;
+        for (size_t j = 0; j < i; j++)
+            if (name_lens[j] == name_lens[i] && memcmp(names[j], names[i], name_lens[i]) == 0)
+                return wl_fail(WATCHLOCK_EINVAL, "multi-lock: name %zu is listed twice", i);
+    }
+    watchlock_lock *l;
+    int rc = wl_handle_new(&l, c, names[0], name_lens[0], &group_ops);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    wl_multi *m = calloc(1, sizeof *m);
+    if (m == NULL || (m->m = calloc(n, sizeof *m->m)) == NULL || (m->by_user = calloc(n, sizeof *m->by_user)) == NULL) {
+        if (m != NULL)
+            free(m->m);
+        free(m);
+        watchlock_lock_free(l);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    m->lost = -1;
+    l->kind_data = m;
+    l->kind = &multi_kind;
+    bool sharded = wl_server_sharded(&c->server);
+    for (size_t i = 0; i < n; i++) {
+        wl_member *e = &m->m[i];
+        e->group = l;
+        e->index = i;
+        e->hold.ops = &member_ops;
+        e->hold.client = c;
+        e->hold.id = l->hold.id;
+        e->hold.heap_idx = e->hold.dl_idx = WL_NOT_IN_HEAP;
+        e->hold.state = WATCHLOCK_UNLOCKED;
+        wl_quote_name(e->hold.quoted, sizeof e->hold.quoted, names[i], name_lens[i]);
+        if ((e->name = malloc(name_lens[i] + 1)) == NULL ||
+            (rc = wl_keys_make(&e->hold.keys, names[i], name_lens[i])) != WATCHLOCK_OK) {
+            m->n = i + (e->name != NULL); /* destroy frees what was made */
+            l->kind = NULL;
+            multi_destroy(l);
+            watchlock_lock_free(l);
+            return rc != WATCHLOCK_OK ? rc : wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+        }
+        memcpy(e->name, names[i], name_lens[i]);
+        e->name[name_lens[i]] = '\0';
+        e->name_len = name_lens[i];
+        e->slot = sharded ? wl_key_slot(e->hold.keys.lock, e->hold.keys.lock_len) : 0;
+        m->n = i + 1;
+    }
+    qsort(m->m, n, sizeof *m->m, key_cmp);
+    /* A name's quoted form for messages: "[a, b, ...]" (cut to fit). */
+    size_t q = 0;
+    char *quoted = l->hold.quoted;
+    quoted[q++] = '[';
+    for (size_t i = 0; i < n; i++) {
+        m->by_user[m->m[i].index] = &m->m[i];
+        atomic_init(&m->m[i].hold.refs, 1); /* the group's: dropped when unlinked */
+    }
+    for (size_t i = 0; i < n && q + 8 < sizeof l->hold.quoted; i++)
+        q += (size_t)snprintf(quoted + q, sizeof l->hold.quoted - q, "%s%s", i ? ", " : "", m->by_user[i]->hold.quoted);
+    if (q >= sizeof l->hold.quoted - 2)
+        q = sizeof l->hold.quoted - 5, memcpy(quoted + q, "...", 3), q += 3;
+    quoted[q++] = ']';
+    quoted[q] = '\0';
+    atomic_fetch_add(&l->hold.refs, (int)n); /* one per member (member_unref) */
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < n; i++)
+        link_hold(c, &m->m[i].hold);
+    pthread_mutex_unlock(&c->mu);
+    *out = l;
+    return WATCHLOCK_OK;
+}
+
+/* ---- queries ---- */
+
+size_t watchlock_lock_name_count(const watchlock_lock *l)
+{
+    if (l == NULL)
+        return 0;
+    return l->kind == &multi_kind ? multi_of(l)->n : 1;
+}
+
+const char *watchlock_lock_name_at(const watchlock_lock *l, size_t i, size_t *len)
+{
+    if (len)
+        *len = 0;
+    if (l == NULL || i >= watchlock_lock_name_count(l))
+        return NULL;
+    if (l->kind != &multi_kind)
+        return watchlock_lock_name(l, len);
+    const wl_member *e = multi_of(l)->by_user[i];
+    if (len)
+        *len = e->name_len;
+    return e->name;
+}
+
+int64_t watchlock_lock_fencing_token_at(const watchlock_lock *l, size_t i)
+{
+    if (l == NULL || l->fork_gen != wl_fork_generation() || i >= watchlock_lock_name_count(l))
+        return 0;
+    pthread_mutex_lock(&l->hold.client->mu);
+    int64_t v = l->kind == &multi_kind ? multi_of(l)->by_user[i]->hold.fence : l->hold.fence;
+    pthread_mutex_unlock(&l->hold.client->mu);
+    return v;
+}
+
+const char *watchlock_lock_lost_name(const watchlock_lock *l, size_t *len)
+{
+    if (len)
+        *len = 0;
+    if (l == NULL || l->fork_gen != wl_fork_generation())
+        return NULL;
+    int state = watchlock_lock_state(l); /* a hold past its deadline is lost now */
+    int reason = watchlock_lock_last_lost_reason(l);
+    if (reason == WATCHLOCK_LOST_NONE && state != WATCHLOCK_LOST)
+        return NULL;
+    if (l->kind != &multi_kind)
+        return watchlock_lock_name(l, len);
+    pthread_mutex_lock(&l->hold.client->mu);
+    long k = multi_of(l)->lost;
+    pthread_mutex_unlock(&l->hold.client->mu);
+    return k < 0 ? NULL : watchlock_lock_name_at(l, (size_t)k, len);
+}
+

@@ -1,0 +1,97 @@
+/*
+ * locks/multi.h - the multi-lock's private types (multi.c: the handle, its
+ * hold ops and queries; multi_io.c: acquire, release, extend, free,
+ * abandon). Only these two files include it.
+ */
+#ifndef WATCHLOCK_MULTI_H
+#define WATCHLOCK_MULTI_H
+
+#include "locks/locks.h"
+
+typedef struct wl_member {
+    wl_hold hold;       /* first: the ops get the member back */
+    watchlock_lock *group;
+    size_t index;       /* in the user's order */
+    int slot;           /* cluster slot of its keys (0 without cluster) */
+    char *name;
+    size_t name_len;
+} wl_member;
+
+typedef struct wl_multi {
+    size_t n;
+    wl_member *m;        /* sorted by lock key */
+    wl_member **by_user; /* the user's order */
+    long lost;           /* user index of the name whose loss lost the group, -1 none */
+} wl_multi;
+
+static inline wl_multi *multi_of(const watchlock_lock *l)
+{
+    return l->kind_data;
+}
+
+static inline wl_member *member_of(wl_hold *h)
+{
+    return (wl_member *)h;
+}
+
+/* ---- the members' and the group's answers to the hold layer ---- */
+
+/* Drops one reference of a member (the group's while linked, the
+ * watchdog's while a renewal is in flight, ...): the last one drops the
+ * member's reference to its group. */
+static inline void member_unref(wl_hold *h)
+{
+    if (atomic_fetch_sub(&h->refs, 1) == 1)
+        wl_lock_unref(member_of(h)->group);
+}
+
+static inline void unlink_hold(watchlock_client *c, wl_hold *h)
+{
+    if (h->prev)
+        h->prev->next = h->next;
+    else if (c->holds == h)
+        c->holds = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    h->prev = h->next = NULL;
+}
+
+static inline void link_hold(watchlock_client *c, wl_hold *h)
+{
+    h->prev = NULL;
+    h->next = c->holds;
+    if (c->holds)
+        c->holds->prev = h;
+    c->holds = h;
+}
+
+/* The hold ends, with client->mu held: out of the heaps, UNLOCKED. */
+static inline void end_hold(watchlock_client *c, wl_hold *h)
+{
+    wl_unschedule_all(c, h);
+    if (h->state == WATCHLOCK_HELD)
+        c->held--;
+    h->state = WATCHLOCK_UNLOCKED;
+    h->releasing = false;
+    h->hold_count = 0;
+    h->hold_gen++;
+}
+
+/* The earliest deadline of the group's held members. */
+static inline void group_deadline(watchlock_lock *l)
+{
+    wl_multi *m = multi_of(l);
+    int64_t d = INT64_MAX;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->m[i].hold.state == WATCHLOCK_HELD && m->m[i].hold.deadline_us < d)
+            d = m->m[i].hold.deadline_us;
+    l->hold.deadline_us = d;
+}
+
+int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms);
+int wl_multi_release(watchlock_lock *l);
+int wl_multi_extend(watchlock_lock *l, int64_t lease_ms);
+void wl_multi_free(watchlock_lock *l);
+int wl_multi_abandon(watchlock_lock *l);
+
+#endif

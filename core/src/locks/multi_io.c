@@ -1,0 +1,608 @@
+/*
+ * multi_io.c - the multi-lock's round trips: acquire (runs of one slot in
+ * the global order, waiting by pub/sub, rollback), release, extend, and
+ * the handle's free and abandon. The types and the hold ops are multi.h's
+ * and multi.c's; docs/design.md "Multi-lock" says why it is built so.
+ *
+ * Threads and locks: the group's io_mu for the whole of an acquire, a
+ * release or an extend (an acquire's waits included); client->mu around
+ * every read and write of a hold's state, never across I/O.
+ */
+#include "locks/multi.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
+#define RESULT_UNKNOWN (-2)
+
+/* The run of sorted members that starts at i: [i, end) share a slot
+ * (every member shares the one server without cluster). */
+static size_t run_end(const wl_multi *m, size_t i, bool sharded)
+{
+    size_t j = i + 1;
+    while (j < m->n && (!sharded || m->m[j].slot == m->m[i].slot))
+        j++;
+    return j;
+}
+
+/* The release script for the selected members (sel[i] for sorted member
+ * i), one call per run of one slot; results[i] gets 1 released, 0 no key,
+ * -1 another owner, RESULT_UNKNOWN when its call failed. Returns OK or the
+ * first error. Without client->mu. */
+static int release_members(watchlock_lock *l, const bool *sel, int *results)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    bool sharded = wl_server_sharded(&c->server);
+    char prefix[WL_IDENT_SIZE];
+    pthread_mutex_lock(&c->mu);
+    size_t prefix_len = wl_ident(&l->hold, -1, prefix);
+    pthread_mutex_unlock(&c->mu);
+    const char *publish = wl_publish_command(&c->server);
+    const char **argv = malloc((2 * m->n + 2) * sizeof *argv);
+    size_t *lens = malloc((2 * m->n + 2) * sizeof *lens);
+    size_t *idx = malloc(m->n * sizeof *idx);
+    int first = WATCHLOCK_OK;
+    for (size_t i = 0; i < m->n; i++)
+        results[i] = RESULT_UNKNOWN;
+    if (argv == NULL || lens == NULL || idx == NULL) {
+        free(argv), free(lens), free(idx);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    for (size_t from = 0; from < m->n;) {
+        size_t to = run_end(m, from, sharded), k = 0;
+        for (size_t i = from; i < to; i++)
+            if (sel[i])
+                idx[k++] = i;
+        from = to;
+        if (k == 0)
+            continue;
+        for (size_t j = 0; j < k; j++) {
+            const wl_hold *h = &m->m[idx[j]].hold;
+            argv[j] = h->keys.lock, lens[j] = h->keys.lock_len;
+            argv[k + 2 + j] = h->keys.channel, lens[k + 2 + j] = h->keys.channel_len;
+        }
+        argv[k] = prefix, lens[k] = prefix_len;
+        argv[k + 1] = publish, lens[k + 1] = strlen(publish);
+        char what[160];
+        wl_what(what, sizeof what, "release", l->hold.quoted);
+        redisReply *r;
+        int rc = wl_run_script(&c->server, WL_SCRIPT_MULTI_RELEASE, (int)k, (int)k + 2, argv, lens, &r, what);
+        if (rc == WATCHLOCK_OK) {
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == k)
+                for (size_t j = 0; j < k; j++)
+                    results[idx[j]] = (int)wl_reply_i64(r->element[j]);
+            else
+                rc = wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+            freeReplyObject(r);
+        }
+        if (first == WATCHLOCK_OK)
+            first = rc;
+    }
+    free(argv), free(lens), free(idx);
+    return first;
+}
+
+/* Gives back every member that is not UNLOCKED (this acquire's partial
+ * hold, an old hold's keys), best effort, and marks them UNLOCKED. A
+ * closed client has released what it held already. Without client->mu. */
+static void rollback(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    bool *sel = calloc(m->n, sizeof *sel);
+    int *results = calloc(m->n, sizeof *results);
+    bool any = false;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold;
+        if (h->state != WATCHLOCK_UNLOCKED) {
+            if (sel != NULL)
+                sel[i] = any = true;
+            h->releasing = h->state == WATCHLOCK_HELD; /* not renewed; ends silently */
+            wl_watchdog_unschedule(c, h);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (any && results != NULL && !atomic_load(&c->closed))
+        release_members(l, sel, results);
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < m->n; i++)
+        end_hold(c, &m->m[i].hold);
+    pthread_mutex_unlock(&c->mu);
+    free(sel);
+    free(results);
+}
+
+/* One script takes sorted members [from, to). OK: all HELD, scheduled.
+ * ETIMEDOUT: *busy (sorted index) is held by another owner for *pttl ms
+ * (nothing taken). Any other error: nothing taken. io_mu held. */
+static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, size_t *busy, int64_t *pttl)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    size_t k = to - from;
+    char ident[WL_IDENT_SIZE], lease_s[24], ttl_s[24];
+    pthread_mutex_lock(&c->mu);
+    size_t ident_len = wl_ident(&l->hold, 1, ident);
+    pthread_mutex_unlock(&c->mu);
+    wl_fmt_i64(lease_s, lease);
+    wl_fmt_i64(ttl_s, lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS);
+    const char **argv = malloc((2 * k + 3) * sizeof *argv);
+    size_t *lens = malloc((2 * k + 3) * sizeof *lens);
+    if (argv == NULL || lens == NULL) {
+        free(argv), free(lens);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < k; i++) {
+        const wl_hold *h = &m->m[from + i].hold;
+        argv[2 * i] = h->keys.lock, lens[2 * i] = h->keys.lock_len;
+        argv[2 * i + 1] = h->keys.fence, lens[2 * i + 1] = h->keys.fence_len;
+    }
+    argv[2 * k] = ident, lens[2 * k] = ident_len;
+    argv[2 * k + 1] = lease_s, lens[2 * k + 1] = strlen(lease_s);
+    argv[2 * k + 2] = ttl_s, lens[2 * k + 2] = strlen(ttl_s);
+    char what[160];
+    wl_what(what, sizeof what, "acquire", l->hold.quoted);
+    int64_t sent = wl_now_us();
+    redisReply *r;
+    int rc = wl_run_script(&c->server, WL_SCRIPT_MULTI_ACQUIRE, (int)(2 * k), 3, argv, lens, &r, what);
+    free(argv), free(lens);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    int64_t v0 = r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? wl_reply_i64(r->element[0]) : -9;
+    int64_t v1 = v0 != -9 ? wl_reply_i64(r->element[1]) : 0;
+    if ((v0 == 0 || v0 == -1) && v1 >= 1 && (size_t)v1 <= k) {
+        size_t i = from + (size_t)v1 - 1;
+        if (v0 == 0 && r->elements == 3) {
+            *busy = i;
+            *pttl = wl_reply_i64(r->element[2]);
+            freeReplyObject(r);
+            return WATCHLOCK_ETIMEDOUT;
+        }
+        freeReplyObject(r);
+        return wl_fail(WATCHLOCK_ESERVER,
+                       "%s: name %s is in use as another lock kind (its key is not a plain lock's string: "
+                       "WRONGTYPE); nothing was taken",
+                       what, m->m[i].hold.quoted);
+    }
+    if (v0 != 1 || r->elements != k + 1) {
+        freeReplyObject(r);
+        return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+    }
+    int64_t deadline = sent + lease * 1000 - wl_margin_us(c, lease);
+    bool late = wl_now_us() >= deadline;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < k; i++) {
+        wl_hold *h = &m->m[from + i].hold;
+        h->fence = wl_reply_i64(r->element[i + 1]);
+        h->state = WATCHLOCK_HELD;
+        h->hold_count = 1;
+        h->hold_gen++;
+        h->epoch = h->epoch_to = 1;
+        h->epoch_ms = lease;
+        h->renewals = 0;
+        h->lost_reason = h->stop_reason = WATCHLOCK_LOST_NONE;
+        h->renew_failing = h->renew_inflight = h->releasing = false;
+        h->acquired_us = h->confirmed_us = sent;
+        c->held++;
+        wl_set_deadline(c, h, deadline);
+        if (h->state == WATCHLOCK_HELD)
+            wl_watchdog_schedule(c, h);
+    }
+    freeReplyObject(r);
+    rc = wl_watchdog_ensure_started(c);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_timer_ensure_started(c);
+    bool closed = atomic_load(&c->closed);
+    pthread_mutex_unlock(&c->mu);
+    if (closed) {
+        /* Closed while the script was in flight: close released what it
+         * knew of; give this run back on connections of our own. */
+        for (size_t i = from; i < to; i++) {
+            wl_release_args a;
+            pthread_mutex_lock(&c->mu);
+            wl_release_args_make(&m->m[i].hold, &a);
+            pthread_mutex_unlock(&c->mu);
+            wl_release_fresh(&c->server, &a, 1, 0, NULL, "release");
+        }
+        return wl_fail(WATCHLOCK_ECLOSED, "%s: client closed", what);
+    }
+    if (late) /* the reply came past the hold's own local deadline: unusable */
+        return wl_fail(WATCHLOCK_ECONN, "%s: the server's reply came past the local deadline of a %" PRId64
+                                        " ms lease; the names were given back", what, lease);
+    return rc;
+}
+
+/* With client->mu: the group is held, not being released, within its deadline. */
+static bool group_held_now(const watchlock_lock *l)
+{
+    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
+}
+
+/* With client->mu, at the end of an acquire: every member held → the
+ * group is HELD (true); else false (a member was lost meanwhile). */
+static bool group_begin(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    for (size_t i = 0; i < m->n; i++)
+        if (m->m[i].hold.state != WATCHLOCK_HELD || wl_now_us() >= m->m[i].hold.deadline_us)
+            return false;
+    l->hold.state = WATCHLOCK_HELD;
+    l->hold.hold_count = 1;
+    l->hold.hold_gen++;
+    l->hold.releasing = false;
+    l->hold.lost_reason = WATCHLOCK_LOST_NONE;
+    l->hold.fence = m->by_user[0]->hold.fence;
+    l->hold.acquired_us = m->m[0].hold.acquired_us;
+    l->hold.renewals = 0;
+    m->lost = -1;
+    c->held++;
+    group_deadline(l);
+    return true;
+}
+
+int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    if (c->server.ep.min_replicas > 0)
+        return wl_fail(WATCHLOCK_EINVAL, "acquire %s: a multi-lock does not support min_replicas", l->hold.quoted);
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    if (group_held_now(l)) { /* reentrant */
+        l->hold.hold_count++;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return WATCHLOCK_OK;
+    }
+    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing) /* past its deadline */
+        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
+    int rc = wl_renew_check(&l->hold);
+    bool old = false;
+    for (size_t i = 0; i < m->n; i++)
+        old = old || m->m[i].hold.state != WATCHLOCK_UNLOCKED;
+    pthread_mutex_unlock(&c->mu);
+    if (rc != WATCHLOCK_OK) {
+        pthread_mutex_unlock(&l->io_mu);
+        return rc;
+    }
+    if (old) /* an earlier hold's keys (lost, or a release not confirmed): delete what is still ours */
+        rollback(l);
+    pthread_mutex_lock(&c->mu);
+    if (l->hold.state != WATCHLOCK_UNLOCKED)
+        end_hold(c, &l->hold);
+    int64_t lease = l->hold.lease_ms;
+    /* One fresh token for the hold, shared by its names (each name's key
+     * is its own, so one token names each name's hold). */
+    if (wl_random_token(l->hold.token) != 0) {
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
+    }
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold, *g = &l->hold;
+        memcpy(h->token, g->token, sizeof h->token);
+        h->lease_ms = g->lease_ms, h->interval_ms = g->interval_ms;
+        h->max_renewals = g->max_renewals, h->max_hold_ms = g->max_hold_ms;
+        h->renew_num = g->renew_num, h->renew_den = g->renew_den;
+        h->auto_renew = g->auto_renew;
+    }
+    pthread_mutex_unlock(&c->mu);
+
+    int64_t t0 = wl_now_us(), until = wl_deadline_after_ms(wait_ms), lease_end = 0;
+    bool sharded = wl_server_sharded(&c->server), waited = false;
+    wl_subscriber *sub = NULL;
+    wl_sub_entry *entry = NULL;
+    size_t next = 0, joined = SIZE_MAX;
+    uint64_t gen = 0;
+    while (next < m->n) {
+        if (entry != NULL) { /* subscribed before trying: a release after the try wakes us */
+            bool live;
+            gen = wl_sub_ready(sub, entry, until >= 0 && until < lease_end ? until : lease_end, &live);
+        }
+        size_t end = run_end(m, next, sharded), busy = 0;
+        int64_t pttl = 0;
+        rc = take_run(l, next, end, lease, &busy, &pttl);
+        if (rc == WATCHLOCK_OK) {
+            next = end;
+            if (next < m->n)
+                continue;
+            pthread_mutex_lock(&c->mu);
+            bool held = group_begin(l);
+            pthread_mutex_unlock(&c->mu);
+            if (held)
+                break;
+            rollback(l); /* a name was lost while a later one was waited for: start over */
+            next = 0;
+            continue;
+        }
+        if (rc != WATCHLOCK_ETIMEDOUT || wait_ms == 0)
+            break;
+        lease_end = wl_wait_holder_end(pttl);
+        if (joined != busy) { /* wait on the blocking name's channel, then try once more */
+            if (entry != NULL)
+                wl_sub_leave(sub, entry);
+            entry = NULL;
+            joined = SIZE_MAX;
+            char what[160];
+            wl_what(what, sizeof what, "acquire", m->m[busy].hold.quoted);
+            const wl_hold *h = &m->m[busy].hold;
+            if ((rc = wl_client_join(c, h->keys.channel, h->keys.channel_len, what, &sub, &entry)) != WATCHLOCK_OK)
+                break;
+            joined = busy;
+            waited = true;
+            continue;
+        }
+        int64_t at = until >= 0 && until < lease_end ? until : lease_end;
+        bool woken = at > wl_now_us() && wl_sub_wait(sub, entry, gen, at);
+        if (atomic_load(&c->closed)) {
+            rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
+            break;
+        }
+        if (!woken && until >= 0 && wl_now_us() >= until) {
+            rc = WATCHLOCK_ETIMEDOUT;
+            break;
+        }
+    }
+    if (entry != NULL)
+        wl_sub_leave(sub, entry);
+    if (rc != WATCHLOCK_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+        rollback(l); /* nothing stays taken */
+        pthread_mutex_unlock(&l->io_mu);
+        wl_stats_acquire(c, rc, waited, false, t0);
+        if (rc == WATCHLOCK_ETIMEDOUT)
+            return wl_fail(rc, "multi-lock %s: a name is held by another owner%s", l->hold.quoted,
+                           wait_ms == 0 ? "" : " and was not released in time");
+        return wl_fail(rc, "%s", msg);
+    }
+    pthread_mutex_unlock(&l->io_mu);
+    wl_stats_acquire(c, rc, waited, false, t0);
+    return WATCHLOCK_OK;
+}
+
+int wl_multi_release(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    bool *sel = calloc(m->n, sizeof *sel);
+    int *results = calloc(m->n, sizeof *results);
+    if (sel == NULL || results == NULL) {
+        free(sel), free(results);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() >= l->hold.deadline_us)
+        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true); /* past its deadline: LOST */
+    int rc = WATCHLOCK_OK;
+    if (l->hold.state == WATCHLOCK_LOST) {
+        bool last = l->hold.hold_count <= 1;
+        if (l->hold.hold_count > 0)
+            l->hold.hold_count--;
+        int reason = l->hold.lost_reason;
+        long k = m->lost;
+        if (last)
+            l->hold.state = WATCHLOCK_UNLOCKED;
+        pthread_mutex_unlock(&c->mu);
+        if (last) /* the names still ours: deleted now, so waiters need not wait for their leases */
+            rollback(l);
+        rc = wl_fail(WATCHLOCK_ENOTOWNER, "multi-lock %s was lost (%s, name %s) before release", l->hold.quoted,
+                     watchlock_lost_reason_str(reason), k >= 0 ? m->by_user[k]->hold.quoted : "?");
+        goto out;
+    }
+    if (l->hold.state != WATCHLOCK_HELD) {
+        pthread_mutex_unlock(&c->mu);
+        rc = wl_fail(WATCHLOCK_ENOTOWNER, "multi-lock %s is not held by this handle", l->hold.quoted);
+        goto out;
+    }
+    if (l->hold.hold_count > 1) {
+        l->hold.hold_count--;
+        pthread_mutex_unlock(&c->mu);
+        goto out;
+    }
+    l->hold.releasing = true;
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold;
+        sel[i] = h->state == WATCHLOCK_HELD;
+        h->releasing = true; /* not renewed; a lease that runs out meanwhile ends it silently */
+        wl_watchdog_unschedule(c, h);
+    }
+    uint64_t gen = l->hold.hold_gen;
+    pthread_mutex_unlock(&c->mu);
+    rc = release_members(l, sel, results);
+    pthread_mutex_lock(&c->mu);
+    if (gen != l->hold.hold_gen || l->hold.state != WATCHLOCK_HELD) { /* closed meanwhile: close released it */
+        pthread_mutex_unlock(&c->mu);
+        rc = WATCHLOCK_OK;
+        goto out;
+    }
+    long taken = -1;
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold;
+        if (results[i] == RESULT_UNKNOWN && h->state == WATCHLOCK_HELD)
+            continue; /* not confirmed: kept (releasing, not renewed) until its lease runs out */
+        if (sel[i] && results[i] != 1 && results[i] != RESULT_UNKNOWN && taken < 0)
+            taken = (long)m->m[i].index;
+        end_hold(c, h);
+    }
+    int64_t acquired = l->hold.acquired_us;
+    end_hold(c, &l->hold);
+    if (taken >= 0) {
+        l->hold.lost_reason = WATCHLOCK_LOST_TAKEN;
+        m->lost = taken;
+        wl_stats_lost(c, WATCHLOCK_LOST_TAKEN);
+    } else if (rc == WATCHLOCK_OK) {
+        wl_stats_hold(c, acquired);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (taken >= 0)
+        rc = wl_fail(WATCHLOCK_ENOTOWNER, "multi-lock %s: name %s was lost before release", l->hold.quoted,
+                     m->by_user[taken]->hold.quoted);
+out:
+    pthread_mutex_unlock(&l->io_mu);
+    free(sel), free(results);
+    return rc;
+}
+
+int wl_multi_extend(watchlock_lock *l, int64_t lease_ms)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    if (lease_ms < 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS)
+        return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days, got %" PRId64,
+                       l->hold.quoted, lease_ms);
+    typedef struct ext {
+        wl_write w;
+        char ident[WL_IDENT_SIZE], from_s[24], ms_s[24];
+        int result;
+    } ext;
+    ext *x = calloc(m->n, sizeof *x);
+    const char **argv = malloc(4 * m->n * sizeof *argv);
+    size_t *lens = malloc(4 * m->n * sizeof *lens);
+    if (x == NULL || argv == NULL || lens == NULL) {
+        free(x), free(argv), free(lens);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    int rc = WATCHLOCK_OK;
+    if (!group_held_now(l)) {
+        if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
+            wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false);
+        pthread_mutex_unlock(&c->mu);
+        rc = wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->hold.quoted,
+                     l->hold.state == WATCHLOCK_LOST ? "the multi-lock was lost" : "not held by this handle");
+        goto out;
+    }
+    if (lease_ms > 0)
+        l->hold.lease_ms = lease_ms;
+    int64_t now = wl_now_us();
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold;
+        h->lease_ms = l->hold.lease_ms;
+        wl_write_prepare(c, h, h->lease_ms, now, &x[i].w);
+        wl_ident(h, x[i].w.to, x[i].ident);
+        wl_fmt_i64(x[i].from_s, x[i].w.from);
+        wl_fmt_i64(x[i].ms_s, x[i].w.ms);
+        x[i].result = WL_WRITE_FAILED;
+    }
+    pthread_mutex_unlock(&c->mu);
+    bool sharded = wl_server_sharded(&c->server);
+    char what[160];
+    wl_what(what, sizeof what, "extend", l->hold.quoted);
+    for (size_t from = 0; from < m->n && rc == WATCHLOCK_OK;) {
+        size_t to = run_end(m, from, sharded), k = to - from;
+        for (size_t j = 0; j < k; j++) {
+            argv[j] = m->m[from + j].hold.keys.lock, lens[j] = m->m[from + j].hold.keys.lock_len;
+            const char **a = argv + k + 3 * j;
+            size_t *al = lens + k + 3 * j;
+            a[0] = x[from + j].ident, al[0] = strlen(x[from + j].ident);
+            a[1] = x[from + j].from_s, al[1] = strlen(x[from + j].from_s);
+            a[2] = x[from + j].ms_s, al[2] = strlen(x[from + j].ms_s);
+        }
+        redisReply *r;
+        rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, (int)k, (int)(3 * k), argv, lens, &r, what);
+        if (rc == WATCHLOCK_OK) {
+            for (size_t j = 0; j < k; j++)
+                x[from + j].result = wl_reply_renew(r, k, j);
+            freeReplyObject(r);
+        }
+        from = to;
+    }
+    pthread_mutex_lock(&c->mu);
+    bool held = true;
+    now = wl_now_us();
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold;
+        bool ok = wl_write_applied(c, h, &x[i].w, x[i].result, false, now);
+        if (ok && x[i].result == WL_WRITE_OK)
+            wl_watchdog_schedule(c, h);
+        held = held && ok;
+    }
+    held = held && l->hold.state == WATCHLOCK_HELD;
+    pthread_mutex_unlock(&c->mu);
+    if (rc == WATCHLOCK_OK && !held)
+        rc = wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: the multi-lock was lost (a name has another owner, no key, "
+                                          "or its lease ran out)", l->hold.quoted);
+out:
+    pthread_mutex_unlock(&l->io_mu);
+    free(x), free(argv), free(lens);
+    return rc;
+}
+
+void wl_multi_free(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    pthread_mutex_lock(&c->mu);
+    l->hold.freed = true; /* no callback starts from now on */
+    l->hold.on_lost = NULL;
+    wl_wait_callbacks(c, &l->hold);
+    bool held = l->hold.state != WATCHLOCK_UNLOCKED;
+    if (held)
+        l->hold.hold_count = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (held && !atomic_load(&c->closed))
+        wl_multi_release(l);
+    if (!atomic_load(&c->closed))
+        rollback(l); /* names a failed release left (no-op when none) */
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < m->n; i++) {
+        end_hold(c, &m->m[i].hold);
+        m->m[i].hold.freed = true;
+        unlink_hold(c, &m->m[i].hold);
+    }
+    end_hold(c, &l->hold);
+    unlink_hold(c, &l->hold);
+    pthread_mutex_unlock(&c->mu);
+    size_t n = m->n;
+    for (size_t i = 0; i < n; i++)
+        member_unref(&m->m[i].hold);
+    wl_lock_unref(l); /* the user's: may free the handle (and m) */
+}
+
+/* A dropped multi-lock is not an unlock (handle.c's abandon): each name
+ * still held stays in the client's hands, unrenewed, until its deadline
+ * (the member's abandoned_end then lets go of it) or close. */
+int wl_multi_abandon(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    bool *drop = calloc(m->n, sizeof *drop);
+    pthread_mutex_lock(&c->mu);
+    l->hold.freed = true;
+    l->hold.on_lost = NULL;
+    wl_wait_callbacks(c, &l->hold);
+    int dropped = group_held_now(l);
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold;
+        h->freed = true;
+        if (h->state == WATCHLOCK_HELD && drop != NULL) {
+            h->abandoned = true;
+            h->auto_renew = false;
+            wl_watchdog_unschedule(c, h); /* the deadline heap keeps it: the loss timer ends it */
+        } else {
+            end_hold(c, h);
+            unlink_hold(c, h);
+            if (drop != NULL)
+                drop[i] = true;
+        }
+    }
+    end_hold(c, &l->hold);
+    unlink_hold(c, &l->hold);
+    pthread_mutex_unlock(&c->mu);
+    size_t n = m->n;
+    for (size_t i = 0; i < n; i++)
+        if (drop != NULL && drop[i])
+            member_unref(&m->m[i].hold);
+    free(drop);
+    wl_lock_unref(l);
+    return dropped;
+}
