@@ -132,12 +132,14 @@ static const wl_hold_ops group_ops = {.unref = group_unref,
 /* ---- the handle ---- */
 
 static void multi_destroy(watchlock_lock *l);
+static void multi_free(watchlock_lock *l);
+static int multi_abandon(watchlock_lock *l);
 
 static const wl_kind_ops multi_kind = {.acquire = wl_multi_acquire,
                                        .release = wl_multi_release,
                                        .extend = wl_multi_extend,
-                                       .free = wl_multi_free,
-                                       .abandon = wl_multi_abandon,
+                                       .free = multi_free,
+                                       .abandon = multi_abandon,
                                        .destroy = multi_destroy};
 
 static int key_cmp(const void *a, const void *b)
@@ -244,6 +246,78 @@ int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *c, const vo
     pthread_mutex_unlock(&c->mu);
     *out = l;
     return WATCHLOCK_OK;
+}
+
+/* ---- free, abandon ---- */
+
+static void multi_free(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    pthread_mutex_lock(&c->mu);
+    l->hold.freed = true; /* no callback starts from now on */
+    l->hold.on_lost = NULL;
+    wl_wait_callbacks(c, &l->hold);
+    bool held = l->hold.state != WATCHLOCK_UNLOCKED;
+    if (held)
+        l->hold.hold_count = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (held && !atomic_load(&c->closed))
+        wl_multi_release(l);
+    if (!atomic_load(&c->closed))
+        wl_multi_rollback(l); /* names a failed release left (no-op when none) */
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < m->n; i++) {
+        end_hold(c, &m->m[i].hold);
+        m->m[i].hold.freed = true;
+        unlink_hold(c, &m->m[i].hold);
+    }
+    end_hold(c, &l->hold);
+    unlink_hold(c, &l->hold);
+    pthread_mutex_unlock(&c->mu);
+    size_t n = m->n;
+    for (size_t i = 0; i < n; i++)
+        member_unref(&m->m[i].hold);
+    wl_lock_unref(l); /* the user's: may free the handle (and m) */
+}
+
+/* A dropped multi-lock is not an unlock (handle.c's abandon): each name
+ * still held stays in the client's hands, unrenewed, until its deadline
+ * (the member's abandoned_end then lets go of it) or close. */
+static int multi_abandon(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    bool *drop = calloc(m->n, sizeof *drop);
+    pthread_mutex_lock(&c->mu);
+    l->hold.freed = true;
+    l->hold.on_lost = NULL;
+    wl_wait_callbacks(c, &l->hold);
+    int dropped = group_held_now(l);
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold;
+        h->freed = true;
+        if (h->state == WATCHLOCK_HELD && drop != NULL) {
+            h->abandoned = true;
+            h->auto_renew = false;
+            wl_watchdog_unschedule(c, h); /* the deadline heap keeps it: the loss timer ends it */
+        } else {
+            end_hold(c, h);
+            unlink_hold(c, h);
+            if (drop != NULL)
+                drop[i] = true;
+        }
+    }
+    end_hold(c, &l->hold);
+    unlink_hold(c, &l->hold);
+    pthread_mutex_unlock(&c->mu);
+    size_t n = m->n;
+    for (size_t i = 0; i < n; i++)
+        if (drop != NULL && drop[i])
+            member_unref(&m->m[i].hold);
+    free(drop);
+    wl_lock_unref(l);
+    return dropped;
 }
 
 /* ---- queries ---- */

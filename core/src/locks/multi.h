@@ -1,7 +1,7 @@
 /*
  * locks/multi.h - the multi-lock's private types (multi.c: the handle, its
- * hold ops and queries; multi_io.c: acquire, release, extend, free,
- * abandon). Only these two files include it.
+ * hold ops, free, abandon, queries; multi_io.c: acquire, release,
+ * extend, rollback). Only these two files include it.
  */
 #ifndef WATCHLOCK_MULTI_H
 #define WATCHLOCK_MULTI_H
@@ -88,10 +88,16 @@ static inline void group_deadline(watchlock_lock *l)
     l->hold.deadline_us = d;
 }
 
+/* With client->mu: the group is held, not being released, within its deadline. */
+static inline bool group_held_now(const watchlock_lock *l)
+{
+    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
+}
+
 int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms);
 int wl_multi_release(watchlock_lock *l);
 int wl_multi_extend(watchlock_lock *l, int64_t lease_ms);
-void wl_multi_free(watchlock_lock *l);
-int wl_multi_abandon(watchlock_lock *l);
+/* Gives back every name not UNLOCKED (best effort) and marks them UNLOCKED. */
+void wl_multi_rollback(watchlock_lock *l);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * multi_io.c - the multi-lock's round trips: acquire (runs of one slot in
  * the global order, waiting by pub/sub, rollback), release, extend, and
- * the handle's free and abandon. The types and the hold ops are multi.h's
+ * the rollback that free also uses. The types and the hold ops are multi.h's
  * and multi.c's; docs/design.md "Multi-lock" says why it is built so.
  *
  * Threads and locks: the group's io_mu for the whole of an acquire, a
@@ -89,7 +89,7 @@ static int release_members(watchlock_lock *l, const bool *sel, int *results)
 /* Gives back every member that is not UNLOCKED (this acquire's partial
  * hold, an old hold's keys), best effort, and marks them UNLOCKED. A
  * closed client has released what it held already. Without client->mu. */
-static void rollback(watchlock_lock *l)
+void wl_multi_rollback(watchlock_lock *l)
 {
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
@@ -217,12 +217,6 @@ static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, si
     return rc;
 }
 
-/* With client->mu: the group is held, not being released, within its deadline. */
-static bool group_held_now(const watchlock_lock *l)
-{
-    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
-}
-
 /* With client->mu, at the end of an acquire: every member held → the
  * group is HELD (true); else false (a member was lost meanwhile). */
 static bool group_begin(watchlock_lock *l)
@@ -272,7 +266,7 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
         return rc;
     }
     if (old) /* an earlier hold's keys (lost, or a release not confirmed): delete what is still ours */
-        rollback(l);
+        wl_multi_rollback(l);
     pthread_mutex_lock(&c->mu);
     if (l->hold.state != WATCHLOCK_UNLOCKED)
         end_hold(c, &l->hold);
@@ -317,7 +311,7 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
             pthread_mutex_unlock(&c->mu);
             if (held)
                 break;
-            rollback(l); /* a name was lost while a later one was waited for: start over */
+            wl_multi_rollback(l); /* a name was lost while a later one was waited for: start over */
             next = 0;
             continue;
         }
@@ -354,7 +348,7 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
     if (rc != WATCHLOCK_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", watchlock_last_error());
-        rollback(l); /* nothing stays taken */
+        wl_multi_rollback(l); /* nothing stays taken */
         pthread_mutex_unlock(&l->io_mu);
         wl_stats_acquire(c, rc, waited, false, t0);
         if (rc == WATCHLOCK_ETIMEDOUT)
@@ -392,7 +386,7 @@ int wl_multi_release(watchlock_lock *l)
             l->hold.state = WATCHLOCK_UNLOCKED;
         pthread_mutex_unlock(&c->mu);
         if (last) /* the names still ours: deleted now, so waiters need not wait for their leases */
-            rollback(l);
+            wl_multi_rollback(l);
         rc = wl_fail(WATCHLOCK_ENOTOWNER, "multi-lock %s was lost (%s, name %s) before release", l->hold.quoted,
                      watchlock_lost_reason_str(reason), k >= 0 ? m->by_user[k]->hold.quoted : "?");
         goto out;
@@ -535,74 +529,4 @@ out:
     pthread_mutex_unlock(&l->io_mu);
     free(x), free(argv), free(lens);
     return rc;
-}
-
-void wl_multi_free(watchlock_lock *l)
-{
-    watchlock_client *c = l->hold.client;
-    wl_multi *m = multi_of(l);
-    pthread_mutex_lock(&c->mu);
-    l->hold.freed = true; /* no callback starts from now on */
-    l->hold.on_lost = NULL;
-    wl_wait_callbacks(c, &l->hold);
-    bool held = l->hold.state != WATCHLOCK_UNLOCKED;
-    if (held)
-        l->hold.hold_count = 1;
-    pthread_mutex_unlock(&c->mu);
-    if (held && !atomic_load(&c->closed))
-        wl_multi_release(l);
-    if (!atomic_load(&c->closed))
-        rollback(l); /* names a failed release left (no-op when none) */
-    pthread_mutex_lock(&c->mu);
-    for (size_t i = 0; i < m->n; i++) {
-        end_hold(c, &m->m[i].hold);
-        m->m[i].hold.freed = true;
-        unlink_hold(c, &m->m[i].hold);
-    }
-    end_hold(c, &l->hold);
-    unlink_hold(c, &l->hold);
-    pthread_mutex_unlock(&c->mu);
-    size_t n = m->n;
-    for (size_t i = 0; i < n; i++)
-        member_unref(&m->m[i].hold);
-    wl_lock_unref(l); /* the user's: may free the handle (and m) */
-}
-
-/* A dropped multi-lock is not an unlock (handle.c's abandon): each name
- * still held stays in the client's hands, unrenewed, until its deadline
- * (the member's abandoned_end then lets go of it) or close. */
-int wl_multi_abandon(watchlock_lock *l)
-{
-    watchlock_client *c = l->hold.client;
-    wl_multi *m = multi_of(l);
-    bool *drop = calloc(m->n, sizeof *drop);
-    pthread_mutex_lock(&c->mu);
-    l->hold.freed = true;
-    l->hold.on_lost = NULL;
-    wl_wait_callbacks(c, &l->hold);
-    int dropped = group_held_now(l);
-    for (size_t i = 0; i < m->n; i++) {
-        wl_hold *h = &m->m[i].hold;
-        h->freed = true;
-        if (h->state == WATCHLOCK_HELD && drop != NULL) {
-            h->abandoned = true;
-            h->auto_renew = false;
-            wl_watchdog_unschedule(c, h); /* the deadline heap keeps it: the loss timer ends it */
-        } else {
-            end_hold(c, h);
-            unlink_hold(c, h);
-            if (drop != NULL)
-                drop[i] = true;
-        }
-    }
-    end_hold(c, &l->hold);
-    unlink_hold(c, &l->hold);
-    pthread_mutex_unlock(&c->mu);
-    size_t n = m->n;
-    for (size_t i = 0; i < n; i++)
-        if (drop != NULL && drop[i])
-            member_unref(&m->m[i].hold);
-    free(drop);
-    wl_lock_unref(l);
-    return dropped;
 }
