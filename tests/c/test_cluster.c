@@ -15,7 +15,8 @@
  * locks keep working (issue 19.7); nodes with cluster-preferred-endpoint-type
  * unknown-endpoint, whose redirects name no host (issue 19.8). Failovers,
  * migrations, dead seeds and TLS are tested from Python
- * (tests/python/test_cluster.py), on the same core.
+ * (tests/python/test_cluster.py), on the same core. The multi-lock across
+ * slots and masters: rollback, waking, one token per name, opposite orders.
  */
 #include "testing.h"
 
@@ -28,6 +29,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1018,6 +1020,153 @@ static void test_min_replicas_renewals_follow_ask(void)
     watchlock_client_close(c);
 }
 
+/* ---- multi-lock across slots and nodes (issue 23 item 2) ---- */
+
+typedef struct multi_waiter {
+    watchlock_lock *m;
+    int rc;
+    int64_t done_ms;
+} multi_waiter;
+
+static void *multi_wait(void *arg)
+{
+    multi_waiter *w = arg;
+    w->rc = watchlock_lock_acquire(w->m, 20000);
+    w->done_ms = now_ms();
+    return NULL;
+}
+
+static void test_multi_lock_across_nodes(void)
+{
+    spread s;
+    spread_names(&s, "multi");
+    watchlock_client *c = open_client(cluster_url()), *other = open_client(cluster_url());
+    const void *names[N_NAMES];
+    size_t lens[N_NAMES];
+    int last = 0; /* the last name in the multi-lock's order (lock key bytes) */
+    for (int i = 0; i < N_NAMES; i++) {
+        names[i] = s.names[i];
+        lens[i] = strlen(s.names[i]);
+        if (strcmp(s.keys[i], s.keys[last]) > 0)
+            last = i;
+    }
+    watchlock_lock *m = NULL;
+    CHECK_OK(watchlock_multi_lock_new(&m, c, names, lens, N_NAMES));
+    CHECK_OK(watchlock_lock_set_lease(m, 10000));
+    /* the last name in order is held: the earlier ones, taken on their own
+     * masters while it is waited for, are all given back when the wait runs out */
+    watchlock_lock *blocker = new_lock(other, s.names[last]);
+    CHECK_OK(watchlock_lock_set_lease(blocker, 30000));
+    CHECK_OK(watchlock_lock_acquire(blocker, 0));
+    CHECK_STATUS(watchlock_lock_acquire(m, 400), WATCHLOCK_ETIMEDOUT);
+    for (int i = 0; i < N_NAMES; i++)
+        CHECK_EQ(rh_int(cluster.masters[s.owner[i]], "EXISTS %s", s.keys[i]), i == last);
+    /* waiting: woken by the blocker's release (its lease is 30 s, the wait 20 s) */
+    multi_waiter w = {.m = m, .rc = -1};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, multi_wait, &w) == 0);
+    char channel[120];
+    snprintf(channel, sizeof channel, "%s:released", s.keys[last]);
+    WAIT_FOR(shard_subscribers(s.owner[last], channel) >= 1, 10000);
+    CHECK_MSG(shard_subscribers(s.owner[last], channel) >= 1, "nobody waits on %s", channel);
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_release(blocker));
+    pthread_join(th, NULL);
+    CHECK_OK(w.rc);
+    testing_note("multi-lock over %d names on %d masters: hand-off %lld ms after the release", N_NAMES, N_MASTERS,
+                 (long long)(w.done_ms - t0));
+    /* every name on its own master, one token per name from its counter */
+    char first[120] = "";
+    for (int i = 0; i < N_NAMES; i++) {
+        char v[120];
+        get_value(s.owner[i], s.keys[i], v, sizeof v);
+        char *dot = strchr(v, '.');
+        CHECK(dot != NULL);
+        *dot = '\0';
+        if (i == 0)
+            snprintf(first, sizeof first, "%s", v);
+        CHECK_STR(v, first); /* one hold: one token for all its names */
+        int held = 0;
+        int64_t fence = 0;
+        CHECK_OK(watchlock_client_inspect(other, s.names[i], lens[i], &held, NULL, &fence));
+        CHECK_EQ(held, 1);
+        CHECK_EQ(watchlock_lock_fencing_token_at(m, (size_t)i), fence);
+    }
+    CHECK_INT(watchlock_lock_fencing_token_at(m, (size_t)last), >, watchlock_lock_fencing_token(blocker));
+    /* an overlapping multi-lock in the other order: refused, takes nothing */
+    const void *rev[3] = {names[last], names[0], names[N_NAMES / 2]};
+    size_t rev_lens[3] = {lens[last], lens[0], lens[N_NAMES / 2]};
+    watchlock_lock *m2 = NULL;
+    CHECK_OK(watchlock_multi_lock_new(&m2, other, rev, rev_lens, last == 0 || last == N_NAMES / 2 ? 2 : 3));
+    CHECK_STATUS(watchlock_lock_acquire(m2, 200), WATCHLOCK_ETIMEDOUT);
+    for (int i = 0; i < N_NAMES; i++) {
+        char v[120];
+        get_value(s.owner[i], s.keys[i], v, sizeof v);
+        CHECK_MSG(strncmp(v, first, strlen(first)) == 0, "%s changed hands: %s", s.names[i], v);
+    }
+    CHECK_OK(watchlock_lock_release(m));
+    for (int i = 0; i < N_NAMES; i++)
+        CHECK_EQ(rh_int(cluster.masters[s.owner[i]], "EXISTS %s", s.keys[i]), 0);
+    CHECK_OK(watchlock_lock_acquire(m2, 0));
+    CHECK_OK(watchlock_lock_release(m2));
+    watchlock_lock_free(m2);
+    watchlock_lock_free(blocker);
+    watchlock_lock_free(m);
+    watchlock_client_close(other);
+    watchlock_client_close(c);
+}
+
+typedef struct cross_worker {
+    const char *first, *second;
+    atomic_int *inside;
+    int rounds, failed;
+} cross_worker;
+
+static void *cross_run(void *arg)
+{
+    cross_worker *w = arg;
+    watchlock_client *c = open_client(cluster_url());
+    const void *names[2] = {w->first, w->second};
+    size_t lens[2] = {strlen(w->first), strlen(w->second)};
+    watchlock_lock *m = NULL;
+    CHECK_OK(watchlock_multi_lock_new(&m, c, names, lens, 2));
+    CHECK_OK(watchlock_lock_set_lease(m, 3000));
+    for (int i = 0; i < w->rounds && !w->failed; i++) {
+        int rc = watchlock_lock_acquire(m, 15000);
+        CHECK_MSG(rc == WATCHLOCK_OK, "round %d: %s", i, watchlock_last_error());
+        if (atomic_fetch_add(w->inside, 1) != 0)
+            w->failed = 1;
+        atomic_fetch_sub(w->inside, 1);
+        CHECK_OK(watchlock_lock_release(m));
+    }
+    watchlock_lock_free(m);
+    watchlock_client_close(c);
+    return NULL;
+}
+
+/* Two clients lock [x, y] and [y, x], x and y on two masters, over and
+ * over: the global order keeps them from waiting for each other. */
+static void test_multi_lock_opposite_orders_across_nodes(void)
+{
+    spread s;
+    spread_names(&s, "cross");
+    int y = 0;
+    while (s.owner[y] == s.owner[0])
+        y++;
+    atomic_int inside = 0;
+    cross_worker a = {s.names[0], s.names[y], &inside, 300, 0}, b = {s.names[y], s.names[0], &inside, 300, 0};
+    int64_t t0 = now_ms();
+    pthread_t ta, tb;
+    CHECK(pthread_create(&ta, NULL, cross_run, &a) == 0);
+    CHECK(pthread_create(&tb, NULL, cross_run, &b) == 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK(!a.failed && !b.failed);
+    testing_note("2 x 300 cycles of [x,y] / [y,x] on two masters in %lld ms", (long long)(now_ms() - t0));
+    CHECK_EQ(rh_int(cluster.masters[s.owner[0]], "EXISTS %s", s.keys[0]), 0);
+    CHECK_EQ(rh_int(cluster.masters[s.owner[y]], "EXISTS %s", s.keys[y]), 0);
+}
+
 static const test_case tests[] = {
     {"acquire_release_over_masters", test_acquire_release_over_masters, 0},
     {"renewals_on_all_masters", test_renewals_on_all_masters, 0},
@@ -1027,6 +1176,8 @@ static const test_case tests[] = {
     {"unknown_endpoint_redirects", test_unknown_endpoint_redirects, 60},
     {"question_mark_endpoint", test_question_mark_endpoint, 60},
     {"min_replicas_renewals_follow_ask", test_min_replicas_renewals_follow_ask, 0},
+    {"multi_lock_across_nodes", test_multi_lock_across_nodes, 0},
+    {"multi_lock_opposite_orders_across_nodes", test_multi_lock_opposite_orders_across_nodes, 0},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)
