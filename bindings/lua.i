@@ -191,6 +191,91 @@ static int wl_lua_lock_name(lua_State *L)
 }
 %}
 
+/* ---- multi-lock (issue 23) ------------------------------------------------- */
+/* multi_lock_new(client, {names...}) -> status, lock;
+ * lock_name_at(lock, i) -> string or nil (i from 0);
+ * lock_lost_name(lock) -> string or nil. Binary-safe names, as above. */
+%ignore watchlock_multi_lock_new;
+%ignore watchlock_lock_name_at;
+%ignore watchlock_lock_lost_name;
+%native(multi_lock_new) int wl_lua_multi_lock_new(lua_State *L);
+%native(lock_name_at) int wl_lua_lock_name_at(lua_State *L);
+%native(lock_lost_name) int wl_lua_lock_lost_name(lua_State *L);
+%{
+static int wl_lua_multi_lock_new(lua_State *L)
+{
+    watchlock_client *client = NULL;
+    watchlock_lock *lock = NULL;
+    size_t n, i;
+    const void **names;
+    size_t *lens;
+    int status;
+    if (lua_gettop(L) != 2 || !SWIG_IsOK(SWIG_ConvertPtr(L, 1, (void **)&client, SWIGTYPE_p_watchlock_client, 0)) ||
+        lua_type(L, 2) != LUA_TTABLE)
+        return luaL_error(L, "multi_lock_new: expected a client handle and a table of names");
+#if LUA_VERSION_NUM >= 502
+    n = (size_t)lua_rawlen(L, 2);
+#else
+    n = (size_t)lua_objlen(L, 2);
+#endif
+    names = (const void **)calloc(n + 1, sizeof *names);
+    lens = (size_t *)calloc(n + 1, sizeof *lens);
+    if (names == NULL || lens == NULL) {
+        free((void *)names);
+        free(lens);
+        return luaL_error(L, "multi_lock_new: out of memory");
+    }
+    for (i = 0; i < n; i++) {
+        lua_rawgeti(L, 2, (int)i + 1);
+        if (lua_type(L, -1) != LUA_TSTRING) {
+            free((void *)names);
+            free(lens);
+            return luaL_error(L, "multi_lock_new: name %d must be a string, got %s", (int)i + 1,
+                              luaL_typename(L, -1));
+        }
+        names[i] = lua_tolstring(L, -1, &lens[i]); /* kept alive by the table */
+        lua_pop(L, 1);
+    }
+    status = watchlock_multi_lock_new(&lock, client, (const void *const *)names, lens, n);
+    free((void *)names);
+    free(lens);
+    lua_pushinteger(L, status);
+    SWIG_NewPointerObj(L, lock, SWIGTYPE_p_watchlock_lock, 1);
+    return 2;
+}
+
+static int wl_lua_lock_name_at(lua_State *L)
+{
+    watchlock_lock *lock = NULL;
+    size_t len = 0;
+    const char *name;
+    if (lua_gettop(L) != 2 || !SWIG_IsOK(SWIG_ConvertPtr(L, 1, (void **)&lock, SWIGTYPE_p_watchlock_lock, 0)) ||
+        lua_type(L, 2) != LUA_TNUMBER || lua_tonumber(L, 2) < 0)
+        return luaL_error(L, "lock_name_at: expected a lock handle and an index from 0");
+    name = watchlock_lock_name_at(lock, (size_t)lua_tonumber(L, 2), &len);
+    if (name == NULL)
+        lua_pushnil(L);
+    else
+        lua_pushlstring(L, name, len);
+    return 1;
+}
+
+static int wl_lua_lock_lost_name(lua_State *L)
+{
+    watchlock_lock *lock = NULL;
+    size_t len = 0;
+    const char *name;
+    if (lua_gettop(L) != 1 || !SWIG_IsOK(SWIG_ConvertPtr(L, 1, (void **)&lock, SWIGTYPE_p_watchlock_lock, 0)))
+        return luaL_error(L, "lock_lost_name: expected a lock handle");
+    name = watchlock_lock_lost_name(lock, &len);
+    if (name == NULL)
+        lua_pushnil(L);
+    else
+        lua_pushlstring(L, name, len);
+    return 1;
+}
+%}
+
 /* ---- 64-bit integers ---------------------------------------------------------- */
 
 %typemap(in, checkfn="lua_isnumber") int64_t
@@ -199,7 +284,8 @@ static int wl_lua_lock_name(lua_State *L)
         SWIG_fail;
 %}
 %typemap(out) int64_t %{ wl_lua_push_i64(L, $1); SWIG_arg++; %}
-%typemap(out) int64_t watchlock_lock_fencing_token, int64_t watchlock_lock_list_fence
+%typemap(out) int64_t watchlock_lock_fencing_token, int64_t watchlock_lock_list_fence,
+              int64_t watchlock_lock_fencing_token_at
     %{ wl_lua_push_token(L, $1); SWIG_arg++; %}
 %typemap(out) uint64_t %{ wl_lua_push_i64(L, (int64_t)$1); SWIG_arg++; %}
 

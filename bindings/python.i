@@ -68,6 +68,10 @@
 %nothread watchlock_lock_list_fence;
 %nothread watchlock_lock_list_owner;
 %nothread watchlock_lock_list_free;
+%nothread watchlock_lock_name_count;
+%nothread watchlock_lock_name_at;
+%nothread watchlock_lock_fencing_token_at;
+%nothread watchlock_lock_lost_name;
 
 /* ---- binary-safe lock names: str (encoded as UTF-8) or bytes ------------- */
 %typemap(in) (const void *name, size_t name_len) {
@@ -158,4 +162,54 @@ WL_OUT_INT(uint64_t, lock_id, PyLong_FromUnsignedLongLong)
 /* uint64_t results (lock ids) as Python ints, never negative. */
 %typemap(out) uint64_t {
     $result = PyLong_FromUnsignedLongLong((unsigned long long)$1);
+}
+
+/* ---- multi-lock names: a sequence of str (UTF-8) or bytes ------------------
+ * `status, lock = multi_lock_new(client, names)`; the names are copied for
+ * the call (the core copies them again into the handle). */
+%typemap(in) (const void *const *names, const size_t *name_lens, size_t n) {
+    PyObject *seq_ = PySequence_Fast($input, "names must be a sequence of str or bytes");
+    if (seq_ == NULL)
+        SWIG_fail;
+    Py_ssize_t n_ = PySequence_Fast_GET_SIZE(seq_);
+    void **p_ = calloc((size_t)n_ + 1, sizeof *p_);
+    size_t *l_ = calloc((size_t)n_ + 1, sizeof *l_);
+    $1 = (const void *const *)p_;
+    $2 = l_;
+    $3 = 0;
+    if (p_ == NULL || l_ == NULL) {
+        Py_DECREF(seq_);
+        PyErr_NoMemory();
+        SWIG_fail;
+    }
+    for (Py_ssize_t i_ = 0; i_ < n_; i_++) {
+        PyObject *o_ = PySequence_Fast_GET_ITEM(seq_, i_);
+        char *b_ = NULL;
+        Py_ssize_t len_ = 0;
+        if (PyBytes_Check(o_)) {
+            if (PyBytes_AsStringAndSize(o_, &b_, &len_) < 0)
+                b_ = NULL;
+        } else if (PyUnicode_Check(o_)) {
+            b_ = (char *)PyUnicode_AsUTF8AndSize(o_, &len_);
+        } else {
+            PyErr_Format(PyExc_TypeError, "lock name must be str or bytes, not %.100s", Py_TYPE(o_)->tp_name);
+        }
+        if (b_ == NULL || (p_[i_] = malloc((size_t)len_ + 1)) == NULL) {
+            if (b_ != NULL)
+                PyErr_NoMemory();
+            Py_DECREF(seq_);
+            SWIG_fail;
+        }
+        memcpy(p_[i_], b_, (size_t)len_);
+        l_[i_] = (size_t)len_;
+        $3 = (size_t)i_ + 1;
+    }
+    Py_DECREF(seq_);
+}
+%typemap(freearg) (const void *const *names, const size_t *name_lens, size_t n) {
+    if ($1 != NULL)
+        for (size_t i_ = 0; i_ < $3; i_++)
+            free((void *)$1[i_]);
+    free((void *)$1);
+    free((void *)$2);
 }

@@ -17,6 +17,7 @@ from __future__ import annotations
 from . import _native
 from ._client import CheckCode, CheckFinding, Client, ListedLock, LockInfo, Owner, default_client, lock, synchronized
 from ._lock import Lock, LockOptions, OnLost
+from ._multi import MultiLock
 from ._stats import Histogram
 from ._util import Duration, LostReason
 from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
@@ -28,7 +29,7 @@ __version__: str = _native.version_string()
 core_version: str = _native.version_string()
 
 __all__ = [
-    "Client", "Lock", "LockInfo", "ListedLock", "Owner", "CheckCode", "CheckFinding", "LostReason", "default_client", "lock", "synchronized",
+    "Client", "Lock", "MultiLock", "LockInfo", "ListedLock", "Owner", "CheckCode", "CheckFinding", "LostReason", "default_client", "lock", "synchronized",
     "Duration", "LockOptions", "OnLost", "Histogram",
     "Error", "LockError", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "PermissionDeniedError", "ReplicationError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",

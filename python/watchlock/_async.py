@@ -138,7 +138,7 @@ class Hub:
         self.pid = os.getpid()  # threads do not survive fork(): a child makes its own Hub
         self.worker = _Worker("watchlock-async")
         self._mu = threading.Lock()
-        self._queues: Dict[bytes, Deque[_Waiter]] = {}
+        self._queues: Dict[Any, Deque[_Waiter]] = {}
 
     # ---- calls of one round trip ----------------------------------------
 
@@ -164,7 +164,8 @@ class Hub:
     def wait(self, name: Name, waiter: _Waiter) -> None:
         """Queues a task waiting for `name`; the name's thread waits for it
         when its turn comes. The job's result: True when acquired."""
-        key = name.encode() if isinstance(name, str) else bytes(name)
+        # a multi-lock's name is its tuple of names: one queue per tuple
+        key: Any = name.encode() if isinstance(name, str) else name if isinstance(name, tuple) else bytes(name)
         with self._mu:
             found = self._queues.get(key)
             start = found is None

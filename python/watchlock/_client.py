@@ -10,7 +10,7 @@ import os
 import re
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, TypeVar, Union
 
 from . import _native, _util
 from ._lock import Lock, LockOptions, check_options
@@ -21,6 +21,8 @@ from .exceptions import InvalidArgument
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ._multi import MultiLock
 
 log = logging.getLogger("watchlock")
 
@@ -155,6 +157,19 @@ class Client(HasRuntime):
         (at most 1024 bytes as UTF-8; None = record nothing).
         """
         return Lock(self, name, label=label, **options)
+
+    def multi_lock(self, names: Iterable[Name], **options: Unpack[LockOptions]) -> "MultiLock":
+        """A new :class:`MultiLock` over ``names`` (a list of str or bytes):
+        every name held, or none, with one lease. Options as :meth:`lock`'s.
+        Acquire takes the names all or nothing: one script when they share a
+        server (or a Cluster slot), else one global order with rollback, so
+        two multi-locks over overlapping names never deadlock and a wait that
+        runs out (or is interrupted) leaves nothing taken. The loss of any
+        name is the loss of the whole hold, reported once (on_lost,
+        LockLostError); ``lost_name`` says which. ``fencing_tokens``: one per
+        name. Also a decorator. No network I/O."""
+        from ._multi import MultiLock
+        return MultiLock(self, names, **options)
 
     def synchronized(self, name: Union[Name, Callable[..., Name]],
                      **lock_options: Unpack[LockOptions]) -> Callable[[F], F]:

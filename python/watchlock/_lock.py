@@ -108,11 +108,14 @@ _SETTERS: Tuple[Callable[[_native.LockHandle, Any], int], ...] = (
     _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
 
 
-def _new_handle(runtime: Runtime, name: Name, options: _Options,
-                given: Optional[Tuple[object, ...]]) -> _native.LockHandle:
-    """The core's handle for `name` with `options` set; the core checks every
-    value (EINVAL) and raises with its message, naming the value as `given`."""
-    st, h = _lock_new(runtime.handle(), name)
+def _new_handle(runtime: Runtime, name: Any, options: _Options,
+                given: Optional[Tuple[object, ...]],
+                new: Callable[..., Tuple[int, _native.LockHandle]] = _lock_new
+                ) -> _native.LockHandle:
+    """The core's handle for `name` with `options` set (made by `new`: the
+    plain lock's, or another kind's); the core checks every value (EINVAL)
+    and raises with its message, naming the value as `given`."""
+    st, h = new(runtime.handle(), name)
     if st != OK:
         raise_status(st, f"cannot create lock {fmt_name(name)}", name)
     try:
@@ -144,6 +147,9 @@ class Lock:
     :class:`LockLostError` if the lock was lost inside the block.
     ``label``: as :meth:`Client.lock`'s.
     """
+
+    #: makes the core's handle: (client handle, name) -> (status, handle); a kind's class sets its own
+    _native_new: Callable[..., Tuple[int, _native.LockHandle]] = staticmethod(_lock_new)
 
     __slots__ = ("_client", "_runtime", "_name", "_on_lost", "_blocking_ms", "_bt_ms", "_options", "_hnd", "_cond", "_owner",
                  "_acquiring", "_interrupted", "__dict__", "__weakref__")
@@ -195,7 +201,8 @@ class Lock:
                 or not ((type_name is bytes or (type_name is str and name.isascii()))
                         and 0 < len(name) <= _MAX_NAME)):
             # The core checks now, with the values as given in its messages.
-            self._hnd = _new_handle(runtime, name, options, (ttl, renew_interval, max_hold, max_renewals, auto_renew))
+            self._hnd = _new_handle(runtime, name, options, (ttl, renew_interval, max_hold, max_renewals, auto_renew),
+                                    self._native_new)
             runtime.accept(options)
             if on_lost is not None:
                 runtime.watch(_native.lock_id(self._hnd), self)
@@ -223,7 +230,7 @@ class Lock:
         with _new_mu:  # two threads using a fresh Lock at once must get one handle
             h = self._hnd
             if h is None:
-                h = self._hnd = _new_handle(self._runtime, self._name, self._options, None)
+                h = self._hnd = _new_handle(self._runtime, self._name, self._options, None, self._native_new)
         return h
 
     # ---- properties -----------------------------------------------------
