@@ -497,18 +497,31 @@ end
 
 -- client:lock's work; `level` counts from the caller of new_lock, so that
 -- a guarded function of wrap() raises at its own caller's line as well.
-local function new_lock(self, name, opts, level)
-  local handle = check_client(self, "lock", level)
-  check_name(name, "lock", level)
-  opts = check_opts(opts, "lock", level, LOCK_OPTIONS)
-  local ms = read_lock_options(opts, "lock", level)
-
-  local status, lh = core.lock_new(handle, name)
-  if status ~= OK then
-    fail(status, "lock", level)
+-- names: a table of names for a multi-lock (client:multi_lock), else nil.
+local function new_lock(self, name, opts, level, names)
+  local what = names and "multi_lock" or "lock"
+  local handle = check_client(self, what, level)
+  if names then
+    for i = 1, #names do
+      check_name(names[i], what, level)
+    end
+  else
+    check_name(name, what, level)
   end
-  apply_lock_options(lh, opts, ms, "lock", level)
-  local lock = setmetatable({ _handle = lh, _client = self, _wait_ms = ms.wait, name = name }, Lock)
+  opts = check_opts(opts, what, level, LOCK_OPTIONS)
+  local ms = read_lock_options(opts, what, level)
+
+  local status, lh
+  if names then
+    status, lh = core.multi_lock_new(handle, names)
+  else
+    status, lh = core.lock_new(handle, name)
+  end
+  if status ~= OK then
+    fail(status, what, level)
+  end
+  apply_lock_options(lh, opts, ms, what, level)
+  local lock = setmetatable({ _handle = lh, _client = self, _wait_ms = ms.wait, name = name, names = names }, Lock)
   watch_collection(lock)
   if opts.on_lost ~= nil then
     if not hooked[self] then
@@ -538,6 +551,28 @@ end
 function Client:lock(name, opts)
   run_hooks()
   local lock = new_lock(self, name, opts, 3)
+  return lock -- not a tail call: errors name the caller's line
+end
+
+--- client:multi_lock({names...}, [opts]) -> lock
+-- One lock over several names, all or nothing, with one lease (issue 23):
+-- acquire takes every name or none (one script when the names share a
+-- server or a Cluster slot, else one global order with rollback, so two
+-- multi-locks over overlapping names never deadlock and a wait that runs
+-- out leaves nothing taken); release gives back all. The loss of any name
+-- is the loss of the whole hold, reported once; lock:lost_name() says
+-- which. lock:fencing_tokens() has one token per name; lock.name is the
+-- first name, lock.names all of them. Options as client:lock's.
+function Client:multi_lock(names, opts)
+  run_hooks()
+  if type(names) ~= "table" then
+    raise("multi_lock: names must be a table of strings, got " .. type(names), 2)
+  end
+  local copy = {}
+  for i = 1, #names do
+    copy[i] = names[i]
+  end
+  local lock = new_lock(self, copy[1], opts, 3, copy)
   return lock -- not a tail call: errors name the caller's line
 end
 
@@ -750,6 +785,24 @@ end
 function Lock:fencing_token()
   local handle = check_lock(self, "fencing_token", 2)
   return core.lock_fencing_token(handle)
+end
+
+--- lock:fencing_tokens() -> { token, ... }: one per name, in the order
+-- given (a plain lock: its one token).
+function Lock:fencing_tokens()
+  local handle = check_lock(self, "fencing_tokens", 2)
+  local out = {}
+  for i = 1, core.lock_name_count(handle) do
+    out[i] = core.lock_fencing_token_at(handle, i - 1)
+  end
+  return out
+end
+
+--- lock:lost_name() -> name | nil: the name whose loss lost the current
+-- or last hold (nil when it was not lost).
+function Lock:lost_name()
+  local handle = check_lock(self, "lost_name", 2)
+  return core.lock_lost_name(handle)
 end
 
 --- lock:remaining() -> seconds of validity left by the local deadline (0 when not held)
