@@ -114,6 +114,12 @@ void cli_help_run(void)
           "                          run SHELL COMMAND with /bin/sh -c instead of COMMAND\n"
           "                          (like flock -c)\n"
           "  -x, --exclusive         accepted for flock(1) habits: every lock is exclusive\n"
+          "      --also NAME2        hold NAME2 too (repeat for more names): COMMAND runs\n"
+          "                          while every name is held (a multi-lock: all names\n"
+          "                          or none, one lease; two runs over overlapping names\n"
+          "                          never deadlock). The loss of any name is the loss of\n"
+          "                          all: COMMAND is stopped and watchlock exits 79,\n"
+          "                          naming the name lost\n"
           "  -s, --shared            refused (exit 64): shared (read-write) locks do not\n"
           "                          exist yet\n"
           "      --max-hold DURATION stop renewing DURATION after acquiring; the lock then\n"
@@ -141,7 +147,10 @@ void cli_help_run(void)
           "when the lock is made, after connecting.\n"
           "\n"
           "COMMAND sees WATCHLOCK_NAME and WATCHLOCK_FENCING_TOKEN in its environment; pass\n"
-          "the token to storage that can reject writes from a stale holder.\n"
+          "the token to storage that can reject writes from a stale holder. With --also,\n"
+          "WATCHLOCK_NAME and WATCHLOCK_FENCING_TOKEN are NAME's, and\n"
+          "WATCHLOCK_FENCING_TOKENS has every name's token, space-separated, in the order\n"
+          "NAME, then each --also.\n"
           "\n"
           "COMMAND runs in a process group of its own, with everything it starts (the\n"
           "stages of a -c pipeline, background jobs): SIGHUP, SIGINT, SIGQUIT, SIGTERM,\n"
@@ -192,6 +201,8 @@ struct lock_opt {
     int64_t value; /* ms for durations, a count for --max-renewals */
 };
 
+#define MAX_ALSO 255
+
 struct run_opts {
     const char *url;
     struct lock_opt ttl, renew_interval, max_renewals, max_hold;
@@ -202,6 +213,8 @@ struct run_opts {
     int64_t kill_after_ms;
     int conflict_exit; /* -E: exit code when the lock was not obtained */
     const char *name;
+    const char *also[MAX_ALSO]; /* --also NAME2 ...: a multi-lock over name and these */
+    size_t n_also;
     char **command;
     const char *shell_command; /* -c */
     char *shell_argv[4];       /* /bin/sh -c SHELL_COMMAND */
@@ -355,18 +368,37 @@ static void die_by_signal(int sig)
 
 /* ---- COMMAND -------------------------------------------------------------- */
 
-static char **child_environment(const char *name, int64_t fence)
+static int ours(const char *var)
+{
+    return strncmp(var, "WATCHLOCK_NAME=", 15) == 0 || strncmp(var, "WATCHLOCK_FENCING_TOKEN=", 24) == 0 ||
+           strncmp(var, "WATCHLOCK_FENCING_TOKENS=", 25) == 0;
+}
+
+/* Frees what child_environment made: the inherited WATCHLOCK_* variables
+ * were left out, so every one found is ours. */
+static void free_child_environment(char **env)
+{
+    if (!env)
+        return;
+    for (size_t i = 0; env[i]; i++)
+        if (ours(env[i]))
+            free(env[i]);
+    free(env);
+}
+
+/* WATCHLOCK_NAME, WATCHLOCK_FENCING_TOKEN and, for a multi-lock (tokens not
+ * NULL), WATCHLOCK_FENCING_TOKENS replace inherited ones. */
+static char **child_environment(const char *name, int64_t fence, const char *tokens)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 3, sizeof *env);
+    char **env = calloc(n + 4, sizeof *env);
     if (!env)
         return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (strncmp(environ[i], "WATCHLOCK_NAME=", 15) == 0 ||
-            strncmp(environ[i], "WATCHLOCK_FENCING_TOKEN=", 24) == 0)
+        if (ours(environ[i]))
             continue;
         env[k++] = environ[i];
     }
@@ -383,24 +415,19 @@ static char **child_environment(const char *name, int64_t fence)
     snprintf(fence_var, 48, "WATCHLOCK_FENCING_TOKEN=%lld", (long long)fence);
     env[k++] = name_var;
     env[k++] = fence_var;
+    if (tokens != NULL) {
+        size_t len = strlen(tokens) + 26;
+        if ((env[k] = malloc(len)) == NULL) {
+            env[k] = NULL;
+            free_child_environment(env);
+            return NULL;
+        }
+        snprintf(env[k++], len, "WATCHLOCK_FENCING_TOKENS=%s", tokens);
+    }
     env[k] = NULL;
     return env;
 }
 
-static void free_child_environment(char **env)
-{
-    if (!env)
-        return;
-    size_t n = 0;
-    while (env[n])
-        n++;
-    /* the last two entries are ours */
-    if (n >= 2) {
-        free(env[n - 1]);
-        free(env[n - 2]);
-    }
-    free(env);
-}
 
 /* Everything the child needs between fork() and exec, prepared beforehand:
  * the CLI is multi-threaded (the library's watchdog and subscriber threads),
@@ -1008,7 +1035,7 @@ static void make_label(struct run_opts *o)
     }
 }
 
-enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL, OPT_STATS_JSON };
+enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL, OPT_STATS_JSON, OPT_ALSO };
 
 /* --max-renewals N: a whole number in decimal. Its range (>= 0, 0 =
  * unlimited) is the library's rule, checked by its setter. */
@@ -1054,6 +1081,7 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         {"kill-after", required_argument, NULL, 'k'},
         {"label", required_argument, NULL, OPT_LABEL},
         {"stats-json", required_argument, NULL, OPT_STATS_JSON},
+        {"also", required_argument, NULL, OPT_ALSO},
         {"quiet", no_argument, NULL, 'q'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
@@ -1138,6 +1166,13 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
             break;
         case OPT_LABEL:
             o->label_opt = optarg;
+            break;
+        case OPT_ALSO: /* a multi-lock: NAME and every --also */
+            if (optarg[0] == '\0')
+                return cli_usage_error("run", "--also: the lock NAME must not be empty");
+            if (o->n_also == MAX_ALSO)
+                return cli_usage_error("run", "--also: at most %d more names", MAX_ALSO);
+            o->also[o->n_also++] = optarg;
             break;
         case OPT_STATS_JSON: /* stats.c: the client's stats saved at exit */
             o->stats_json = optarg;
@@ -1290,18 +1325,32 @@ static void stop_group(const struct run_opts *o, pid_t pgid, struct stopping *s)
     }
 }
 
-static void report_lost_and_terminate(const struct run_opts *o, pid_t pgid, int reason,
+/* The name a loss message gives: NAME, or for --also the name whose loss
+ * it was ("'a' (with 'b', 'c')" when the library cannot say). Static. */
+static const char *lost_name_of(const struct run_opts *o, watchlock_lock *lock)
+{
+    static char buf[1024];
+    size_t len = 0;
+    const char *lost = o->n_also > 0 ? watchlock_lock_lost_name(lock, &len) : NULL;
+    if (lost == NULL)
+        return o->name;
+    snprintf(buf, sizeof buf, "%.*s", (int)len, lost);
+    return buf;
+}
+
+static void report_lost_and_terminate(const struct run_opts *o, watchlock_lock *lock, pid_t pgid, int reason,
                                       struct stopping *s)
 {
     const char *why = watchlock_lost_reason_str(reason);
+    const char *name = lost_name_of(o, lock);
     if (o->kill_after_ms == 0) {
         cli_error("lost lock '%s' (%s) while '%s' was running; killed it and its process group "
-                  "(SIGKILL)", o->name, why, o->what);
+                  "(SIGKILL)", name, why, o->what);
     } else {
         char grace[32];
         cli_format_duration(grace, sizeof grace, o->kill_after_ms);
         cli_error("lost lock '%s' (%s) while '%s' was running; sent SIGTERM to its process group "
-                  "(SIGKILL in %s)", o->name, why, o->what, grace);
+                  "(SIGKILL in %s)", name, why, o->what, grace);
     }
     stop_group(o, pgid, s);
 }
@@ -1442,7 +1491,7 @@ static int supervise(struct run_state *st, watchlock_lock *lock, const struct ru
                     out->lost_reason = reason;
                     if (!cmd_done) {
                         out->reported = 1;
-                        report_lost_and_terminate(o, pgid, reason, &stopping);
+                        report_lost_and_terminate(o, lock, pgid, reason, &stopping);
                     } else if (!stopping.started) {
                         stop_group(o, pgid, &stopping);
                     }
@@ -1557,7 +1606,17 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
         return rc;
 
     watchlock_lock *lock = NULL;
-    int st_code = watchlock_lock_new(&lock, client, o->name, strlen(o->name));
+    int st_code;
+    if (o->n_also == 0) {
+        st_code = watchlock_lock_new(&lock, client, o->name, strlen(o->name));
+    } else { /* --also: one multi-lock over NAME and the others */
+        const void *names[MAX_ALSO + 1];
+        size_t lens[MAX_ALSO + 1];
+        names[0] = o->name, lens[0] = strlen(o->name);
+        for (size_t i = 0; i < o->n_also; i++)
+            names[i + 1] = o->also[i], lens[i + 1] = strlen(o->also[i]);
+        st_code = watchlock_multi_lock_new(&lock, client, names, lens, o->n_also + 1);
+    }
     if (st_code != WATCHLOCK_OK) {
         rc = st_code == WATCHLOCK_EINVAL ? cli_usage_error("run", "invalid lock name: %s", detail_of(st_code))
                                          : cli_fail(st_code, "run");
@@ -1610,7 +1669,15 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
                     ttlbuf);
     }
 
-    char **env = child_environment(o->name, fence);
+    char *tokens = NULL; /* --also: every name's token, in order */
+    if (o->n_also > 0 && (tokens = malloc((o->n_also + 1) * 21 + 1)) != NULL) {
+        size_t off = 0;
+        for (size_t i = 0; i <= o->n_also; i++)
+            off += (size_t)sprintf(tokens + off, "%s%lld", i ? " " : "",
+                                   (long long)watchlock_lock_fencing_token_at(lock, i));
+    }
+    char **env = o->n_also > 0 && tokens == NULL ? NULL : child_environment(o->name, fence, tokens);
+    free(tokens);
     pid_t pid = -1;
     int spawn_err = env ? spawn_command(st, o->command, env, &pid) : ENOMEM;
     free_child_environment(env);
@@ -1667,7 +1734,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
     }
 
     if (sup.lost && !sup.reported && spawn_err == 0)
-        cli_error("lock '%s' was lost (%s) before '%s' finished", o->name,
+        cli_error("lock '%s' was lost (%s) before '%s' finished", lost_name_of(o, lock),
                   watchlock_lost_reason_str(sup.lost_reason), o->what);
 
     watchlock_lock_free(lock);
