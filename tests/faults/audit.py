@@ -579,6 +579,15 @@ def _classify(ex: _Exec) -> None:
             ex.writer = {k: hold_of(ex.argv[3 * i]) for i, k in enumerate(ex.keys)}
         elif f == "GET" and len(ex.argv) == 3 and ex.argv[0].endswith("."):
             ex.kind = "release"
+        elif f == "GET" and nk >= 2 and nk % 2 == 0 and len(ex.argv) == 2 + nk // 2 and IDENT.match(ex.argv[2]):
+            # the multi-lock's acquire (scripts.c multi_acquire): KEYS lock, fence per name;
+            # ARGV lease, fence TTL, then each name's identity
+            ex.kind = "macquire"
+            ex.writer = {ex.keys[2 * i]: ex.argv[2 + i] for i in range(nk // 2)}
+        elif f == "GET" and len(ex.argv) == 2 * nk + 1 and ex.argv[0].endswith("."):
+            # the multi-lock's release: ARGV "<token>." and channel per key, then the publish command
+            ex.kind = "mrelease"
+            ex.writer = {k: ex.argv[2 * i] for i, k in enumerate(ex.keys)}
         elif f == "DEL" and len(ex.argv) == 2:
             ex.kind = "force"
         else:
@@ -730,7 +739,16 @@ class _Model:
             if name == "SET" and len(c) >= 3:
                 v = c[2]
                 nx = "NX" in [x.upper() for x in c[3:]]
-                if ex.kind in ("fast", "acquire") and nx and key == (ex.args[1] if ex.kind == "fast" else ex.keys[0]):
+                if ex.kind == "macquire" and key in ex.writer and v == ex.writer[key]:
+                    # a name of a multi-lock taken: an acquire of its own hold (the script read
+                    # every key first: free, or already this identity's after a lost reply)
+                    self.lock_keys.add(key)
+                    if self.value.get(key) is not None and self.value[key] != v:
+                        r["overwrites"].append({"key": key, "ts": ex.ts, "was": self.value[key], "by": v})
+                    if self.value.get(key) != v:
+                        r["acquires"] += 1
+                        self._new_hold(key, hold_of(v) or v, ex.ts)
+                elif ex.kind in ("fast", "acquire") and nx and key == (ex.args[1] if ex.kind == "fast" else ex.keys[0]):
                     self.lock_keys.add(key)
                     if self.value.get(key) is not None:
                         r["overwrites"].append({"key": key, "ts": ex.ts, "was": self.value[key], "by": v})
@@ -760,9 +778,13 @@ class _Model:
                         if ex.kind == "release":
                             self._check_owner(k, ex.argv[0], ex, "release")
                             wrote.add(k)
+                        elif ex.kind == "mrelease" and k in ex.writer:
+                            self._check_owner(k, ex.writer[k], ex, "release")
+                            wrote.add(k)
                         if self.value.get(k) is not None:
                             self.ended[k] = {"release": "release", "force": "force",
-                                             "acquire": "undo"}.get(ex.kind, "del")
+                                             "mrelease": "release", "acquire": "undo",
+                                             "macquire": "undo"}.get(ex.kind, "del")
                     self.value[k] = None
                     self.untracked.discard(k)
             elif name == "INCR":
@@ -789,11 +811,20 @@ class _Model:
         fence_v = self.value.get(fence_key) if counted and fence_key is not None else None
         if fence_v is not None and fence_v.isdigit():
             self.fence_of[hold_of(ex.ident) or str(ex.ident)] = int(fence_v)
+        if ex.kind == "macquire":  # each name's fence: its counter after the script
+            for i in range(len(ex.keys) // 2):
+                fv = self.value.get(ex.keys[2 * i + 1])
+                h = hold_of(ex.writer.get(ex.keys[2 * i]))
+                if h is not None and fv is not None and fv.isdigit() and self.value.get(ex.keys[2 * i]) is not None:
+                    self.fence_of[h] = int(fv)
         if ex.kind == "renew":
             for k in ex.keys:
                 self._late(k, ex.writer.get(k), ex, "renew", k in wrote)
         elif ex.kind == "release" and ex.keys:
             self._late(ex.keys[0], ex.argv[0], ex, "release", ex.keys[0] in wrote)
+        elif ex.kind == "mrelease":
+            for k in ex.keys:
+                self._late(k, ex.writer.get(k), ex, "release", k in wrote)
 
 
 def handoffs_by_fence(report: dict) -> Dict[int, Tuple[str, Optional[int]]]:

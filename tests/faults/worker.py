@@ -8,6 +8,12 @@ idle (common.Work) -> "release_call" -> release -> "released". A check is
 when locked() meant "held by this Lock"); the on_lost callback records "told" (how=callback);
 LockLostError at release records "told" (how=release) if nothing told it
 earlier. One Lock object per hold (the package's advice: a Lock per use).
+
+--name2 N: a multi-lock (issue 23) over --name and N, in a random order per
+hold (the library takes them in its own global order). Its hold is
+recorded as one hold per name (numbers 2k-1 for --name, 2k for N), each
+with that name's fencing token, so the checker judges every name on its
+own: no two holders of any name at once.
 """
 from __future__ import annotations
 
@@ -46,6 +52,7 @@ def main() -> int:
     p.add_argument("--long-pct", type=int, default=30)
     p.add_argument("--long-iters", type=int, default=16)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--name2", default=None, help="a multi-lock over --name and this")
     a = p.parse_args()
 
     die_with_parent()
@@ -74,6 +81,9 @@ def main() -> int:
     end = time.monotonic() + a.duration_ms / 1000.0
     hold_no = 0
     renew = a.renew_ms / 1000.0 if a.renew_ms else None
+
+    if a.name2:
+        return multilock(a, client, hist, res, rng, end, renew)
 
     while not stop and time.monotonic() < end:
         told = {"done": False}
@@ -137,6 +147,88 @@ def main() -> int:
         del lock
         time.sleep(rng.uniform(0, a.gap_max_ms / 1000.0))
 
+    client.close()
+    res.close()
+    hist.emit("exit")
+    return 0
+
+
+def multilock(a, client, hist, res, rng, end, renew) -> int:
+    """The loop of worker.py with one multi-lock over two names per hold."""
+    names = [a.name, a.name2]
+    works = [Work(hist, res, a.scripts, n) for n in names]
+    hold_no = 0
+    while not stop and time.monotonic() < end:
+        told = {"done": False}
+        cur = {"holds": [0, 0], "fences": [0, 0]}
+
+        def on_lost(lock, reason, told=told, cur=cur):
+            t = time.monotonic_ns()
+            told["done"] = True
+            for i in range(2):
+                hist.emit("told", t=t, hold=cur["holds"][i], lock=names[i], how="callback", reason=str(reason),
+                          fence=cur["fences"][i])
+
+        order = names if rng.random() < 0.5 else names[::-1]
+        lock = client.multi_lock(order, ttl=a.lease_ms / 1000.0, renew_interval=renew, on_lost=on_lost)
+        t_call = time.monotonic_ns()
+        try:
+            ok = lock.acquire(timeout=a.wait_ms / 1000.0)
+        except watchlock.Error as e:
+            for n in names:
+                hist.emit("acquire_failed", lock=n, t_call=t_call, status=type(e).__name__, detail=str(e))
+            time.sleep(rng.uniform(0.01, 0.06))
+            continue
+        t = time.monotonic_ns()
+        if not ok:
+            for n in names:
+                hist.emit("acquire_failed", t=t, lock=n, t_call=t_call, status="timeout", detail="")
+            continue
+        hold_no += 2
+        holds = [hold_no - 1, hold_no]
+        tokens = dict(zip(order, lock.fencing_tokens))
+        fences = [tokens[n] for n in names]
+        cur["holds"], cur["fences"] = holds, fences
+        for i in range(2):
+            hist.emit("acquired", t=t, hold=holds[i], lock=names[i], t_call=t_call, fence=fences[i],
+                      remaining_ms=int(lock.remaining * 1000), pid=os.getpid())
+
+        def check(i, lock=lock):
+            if lock.owned():
+                return True
+            hist.emit("told", hold=holds[i], lock=names[i], how="check",
+                      reason=str(lock.lost_reason) if lock.lost else "not held", fence=fences[i])
+            return False
+
+        iters = iterations(rng, a.iters_max, a.long_pct, a.long_iters)
+        ok = True
+        for k in range(iters):
+            if stop or not ok:
+                break
+            for i in range(2):
+                idle = rng.randint(a.idle_min_ms, a.idle_max_ms) if i == 1 else 0
+                if not works[i].once(holds[i], fences[i], lambda i=i: check(i), idle, a.window_ms,
+                                     left=iters - 1 - k):
+                    ok = False
+                    break
+        held = lock.owned()
+        for i in range(2):
+            hist.emit("release_call", hold=holds[i], lock=names[i], held=held)
+        result, status, detail = "ok", "", ""
+        try:
+            lock.release()
+        except (watchlock.LockLostError, watchlock.LockNotOwnedError) as e:
+            result, status, detail = "lost", type(e).__name__, str(e)
+        except watchlock.Error as e:
+            result, status, detail = "error", type(e).__name__, str(e)
+        t = time.monotonic_ns()
+        for i in range(2):
+            hist.emit("released", t=t, hold=holds[i], lock=names[i], result=result, status=status, detail=detail)
+            if result == "lost" and not told["done"]:
+                hist.emit("told", t=t, hold=holds[i], lock=names[i], how="release",
+                          reason=str(lock.lost_reason), fence=fences[i])
+        del lock
+        time.sleep(rng.uniform(0, a.gap_max_ms / 1000.0))
     client.close()
     res.close()
     hist.emit("exit")

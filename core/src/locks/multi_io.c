@@ -37,19 +37,16 @@ static int release_members(watchlock_lock *l, const bool *sel, int *results)
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
     bool sharded = wl_server_sharded(&c->server);
-    char prefix[WL_IDENT_SIZE];
-    pthread_mutex_lock(&c->mu);
-    size_t prefix_len = wl_ident(&l->hold, -1, prefix);
-    pthread_mutex_unlock(&c->mu);
     const char *publish = wl_publish_command(&c->server);
-    const char **argv = malloc((2 * m->n + 2) * sizeof *argv);
-    size_t *lens = malloc((2 * m->n + 2) * sizeof *lens);
+    const char **argv = malloc((3 * m->n + 1) * sizeof *argv);
+    size_t *lens = malloc((3 * m->n + 1) * sizeof *lens);
     size_t *idx = malloc(m->n * sizeof *idx);
+    char (*prefix)[WL_IDENT_SIZE] = malloc(m->n * sizeof *prefix);
     int first = WATCHLOCK_OK;
     for (size_t i = 0; i < m->n; i++)
         results[i] = RESULT_UNKNOWN;
-    if (argv == NULL || lens == NULL || idx == NULL) {
-        free(argv), free(lens), free(idx);
+    if (argv == NULL || lens == NULL || idx == NULL || prefix == NULL) {
+        free(argv), free(lens), free(idx), free(prefix);
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
     for (size_t from = 0; from < m->n;) {
@@ -60,17 +57,19 @@ static int release_members(watchlock_lock *l, const bool *sel, int *results)
         from = to;
         if (k == 0)
             continue;
+        pthread_mutex_lock(&c->mu); /* the tokens */
         for (size_t j = 0; j < k; j++) {
             const wl_hold *h = &m->m[idx[j]].hold;
             argv[j] = h->keys.lock, lens[j] = h->keys.lock_len;
-            argv[k + 2 + j] = h->keys.channel, lens[k + 2 + j] = h->keys.channel_len;
+            argv[k + 2 * j] = prefix[j], lens[k + 2 * j] = wl_ident(h, -1, prefix[j]);
+            argv[k + 2 * j + 1] = h->keys.channel, lens[k + 2 * j + 1] = h->keys.channel_len;
         }
-        argv[k] = prefix, lens[k] = prefix_len;
-        argv[k + 1] = publish, lens[k + 1] = strlen(publish);
+        pthread_mutex_unlock(&c->mu);
+        argv[3 * k] = publish, lens[3 * k] = strlen(publish);
         char what[160];
         wl_what(what, sizeof what, "release", l->hold.quoted);
         redisReply *r;
-        int rc = wl_run_script(&c->server, WL_SCRIPT_MULTI_RELEASE, (int)k, (int)k + 2, argv, lens, &r, what);
+        int rc = wl_run_script(&c->server, WL_SCRIPT_MULTI_RELEASE, (int)k, (int)(2 * k + 1), argv, lens, &r, what);
         if (rc == WATCHLOCK_OK) {
             if (r->type == REDIS_REPLY_ARRAY && r->elements == k)
                 for (size_t j = 0; j < k; j++)
@@ -82,7 +81,7 @@ static int release_members(watchlock_lock *l, const bool *sel, int *results)
         if (first == WATCHLOCK_OK)
             first = rc;
     }
-    free(argv), free(lens), free(idx);
+    free(argv), free(lens), free(idx), free(prefix);
     return first;
 }
 
@@ -125,32 +124,32 @@ static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, si
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
     size_t k = to - from;
-    char ident[WL_IDENT_SIZE], lease_s[24], ttl_s[24];
-    pthread_mutex_lock(&c->mu);
-    size_t ident_len = wl_ident(&l->hold, 1, ident);
-    pthread_mutex_unlock(&c->mu);
+    char lease_s[24], ttl_s[24];
     wl_fmt_i64(lease_s, lease);
     wl_fmt_i64(ttl_s, lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS);
-    const char **argv = malloc((2 * k + 3) * sizeof *argv);
-    size_t *lens = malloc((2 * k + 3) * sizeof *lens);
-    if (argv == NULL || lens == NULL) {
-        free(argv), free(lens);
+    const char **argv = malloc((3 * k + 2) * sizeof *argv);
+    size_t *lens = malloc((3 * k + 2) * sizeof *lens);
+    char (*ident)[WL_IDENT_SIZE] = malloc(k * sizeof *ident);
+    if (argv == NULL || lens == NULL || ident == NULL) {
+        free(argv), free(lens), free(ident);
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
+    argv[2 * k] = lease_s, lens[2 * k] = strlen(lease_s);
+    argv[2 * k + 1] = ttl_s, lens[2 * k + 1] = strlen(ttl_s);
+    pthread_mutex_lock(&c->mu); /* the tokens */
     for (size_t i = 0; i < k; i++) {
         const wl_hold *h = &m->m[from + i].hold;
         argv[2 * i] = h->keys.lock, lens[2 * i] = h->keys.lock_len;
         argv[2 * i + 1] = h->keys.fence, lens[2 * i + 1] = h->keys.fence_len;
+        argv[2 * k + 2 + i] = ident[i], lens[2 * k + 2 + i] = wl_ident(h, 1, ident[i]);
     }
-    argv[2 * k] = ident, lens[2 * k] = ident_len;
-    argv[2 * k + 1] = lease_s, lens[2 * k + 1] = strlen(lease_s);
-    argv[2 * k + 2] = ttl_s, lens[2 * k + 2] = strlen(ttl_s);
+    pthread_mutex_unlock(&c->mu);
     char what[160];
     wl_what(what, sizeof what, "acquire", l->hold.quoted);
     int64_t sent = wl_now_us();
     redisReply *r;
-    int rc = wl_run_script(&c->server, WL_SCRIPT_MULTI_ACQUIRE, (int)(2 * k), 3, argv, lens, &r, what);
-    free(argv), free(lens);
+    int rc = wl_run_script(&c->server, WL_SCRIPT_MULTI_ACQUIRE, (int)(2 * k), (int)k + 2, argv, lens, &r, what);
+    free(argv), free(lens), free(ident);
     if (rc != WATCHLOCK_OK)
         return rc;
     int64_t v0 = r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? wl_reply_i64(r->element[0]) : -9;
@@ -271,16 +270,15 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
     if (l->hold.state != WATCHLOCK_UNLOCKED)
         end_hold(c, &l->hold);
     int64_t lease = l->hold.lease_ms;
-    /* One fresh token for the hold, shared by its names (each name's key
-     * is its own, so one token names each name's hold). */
-    if (wl_random_token(l->hold.token) != 0) {
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
-    }
+    /* A fresh token for each name's hold (the hold identity rule: a hold
+     * of its own per name, as the renewals and releases name them). */
     for (size_t i = 0; i < m->n; i++) {
         wl_hold *h = &m->m[i].hold, *g = &l->hold;
-        memcpy(h->token, g->token, sizeof h->token);
+        if (wl_random_token(h->token) != 0) {
+            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(&l->io_mu);
+            return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
+        }
         h->lease_ms = g->lease_ms, h->interval_ms = g->interval_ms;
         h->max_renewals = g->max_renewals, h->max_hold_ms = g->max_hold_ms;
         h->renew_num = g->renew_num, h->renew_den = g->renew_den;

@@ -177,26 +177,27 @@ static const char inspect_owner_lua[] =
 
 /* Multi-lock (locks/multi.c), several names of one slot (or of the one
  * server) at once, all or nothing. KEYS: lock, fence of each name, in the
- * multi-lock's order (sorted by lock key). ARGV: the hold identity
- * "<token>.1" (one token for every name of the hold), lease ms, fence TTL
- * ms. -> {1, fence1, fence2, ...} all taken; {0, i, pttl} name i is held
- * by someone else (nothing written); {-1, i} name i's key is of another
- * type (in use as another lock kind: nothing written). Every key is read
- * before anything is written, so a refusal leaves nothing; a key already
- * holding this identity is a retry whose reply was lost (taken, with fresh
- * fences). Each name's fence comes from its own counter exactly as the
- * plain acquire's does (INCR, seeded with TIME below WL_FENCE_SEEDED), so
- * a name's tokens increase across plain and multi holds alike. A counter
- * that cannot count (another type, TIME denied) undoes the call: every
- * lock key of the call is deleted before the error is returned. */
+ * multi-lock's order (sorted by lock key). ARGV: lease ms, fence TTL ms,
+ * then each name's hold identity "<token>.1" (each name's hold has a token
+ * of its own, as every hold does). -> {1, fence1, fence2, ...} all taken;
+ * {0, i, pttl} name i is held by someone else (nothing written); {-1, i}
+ * name i's key is of another type (in use as another lock kind: nothing
+ * written). Every key is read before anything is written, so a refusal
+ * leaves nothing; a key already holding its identity is a retry whose
+ * reply was lost (taken, with fresh fences). Each name's fence comes from
+ * its own counter exactly as the plain acquire's does (INCR, seeded with
+ * TIME below WL_FENCE_SEEDED), so a name's tokens increase across plain and
+ * multi holds alike. A counter that cannot count (another type, TIME
+ * denied) undoes the call: every lock key of the call is deleted before the
+ * error is returned. */
 static const char multi_acquire_lua[] =
     "local n = #KEYS / 2\n"
     "for i = 1, n do\n"
     "  local v = redis.pcall('GET', KEYS[2 * i - 1])\n"
     "  if type(v) == 'table' then return {-1, i} end\n"
-    "  if v and v ~= ARGV[1] then return {0, i, redis.call('PTTL', KEYS[2 * i - 1])} end\n"
+    "  if v and v ~= ARGV[2 + i] then return {0, i, redis.call('PTTL', KEYS[2 * i - 1])} end\n"
     "end\n"
-    "for i = 1, n do redis.call('SET', KEYS[2 * i - 1], ARGV[1], 'PX', ARGV[2]) end\n"
+    "for i = 1, n do redis.call('SET', KEYS[2 * i - 1], ARGV[2 + i], 'PX', ARGV[1]) end\n"
     "local out = {1}\n"
     "for i = 1, n do\n"
     "  local f = KEYS[2 * i]\n"
@@ -205,7 +206,7 @@ static const char multi_acquire_lua[] =
     "    local t = redis.pcall('TIME')\n"
     "    if type(t) == 'table' and t[2] then\n"
     "      c = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "      redis.call('SET', f, string.format('%.0f', c), 'PX', ARGV[3])\n"
+    "      redis.call('SET', f, string.format('%.0f', c), 'PX', ARGV[2])\n"
     "    else\n"
     "      redis.call('DEL', f)\n"
     "      c = t\n"
@@ -219,19 +220,20 @@ static const char multi_acquire_lua[] =
     "end\n"
     "return out\n";
 
-/* KEYS: lock keys of one slot. ARGV: "<token>." (the hold, any epoch), the
- * publish command, then each key's channel. -> {r1, r2, ...}: per key as
- * the release script answers (1 released, 0 no key, -1 another owner or
+/* KEYS: lock keys of one slot. ARGV: for each key its hold's "<token>."
+ * (any epoch) and its channel, then the publish command (for one key, the
+ * release script's own arguments). -> {r1, r2, ...}: per key as the
+ * release script answers (1 released, 0 no key, -1 another owner or
  * another type). */
 static const char multi_release_lua[] =
-    "local out = {}\n"
+    "local out, pub = {}, ARGV[#ARGV]\n"
     "for i = 1, #KEYS do\n"
-    "  local v = redis.pcall('GET', KEYS[i])\n"
+    "  local v, p = redis.pcall('GET', KEYS[i]), ARGV[2 * i - 1]\n"
     "  if not v then out[i] = 0\n"
-    "  elseif type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then out[i] = -1\n"
+    "  elseif type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then out[i] = -1\n"
     "  else\n"
     "    redis.call('DEL', KEYS[i])\n"
-    "    redis.pcall(ARGV[2], ARGV[i + 2], '')\n"
+    "    redis.pcall(pub, ARGV[2 * i], '')\n"
     "    out[i] = 1\n"
     "  end\n"
     "end\n"
