@@ -322,6 +322,83 @@ static int cmd_cycle(const char *url, long n, double max_s, size_t name_len, con
     return rc;
 }
 
+/* ---- multi: a multi-lock cycle over K names of one slot vs a plain cycle ---- */
+
+/* Cycles (acquire + release) of `lock` until n or `until_ns`; ns per cycle
+ * into *ns, cycles done into *done. */
+static int time_cycles(watchlock_lock *lock, long n, int64_t until_ns, long *done, int64_t *ns)
+{
+    int rc;
+    int64_t t0 = now_ns();
+    long k = 0;
+    while (k < n) {
+        if ((rc = watchlock_lock_acquire(lock, 0)) != WATCHLOCK_OK)
+            return fail("watchlock_lock_acquire", rc);
+        if ((rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
+            return fail("watchlock_lock_release", rc);
+        k++;
+        if ((k & 63) == 0 && now_ns() > until_ns)
+            break;
+    }
+    *done += k;
+    *ns += now_ns() - t0;
+    return 0;
+}
+
+/* Issue 23: a multi-lock cycle over k names (all on the one server: one
+ * script takes them, one releases them; under Cluster they would share a
+ * slot by a common hash tag in the names) against a plain cycle on one
+ * name, on one client, in alternating slices so that both see the same
+ * machine. Prints both rates and their ratio (multi / plain time per cycle). */
+static int cmd_multi(const char *url, long n, double max_s, int k)
+{
+    if (k < 1 || k > 64) {
+        fprintf(stderr, "wlbench: multi: 1 to 64 names\n");
+        return 2;
+    }
+    watchlock_client *client = NULL;
+    watchlock_lock *plain = NULL, *multi = NULL;
+    int rc = watchlock_client_open(&client, url);
+    if (rc != WATCHLOCK_OK)
+        return fail("watchlock_client_open", rc);
+    char plain_name[64], names_buf[64][64];
+    const void *names[64];
+    size_t lens[64];
+    snprintf(plain_name, sizeof plain_name, "bench:multi:plain:%d", (int)getpid());
+    for (int i = 0; i < k; i++) {
+        lens[i] = (size_t)snprintf(names_buf[i], sizeof names_buf[i], "bench:multi:%d:%d", (int)getpid(), i);
+        names[i] = names_buf[i];
+    }
+    if ((rc = watchlock_lock_new(&plain, client, plain_name, strlen(plain_name))) != WATCHLOCK_OK)
+        return fail("watchlock_lock_new", rc);
+    if ((rc = watchlock_multi_lock_new(&multi, client, names, lens, (size_t)k)) != WATCHLOCK_OK)
+        return fail("watchlock_multi_lock_new", rc);
+    watchlock_lock_set_lease(plain, 10000);
+    watchlock_lock_set_lease(multi, 10000);
+    long pd = 0, md = 0;
+    int64_t pns = 0, mns = 0;
+    /* warm-up: scripts loaded, pools filled, the plain name's counter seeded (fast path) */
+    if ((rc = time_cycles(plain, 200, INT64_MAX, &pd, &pns)) != 0 || (rc = time_cycles(multi, 200, INT64_MAX, &md, &mns)))
+        return rc;
+    pd = md = 0;
+    pns = mns = 0;
+    const int slices = 8;
+    for (int i = 0; i < 2 * slices; i++) {
+        int64_t until = now_ns() + (int64_t)(max_s / (2 * slices) * 1e9);
+        rc = i % 2 == 0 ? time_cycles(plain, n / slices, until, &pd, &pns) : time_cycles(multi, n / slices, until, &md, &mns);
+        if (rc != 0)
+            return rc;
+    }
+    double p_us = pd ? (double)pns / (double)pd / 1e3 : 0, m_us = md ? (double)mns / (double)md / 1e3 : 0;
+    printf("{\"names\": %d, \"plain_ops\": %ld, \"plain_us_per_cycle\": %.2f, \"multi_ops\": %ld, "
+           "\"multi_us_per_cycle\": %.2f, \"ratio\": %.3f}\n",
+           k, pd, p_us, md, m_us, p_us > 0 ? m_us / p_us : 0.0);
+    watchlock_lock_free(multi);
+    watchlock_lock_free(plain);
+    watchlock_client_close(client);
+    return 0;
+}
+
 /* ---- threads: many threads share one client ------------------------------ */
 
 struct thread_arg {
@@ -719,6 +796,7 @@ static void usage(void)
     fprintf(stderr, "usage: wlbench ping HOST PORT N MAX_S\n"
                     "       wlbench cycle URL N MAX_S [NAME_LEN | --names A,B,...]\n"
                     "       wlbench threads URL THREADS N MAX_S\n"
+                    "       wlbench multi URL N MAX_S NAMES\n"
                     "       wlbench handoff URL SHM ID HOLD_US POLITE\n"
                     "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S [--probe N] "
                     "[--sample-ms MS]\n");
@@ -734,6 +812,8 @@ int main(int argc, char **argv)
     if ((argc == 5 || argc == 6) && strcmp(argv[1], "cycle") == 0)
         return cmd_cycle(argv[2], atol(argv[3]), atof(argv[4]),
                          argc == 6 ? (size_t)atol(argv[5]) : 0, NULL);
+    if (argc == 6 && strcmp(argv[1], "multi") == 0)
+        return cmd_multi(argv[2], atol(argv[3]), atof(argv[4]), atoi(argv[5]));
     if (argc == 6 && strcmp(argv[1], "threads") == 0)
         return cmd_threads(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
     if (argc == 7 && strcmp(argv[1], "handoff") == 0)

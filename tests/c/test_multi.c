@@ -300,7 +300,50 @@ static void test_free_and_abandon(void)
     watchlock_lock_free(m);
 }
 
+/* The fast acquire (a transaction of SET NX / INCR, no Lua) once the
+ * names' counters are seeded: tokens keep increasing, and when a name is
+ * held the names the transaction took are given back before the script
+ * answers "held". */
+static void test_fast_acquire(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_client *other = open_client(test_url(""));
+    const char *names[] = {"fast-a", "fast-b", "fast-c"};
+    watchlock_lock *m = new_multi(c, names, 3);
+    int64_t last[3] = {0, 0, 0};
+    for (int round = 0; round < 20; round++) {
+        CHECK_OK(watchlock_lock_acquire(m, 0));
+        for (size_t i = 0; i < 3; i++) {
+            int64_t t = watchlock_lock_fencing_token_at(m, i);
+            CHECK_INT(t, >, last[i]);
+            int held = 0;
+            int64_t fence = 0;
+            CHECK_OK(watchlock_client_inspect(other, names[i], strlen(names[i]), &held, NULL, &fence));
+            CHECK_EQ(fence, t);
+            last[i] = t;
+        }
+        CHECK_OK(watchlock_lock_release(m));
+    }
+    watchlock_lock *b = new_lock(other, "fast-b");
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    for (int round = 0; round < 5; round++) {
+        CHECK_STATUS(watchlock_lock_acquire(m, 0), WATCHLOCK_ETIMEDOUT);
+        CHECK_EQ(exists("fast-a") + exists("fast-c"), 0);
+        watchlock_lock_forget_wait(m);
+        CHECK_OK(watchlock_lock_release(b)); /* the next attempt is fast again after a success */
+        CHECK_OK(watchlock_lock_acquire(m, 0));
+        CHECK_OK(watchlock_lock_release(m));
+        CHECK_OK(watchlock_lock_acquire(b, 0));
+    }
+    CHECK_EQ(exists("fast-a") + exists("fast-c"), 0);
+    watchlock_lock_free(b);
+    watchlock_lock_free(m);
+    watchlock_client_close(other);
+    watchlock_client_close(c);
+}
+
 static const test_case tests[] = {
+    {"fast_acquire", test_fast_acquire, 0},
     {"all_or_nothing", test_all_or_nothing, 0},
     {"opposite_orders_never_deadlock", test_opposite_orders_never_deadlock, 120},
     {"interrupted_acquire_leaves_nothing", test_interrupted_acquire_leaves_nothing, 0},

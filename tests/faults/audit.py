@@ -667,7 +667,10 @@ class _Model:
         self.last_owner: Dict[str, str] = {}     # lock key -> the latest hold that acquired it
         self.ended: Dict[str, str] = {}          # lock key -> how that hold's key went
         self.acquired_at: Dict[str, float] = report["acquired_at"]  # hold -> server time of its acquire
-        self.pending_fast: Dict[str, str] = {}   # client -> hold whose fast SET took effect, until its INCR
+        # (client, fence key) -> the hold whose fast SET of that name's lock key took effect, until
+        # the client's INCR of the name's counter (a multi-lock's fast acquire sets several keys,
+        # then INCRs every counter, also those of keys it did not get)
+        self.pending_fast: Dict[Tuple[str, str], str] = {}
         self.fence_of: Dict[str, int] = report["fence_of"]
         self.handoffs: Dict[str, Tuple[Optional[str], str]] = report["handoffs"]
 
@@ -756,7 +759,7 @@ class _Model:
                     h = hold_of(v) or v
                     self._new_hold(key, h, ex.ts)
                     if ex.kind == "fast":
-                        self.pending_fast[ex.source] = h
+                        self.pending_fast[(ex.source, key + ":fence")] = h
                 elif ex.kind == "renew" and key in ex.writer:
                     self._check_owner(key, ex.writer[key], ex, "renew")
                     wrote.add(key)
@@ -794,7 +797,7 @@ class _Model:
                     continue
                 count = int(cur or 0) + 1
                 self.value[key] = str(count)
-                fast = self.pending_fast.pop(ex.source, None)
+                fast = self.pending_fast.pop((ex.source, key), None)
                 if fast is not None:
                     self.fence_of[fast] = count
             elif name in ("FLUSHALL", "FLUSHDB"):

@@ -6,19 +6,21 @@
  * user sees (state, on-lost callback, lost event, hold count, deadline =
  * the earliest of its names'). It is never renewed and never in the
  * client's heaps. Each name is a *member*: a plain hold of the hold layer
- * (wl_hold, its own keys, the group's token, its own fence and epochs),
- * in the client's list and heaps like any lock's, renewed in the
- * watchdog's batched rounds and declared lost by the loss timer. The
- * members' wl_hold_ops tie them to the group: `lost` turns the loss of
- * one member into the loss of the group (told once, with that name: the
- * member's own loss is not told), and the group's `lost` then marks the
- * other members lost (no longer renewed); `deadline_moved` keeps the
- * group's deadline at the earliest member's.
+ * (wl_hold: its own keys, its own token, fence and epochs), in the
+ * client's list and heaps like any lock's, renewed in the watchdog's
+ * batched rounds and declared lost by the loss timer. The members'
+ * wl_hold_ops tie them to the group: `lost` turns the loss of one member
+ * into the loss of the group (told once, with that name: the member's own
+ * loss is not told), and the group's `lost` then marks the other members
+ * lost (no longer renewed); `deadline_moved` keeps the group's deadline at
+ * the earliest member's.
  *
- * Acquire: members are sorted by lock key bytes, the one global order.
- * Consecutive members of one slot (every member, when the server is not a
- * cluster) form a run, taken by one script all or nothing. Runs are taken
- * in order; a run held by someone else is waited for (its channel, the
+ * Acquire (multi_io.c): members are sorted by lock key bytes, the one
+ * global order. Consecutive members of one slot (every member, when the
+ * server is not a cluster) form a run, taken all or nothing by one script
+ * (or, once the names' counters are seeded, by one MULTI/EXEC transaction
+ * that gives back what it took when a name was held). Runs are taken in
+ * order; a run held by someone else is waited for (its channel, the
  * holder's lease) while the earlier runs stay held and renewed. Two
  * acquires over overlapping names therefore never wait for each other in a
  * cycle (ordered locking), and every way out that is not success (the wait
@@ -133,11 +135,12 @@ static const wl_hold_ops group_ops = {.unref = group_unref,
 
 static void multi_destroy(watchlock_lock *l);
 static void multi_free(watchlock_lock *l);
+static int multi_extend(watchlock_lock *l, int64_t lease_ms);
 static int multi_abandon(watchlock_lock *l);
 
 static const wl_kind_ops multi_kind = {.acquire = wl_multi_acquire,
                                        .release = wl_multi_release,
-                                       .extend = wl_multi_extend,
+                                       .extend = multi_extend,
                                        .free = multi_free,
                                        .abandon = multi_abandon,
                                        .destroy = multi_destroy};
@@ -246,6 +249,94 @@ int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *c, const vo
     pthread_mutex_unlock(&c->mu);
     *out = l;
     return WATCHLOCK_OK;
+}
+
+/* ---- extend ---- */
+
+static int multi_extend(watchlock_lock *l, int64_t lease_ms)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    if (lease_ms < 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS)
+        return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days, got %" PRId64,
+                       l->hold.quoted, lease_ms);
+    typedef struct ext {
+        wl_write w;
+        char ident[WL_IDENT_SIZE], from_s[24], ms_s[24];
+        int result;
+    } ext;
+    ext *x = calloc(m->n, sizeof *x);
+    const char **argv = malloc(4 * m->n * sizeof *argv);
+    size_t *lens = malloc(4 * m->n * sizeof *lens);
+    if (x == NULL || argv == NULL || lens == NULL) {
+        free(x), free(argv), free(lens);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    int rc = WATCHLOCK_OK;
+    if (!group_held_now(l)) {
+        if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
+            wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false);
+        pthread_mutex_unlock(&c->mu);
+        rc = wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->hold.quoted,
+                     l->hold.state == WATCHLOCK_LOST ? "the multi-lock was lost" : "not held by this handle");
+        goto out;
+    }
+    if (lease_ms > 0)
+        l->hold.lease_ms = lease_ms;
+    int64_t now = wl_now_us();
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold;
+        h->lease_ms = l->hold.lease_ms;
+        wl_write_prepare(c, h, h->lease_ms, now, &x[i].w);
+        wl_ident(h, x[i].w.to, x[i].ident);
+        wl_fmt_i64(x[i].from_s, x[i].w.from);
+        wl_fmt_i64(x[i].ms_s, x[i].w.ms);
+        x[i].result = WL_WRITE_FAILED;
+    }
+    pthread_mutex_unlock(&c->mu);
+    bool sharded = wl_server_sharded(&c->server);
+    char what[160];
+    wl_what(what, sizeof what, "extend", l->hold.quoted);
+    for (size_t from = 0; from < m->n && rc == WATCHLOCK_OK;) {
+        size_t to = run_end(m, from, sharded), k = to - from;
+        for (size_t j = 0; j < k; j++) {
+            argv[j] = m->m[from + j].hold.keys.lock, lens[j] = m->m[from + j].hold.keys.lock_len;
+            const char **a = argv + k + 3 * j;
+            size_t *al = lens + k + 3 * j;
+            a[0] = x[from + j].ident, al[0] = strlen(x[from + j].ident);
+            a[1] = x[from + j].from_s, al[1] = strlen(x[from + j].from_s);
+            a[2] = x[from + j].ms_s, al[2] = strlen(x[from + j].ms_s);
+        }
+        redisReply *r;
+        rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, (int)k, (int)(3 * k), argv, lens, &r, what);
+        if (rc == WATCHLOCK_OK) {
+            for (size_t j = 0; j < k; j++)
+                x[from + j].result = wl_reply_renew(r, k, j);
+            freeReplyObject(r);
+        }
+        from = to;
+    }
+    pthread_mutex_lock(&c->mu);
+    bool held = true;
+    now = wl_now_us();
+    for (size_t i = 0; i < m->n; i++) {
+        wl_hold *h = &m->m[i].hold;
+        bool ok = wl_write_applied(c, h, &x[i].w, x[i].result, false, now);
+        if (ok && x[i].result == WL_WRITE_OK)
+            wl_watchdog_schedule(c, h);
+        held = held && ok;
+    }
+    held = held && l->hold.state == WATCHLOCK_HELD;
+    pthread_mutex_unlock(&c->mu);
+    if (rc == WATCHLOCK_OK && !held)
+        rc = wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: the multi-lock was lost (a name has another owner, no key, "
+                                          "or its lease ran out)", l->hold.quoted);
+out:
+    pthread_mutex_unlock(&l->io_mu);
+    free(x), free(argv), free(lens);
+    return rc;
 }
 
 /* ---- free, abandon ---- */

@@ -1,7 +1,7 @@
 /*
  * locks/multi.h - the multi-lock's private types (multi.c: the handle, its
- * hold ops, free, abandon, queries; multi_io.c: acquire, release,
- * extend, rollback). Only these two files include it.
+ * hold ops, extend, free, abandon, queries; multi_io.c: acquire,
+ * release, rollback). Only these two files include it.
  */
 #ifndef WATCHLOCK_MULTI_H
 #define WATCHLOCK_MULTI_H
@@ -22,6 +22,10 @@ typedef struct wl_multi {
     wl_member *m;        /* sorted by lock key */
     wl_member **by_user; /* the user's order */
     long lost;           /* user index of the name whose loss lost the group, -1 none */
+    /* io_mu: the fast acquire (multi_io.c take_fast) is tried once a script
+     * acquire has seeded these names' counters, and not right after an
+     * attempt that found a name held */
+    bool seeded, last_busy;
 } wl_multi;
 
 static inline wl_multi *multi_of(const watchlock_lock *l)
@@ -94,9 +98,18 @@ static inline bool group_held_now(const watchlock_lock *l)
     return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
 }
 
+/* The run of sorted members that starts at i: [i, end) share a slot
+ * (every member shares the one server without cluster). */
+static inline size_t run_end(const wl_multi *m, size_t i, bool sharded)
+{
+    size_t j = i + 1;
+    while (j < m->n && (!sharded || m->m[j].slot == m->m[i].slot))
+        j++;
+    return j;
+}
+
 int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms);
 int wl_multi_release(watchlock_lock *l);
-int wl_multi_extend(watchlock_lock *l, int64_t lease_ms);
 /* Gives back every name not UNLOCKED (best effort) and marks them UNLOCKED. */
 void wl_multi_rollback(watchlock_lock *l);
 

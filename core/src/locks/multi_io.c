@@ -1,7 +1,7 @@
 /*
  * multi_io.c - the multi-lock's round trips: acquire (runs of one slot in
- * the global order, waiting by pub/sub, rollback), release, extend, and
- * the rollback that free also uses. The types and the hold ops are multi.h's
+ * the global order, the fast transaction, waiting by pub/sub, rollback)
+ * and release. The types and the hold ops are multi.h's
  * and multi.c's; docs/design.md "Multi-lock" says why it is built so.
  *
  * Threads and locks: the group's io_mu for the whole of an acquire, a
@@ -17,16 +17,6 @@
 
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
 #define RESULT_UNKNOWN (-2)
-
-/* The run of sorted members that starts at i: [i, end) share a slot
- * (every member shares the one server without cluster). */
-static size_t run_end(const wl_multi *m, size_t i, bool sharded)
-{
-    size_t j = i + 1;
-    while (j < m->n && (!sharded || m->m[j].slot == m->m[i].slot))
-        j++;
-    return j;
-}
 
 /* The release script for the selected members (sel[i] for sorted member
  * i), one call per run of one slot; results[i] gets 1 released, 0 no key,
@@ -116,6 +106,87 @@ void wl_multi_rollback(watchlock_lock *l)
     free(results);
 }
 
+/* The fast acquire of sorted members [from, to) (one slot, or the one
+ * server), as the plain lock's (lock.c acquire_fast) for several names: one
+ * transaction of plain commands in one round trip, no Lua,
+ *   MULTI, SET lock_i <ident_i> NX PX lease (each), SET fence_i 0 NX PX ttl
+ *   (each), INCR fence_i (each), EXEC
+ * *done: every SET took its key and every INCR gave a seeded counter's
+ * value (fences[] are the tokens; each INCR ran atomically with its SET).
+ * Otherwise the script decides one round trip later: when only some SETs
+ * took their keys (a name was held), those keys are given back first
+ * (checked release), so a refusal leaves nothing; when all did but a
+ * counter was not seeded, the script takes them as a retry of its own,
+ * with fresh fences. Sends to the node of the first key. */
+static int take_fast(watchlock_lock *l, size_t from, size_t to, const char *const *argv, const size_t *lens,
+                     bool *done, int64_t *fences)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    size_t k = to - from, ncmds = 3 * k + 2;
+    static const char *const multi[1] = {"MULTI"}, *const exec[1] = {"EXEC"};
+    wl_cmd *cmds = malloc(ncmds * sizeof *cmds);
+    const char **a = malloc(14 * k * sizeof *a);
+    size_t *al = malloc(14 * k * sizeof *al);
+    redisReply **r = calloc(ncmds, sizeof *r);
+    *done = false;
+    int rc = WATCHLOCK_OK;
+    if (cmds == NULL || a == NULL || al == NULL || r == NULL) {
+        rc = wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+        goto out;
+    }
+    cmds[0] = (wl_cmd){1, multi, NULL};
+    cmds[ncmds - 1] = (wl_cmd){1, exec, NULL};
+    /* argv as take_run makes it: lock, fence per name; lease, fence TTL, idents */
+    const char *lease = argv[2 * k], *ttl = argv[2 * k + 1];
+    for (size_t i = 0; i < k; i++) {
+        const char **s1 = a + 6 * i, **s2 = a + 6 * k + 6 * i, **in = a + 12 * k + 2 * i;
+        size_t *l1 = al + 6 * i, *l2 = al + 6 * k + 6 * i, *il = al + 12 * k + 2 * i;
+        s1[0] = "SET", s1[1] = argv[2 * i], s1[2] = argv[2 * k + 2 + i], s1[3] = "NX", s1[4] = "PX", s1[5] = lease;
+        l1[0] = 3, l1[1] = lens[2 * i], l1[2] = lens[2 * k + 2 + i], l1[3] = 2, l1[4] = 2, l1[5] = lens[2 * k];
+        s2[0] = "SET", s2[1] = argv[2 * i + 1], s2[2] = "0", s2[3] = "NX", s2[4] = "PX", s2[5] = ttl;
+        l2[0] = 3, l2[1] = lens[2 * i + 1], l2[2] = 1, l2[3] = 2, l2[4] = 2, l2[5] = lens[2 * k + 1];
+        in[0] = "INCR", in[1] = argv[2 * i + 1];
+        il[0] = 4, il[1] = lens[2 * i + 1];
+        cmds[1 + i] = (wl_cmd){6, s1, l1};
+        cmds[1 + k + i] = (wl_cmd){6, s2, l2};
+        cmds[1 + 2 * k + i] = (wl_cmd){2, in, il};
+    }
+    char what[160];
+    wl_what(what, sizeof what, "acquire", l->hold.quoted);
+    if ((rc = wl_run_pipeline(&c->server, (int)ncmds, cmds, r, what, NULL)) != WATCHLOCK_OK)
+        goto out;
+    if (r[0]->type == REDIS_REPLY_ERROR && r[0]->str != NULL && strncmp(r[0]->str, "NOPERM", 6) == 0)
+        atomic_store(&c->no_fast, true); /* ran one by one: the script decides, now and later */
+    const redisReply *x = r[ncmds - 1];
+    size_t took = 0;
+    bool seeded = x->type == REDIS_REPLY_ARRAY && x->elements == 3 * k;
+    for (size_t i = 0; seeded && i < k; i++) {
+        took += x->element[i]->type == REDIS_REPLY_STATUS;
+        seeded = x->element[2 * k + i]->type == REDIS_REPLY_INTEGER && x->element[2 * k + i]->integer >= WL_FENCE_SEEDED;
+        if (seeded)
+            fences[i] = x->element[2 * k + i]->integer;
+    }
+    *done = seeded && took == k;
+    if (!*done && x->type == REDIS_REPLY_ARRAY && x->elements == 3 * k && took > 0 && took < k) {
+        /* some names were held: give back the keys this transaction took */
+        bool *sel = calloc(m->n, sizeof *sel);
+        int *results = calloc(m->n, sizeof *results);
+        if (sel != NULL && results != NULL) {
+            for (size_t i = 0; i < k; i++)
+                sel[from + i] = x->element[i]->type == REDIS_REPLY_STATUS;
+            release_members(l, sel, results);
+        }
+        free(sel), free(results);
+    }
+out:
+    for (size_t i = 0; r != NULL && i < ncmds; i++)
+        if (r[i] != NULL)
+            freeReplyObject(r[i]);
+    free(cmds), free(a), free(al), free(r);
+    return rc;
+}
+
 /* One script takes sorted members [from, to). OK: all HELD, scheduled.
  * ETIMEDOUT: *busy (sorted index) is held by another owner for *pttl ms
  * (nothing taken). Any other error: nothing taken. io_mu held. */
@@ -147,37 +218,52 @@ static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, si
     char what[160];
     wl_what(what, sizeof what, "acquire", l->hold.quoted);
     int64_t sent = wl_now_us();
-    redisReply *r;
-    int rc = wl_run_script(&c->server, WL_SCRIPT_MULTI_ACQUIRE, (int)(2 * k), (int)k + 2, argv, lens, &r, what);
+    redisReply *r = NULL;
+    int64_t *fast = NULL;
+    bool fast_done = false;
+    int rc = WATCHLOCK_OK;
+    if (m->seeded && !m->last_busy && !atomic_load_explicit(&c->no_fast, memory_order_relaxed) &&
+        (fast = malloc(k * sizeof *fast)) != NULL)
+        rc = take_fast(l, from, to, argv, lens, &fast_done, fast);
+    if (rc == WATCHLOCK_OK && !fast_done)
+        rc = wl_run_script(&c->server, WL_SCRIPT_MULTI_ACQUIRE, (int)(2 * k), (int)k + 2, argv, lens, &r, what);
     free(argv), free(lens), free(ident);
-    if (rc != WATCHLOCK_OK)
+    if (rc != WATCHLOCK_OK) {
+        free(fast);
         return rc;
-    int64_t v0 = r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? wl_reply_i64(r->element[0]) : -9;
-    int64_t v1 = v0 != -9 ? wl_reply_i64(r->element[1]) : 0;
-    if ((v0 == 0 || v0 == -1) && v1 >= 1 && (size_t)v1 <= k) {
-        size_t i = from + (size_t)v1 - 1;
-        if (v0 == 0 && r->elements == 3) {
-            *busy = i;
-            *pttl = wl_reply_i64(r->element[2]);
-            freeReplyObject(r);
-            return WATCHLOCK_ETIMEDOUT;
-        }
-        freeReplyObject(r);
-        return wl_fail(WATCHLOCK_ESERVER,
-                       "%s: name %s is in use as another lock kind (its key is not a plain lock's string: "
-                       "WRONGTYPE); nothing was taken",
-                       what, m->m[i].hold.quoted);
     }
-    if (v0 != 1 || r->elements != k + 1) {
-        freeReplyObject(r);
-        return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+    m->last_busy = false;
+    if (!fast_done) { /* the script's reply */
+        int64_t v0 = r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? wl_reply_i64(r->element[0]) : -9;
+        int64_t v1 = v0 != -9 ? wl_reply_i64(r->element[1]) : 0;
+        if ((v0 == 0 || v0 == -1) && v1 >= 1 && (size_t)v1 <= k) {
+            size_t i = from + (size_t)v1 - 1;
+            free(fast);
+            if (v0 == 0 && r->elements == 3) {
+                *busy = i;
+                *pttl = wl_reply_i64(r->element[2]);
+                freeReplyObject(r);
+                m->last_busy = true; /* the next attempt goes to the script */
+                return WATCHLOCK_ETIMEDOUT;
+            }
+            freeReplyObject(r);
+            return wl_fail(WATCHLOCK_ESERVER,
+                           "%s: name %s is in use as another lock kind (its key is not a plain lock's string: "
+                           "WRONGTYPE); nothing was taken",
+                           what, m->m[i].hold.quoted);
+        }
+        if (v0 != 1 || r->elements != k + 1) {
+            free(fast);
+            freeReplyObject(r);
+            return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+        }
     }
     int64_t deadline = sent + lease * 1000 - wl_margin_us(c, lease);
     bool late = wl_now_us() >= deadline;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < k; i++) {
         wl_hold *h = &m->m[from + i].hold;
-        h->fence = wl_reply_i64(r->element[i + 1]);
+        h->fence = fast_done ? fast[i] : wl_reply_i64(r->element[i + 1]);
         h->state = WATCHLOCK_HELD;
         h->hold_count = 1;
         h->hold_gen++;
@@ -192,7 +278,10 @@ static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, si
         if (h->state == WATCHLOCK_HELD)
             wl_watchdog_schedule(c, h);
     }
-    freeReplyObject(r);
+    if (r != NULL)
+        freeReplyObject(r);
+    free(fast);
+    m->seeded = true; /* these names' counters are seeded: the next acquire may take the fast path */
     rc = wl_watchdog_ensure_started(c);
     if (rc == WATCHLOCK_OK)
         rc = wl_timer_ensure_started(c);
@@ -440,91 +529,5 @@ int wl_multi_release(watchlock_lock *l)
 out:
     pthread_mutex_unlock(&l->io_mu);
     free(sel), free(results);
-    return rc;
-}
-
-int wl_multi_extend(watchlock_lock *l, int64_t lease_ms)
-{
-    watchlock_client *c = l->hold.client;
-    wl_multi *m = multi_of(l);
-    if (lease_ms < 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS)
-        return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days, got %" PRId64,
-                       l->hold.quoted, lease_ms);
-    typedef struct ext {
-        wl_write w;
-        char ident[WL_IDENT_SIZE], from_s[24], ms_s[24];
-        int result;
-    } ext;
-    ext *x = calloc(m->n, sizeof *x);
-    const char **argv = malloc(4 * m->n * sizeof *argv);
-    size_t *lens = malloc(4 * m->n * sizeof *lens);
-    if (x == NULL || argv == NULL || lens == NULL) {
-        free(x), free(argv), free(lens);
-        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-    }
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&c->mu);
-    int rc = WATCHLOCK_OK;
-    if (!group_held_now(l)) {
-        if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
-            wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false);
-        pthread_mutex_unlock(&c->mu);
-        rc = wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->hold.quoted,
-                     l->hold.state == WATCHLOCK_LOST ? "the multi-lock was lost" : "not held by this handle");
-        goto out;
-    }
-    if (lease_ms > 0)
-        l->hold.lease_ms = lease_ms;
-    int64_t now = wl_now_us();
-    for (size_t i = 0; i < m->n; i++) {
-        wl_hold *h = &m->m[i].hold;
-        h->lease_ms = l->hold.lease_ms;
-        wl_write_prepare(c, h, h->lease_ms, now, &x[i].w);
-        wl_ident(h, x[i].w.to, x[i].ident);
-        wl_fmt_i64(x[i].from_s, x[i].w.from);
-        wl_fmt_i64(x[i].ms_s, x[i].w.ms);
-        x[i].result = WL_WRITE_FAILED;
-    }
-    pthread_mutex_unlock(&c->mu);
-    bool sharded = wl_server_sharded(&c->server);
-    char what[160];
-    wl_what(what, sizeof what, "extend", l->hold.quoted);
-    for (size_t from = 0; from < m->n && rc == WATCHLOCK_OK;) {
-        size_t to = run_end(m, from, sharded), k = to - from;
-        for (size_t j = 0; j < k; j++) {
-            argv[j] = m->m[from + j].hold.keys.lock, lens[j] = m->m[from + j].hold.keys.lock_len;
-            const char **a = argv + k + 3 * j;
-            size_t *al = lens + k + 3 * j;
-            a[0] = x[from + j].ident, al[0] = strlen(x[from + j].ident);
-            a[1] = x[from + j].from_s, al[1] = strlen(x[from + j].from_s);
-            a[2] = x[from + j].ms_s, al[2] = strlen(x[from + j].ms_s);
-        }
-        redisReply *r;
-        rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, (int)k, (int)(3 * k), argv, lens, &r, what);
-        if (rc == WATCHLOCK_OK) {
-            for (size_t j = 0; j < k; j++)
-                x[from + j].result = wl_reply_renew(r, k, j);
-            freeReplyObject(r);
-        }
-        from = to;
-    }
-    pthread_mutex_lock(&c->mu);
-    bool held = true;
-    now = wl_now_us();
-    for (size_t i = 0; i < m->n; i++) {
-        wl_hold *h = &m->m[i].hold;
-        bool ok = wl_write_applied(c, h, &x[i].w, x[i].result, false, now);
-        if (ok && x[i].result == WL_WRITE_OK)
-            wl_watchdog_schedule(c, h);
-        held = held && ok;
-    }
-    held = held && l->hold.state == WATCHLOCK_HELD;
-    pthread_mutex_unlock(&c->mu);
-    if (rc == WATCHLOCK_OK && !held)
-        rc = wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: the multi-lock was lost (a name has another owner, no key, "
-                                          "or its lease ran out)", l->hold.quoted);
-out:
-    pthread_mutex_unlock(&l->io_mu);
-    free(x), free(argv), free(lens);
     return rc;
 }
