@@ -480,7 +480,9 @@ WATCHLOCK_API int watchlock_lock_last_lost_reason(const watchlock_lock *lock);
  * state is HELD only while every name is held; fencing_token is the first
  * name's token, watchlock_lock_fencing_token_at() each name's.
  * Acquire: when the names share one server (standalone, Sentinel) or one
- * Cluster slot, one script takes all of them at once; otherwise names are
+ * Cluster slot, one script (or, once their counters are seeded, one
+ * MULTI/EXEC transaction that gives back what it took if a name is held)
+ * takes all of them at once; otherwise names are
  * taken in one global order (sorted by their lock keys' bytes), runs of
  * names of one slot by one script each, waiting (woken by the blocking
  * name's release, bounded by its lease) while holding the earlier ones, so
@@ -493,6 +495,8 @@ WATCHLOCK_API int watchlock_lock_last_lost_reason(const watchlock_lock *lock);
  * once (one on-lost callback, one lost event, with the handle's id);
  * watchlock_lock_lost_name() tells which name. The other names are no
  * longer renewed; release() (or free) deletes those still held.
+ * A held multi-lock over n names counts n + 1 in WATCHLOCK_STAT_HELD_LOCKS
+ * (a hold per name, and the group).
  * Not supported (EINVAL at acquire): min_replicas URLs; owner labels are
  * accepted but no owner record is written.
  * Errors: EINVAL (n == 0, a name listed twice, a bad name), ENOMEM,
