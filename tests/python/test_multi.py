@@ -192,3 +192,31 @@ def test_other_kind_is_a_clear_error(client, name, redis_server):
     with pytest.raises(watchlock.ServerError, match="another lock kind"):
         client.multi_lock([a, q]).acquire(blocking=False)
     assert existing(redis_server, [a]) == []
+
+
+def test_ctrl_c_while_waiting_leaves_nothing(client, name, redis_server, redis_url, tmp_path):
+    """Ctrl-C (SIGINT) in a process whose main thread waits for a multi-lock:
+    KeyboardInterrupt between the core's wait slices, and no name taken."""
+    import signal
+    import subprocess
+    import sys
+    a, b, c = names_of(name, "a", "b", "c")
+    script = tmp_path / "wait.py"
+    script.write_text(
+        "import sys, watchlock\n"
+        f"client = watchlock.Client({redis_url!r})\n"
+        f"m = client.multi_lock([{a!r}, {b!r}, {c!r}], ttl=30)\n"
+        "print('waiting', flush=True)\n"
+        "try:\n"
+        "    m.acquire(timeout=60)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(3)\n")
+    with client.lock(b, ttl=30):
+        p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "waiting"
+        time.sleep(0.5)  # inside the wait (either way nothing may stay taken)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=30)
+        assert p.returncode == 3 and "interrupted" in out
+        assert existing(redis_server, [a, c]) == []
