@@ -684,6 +684,11 @@ WATCHLOCK_API int64_t watchlock_lock_list_fence(const watchlock_lock_list *list,
  * watchlock_owner_free(). */
 WATCHLOCK_API const watchlock_owner *watchlock_lock_list_owner(const watchlock_lock_list *list,
                                                                size_t i);
+/* Lock i's kind: WATCHLOCK_KIND_PLAIN, or for a name in use as a queued
+ * kind WATCHLOCK_KIND_FAIR, _SEMAPHORE or _RWLOCK (its holders, permits and
+ * queue: watchlock_client_name_info(); its remaining_ms is the longest
+ * holder's lease left). WATCHLOCK_KIND_NONE (-1) for NULL or i out of range. */
+WATCHLOCK_API int watchlock_lock_list_kind(const watchlock_lock_list *list, size_t i);
 /* Frees the list and the owner records it lends. NULL is accepted. */
 WATCHLOCK_API void watchlock_lock_list_free(watchlock_lock_list *list);
 

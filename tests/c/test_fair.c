@@ -325,6 +325,62 @@ static void test_kinds_on_one_name(void)
     watchlock_client_close(c);
 }
 
+/* Admin: list shows queued names with their kind, name_info the holders,
+ * permits and queue; inspect sees the name in use. */
+static void test_admin_view(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *f = fair(c, "adm-fair", 5000), *s = NULL, *p = new_lock(c, "adm-plain");
+    CHECK_OK(watchlock_semaphore_new(&s, c, "adm-sem", 7, 5));
+    CHECK_OK(watchlock_lock_acquire(f, 0));
+    CHECK_OK(watchlock_semaphore_acquire(s, 2, 0));
+    CHECK_OK(watchlock_lock_acquire(p, 0));
+    pid_t w = spawn_waiter("adm-fair", 5000, 1);
+    WAIT_FOR(q_info(c, "adm-fair", Q_LEN) == 1, 20000);
+    sleep_ms(50);
+    watchlock_name_info *info = NULL;
+    CHECK_OK(watchlock_client_name_info(&info, c, "adm-fair", 8));
+    CHECK_EQ(watchlock_name_info_kind(info), WATCHLOCK_KIND_FAIR);
+    CHECK_EQ(watchlock_name_info_permits(info), 1);
+    CHECK_EQ(watchlock_name_info_holders(info), 1);
+    CHECK_EQ(watchlock_name_info_queue_length(info), 1);
+    CHECK_INT(watchlock_name_info_oldest_wait_ms(info), >=, 40);
+    CHECK_INT(watchlock_name_info_remaining_ms(info), >, 0);
+    CHECK_EQ(watchlock_name_info_fence(info), watchlock_lock_fencing_token(f));
+    watchlock_name_info_free(info);
+    CHECK_OK(watchlock_client_name_info(&info, c, "adm-sem", 7));
+    CHECK_EQ(watchlock_name_info_kind(info), WATCHLOCK_KIND_SEMAPHORE);
+    CHECK_EQ(watchlock_name_info_permits(info), 5);
+    CHECK_EQ(watchlock_name_info_in_use(info), 2);
+    watchlock_name_info_free(info);
+    CHECK_OK(watchlock_client_name_info(&info, c, "adm-plain", 9));
+    CHECK_EQ(watchlock_name_info_kind(info), WATCHLOCK_KIND_PLAIN);
+    watchlock_name_info_free(info);
+    CHECK_OK(watchlock_client_name_info(&info, c, "adm-none", 8));
+    CHECK_EQ(watchlock_name_info_kind(info), WATCHLOCK_KIND_NONE);
+    watchlock_name_info_free(info);
+    int held = 0;
+    CHECK_OK(watchlock_client_inspect(c, "adm-sem", 7, &held, NULL, NULL));
+    CHECK_EQ(held, 1);
+    watchlock_lock_list *list = NULL;
+    CHECK_OK(watchlock_client_list(&list, c, "adm-*", 5));
+    CHECK_EQ(watchlock_lock_list_count(list), 3);
+    const int kinds[3] = {WATCHLOCK_KIND_FAIR, WATCHLOCK_KIND_PLAIN, WATCHLOCK_KIND_SEMAPHORE}; /* sorted by name */
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_EQ(watchlock_lock_list_kind(list, i), kinds[i]);
+        CHECK_INT(watchlock_lock_list_remaining_ms(list, i), >, 0);
+    }
+    watchlock_lock_list_free(list);
+    CHECK_OK(watchlock_lock_release(f));
+    q_wait_child(w, "waiter");
+    CHECK_OK(watchlock_lock_release(s));
+    CHECK_OK(watchlock_lock_release(p));
+    watchlock_lock_free(f);
+    watchlock_lock_free(s);
+    watchlock_lock_free(p);
+    watchlock_client_close(c);
+}
+
 static const test_case tests[] = {
     {"basics", test_basics, 0},
     {"fifo_20_processes", test_fifo_20_processes, 0},
@@ -335,6 +391,7 @@ static const test_case tests[] = {
     {"sigstop_past_lease", test_sigstop_past_lease, 0},
     {"timeout_leaves_queue", test_timeout_leaves_queue, 0},
     {"kinds_on_one_name", test_kinds_on_one_name, 0},
+    {"admin_view", test_admin_view, 0},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)
