@@ -55,34 +55,35 @@ static void test_basics(void)
 /* 20 processes queue one after the other (each enqueued before the next
  * starts) while the parent holds the name; each, once it has the lock,
  * appends its number to a list. The list must be 0..19. */
+static void fifo_body(const q_args *a)
+{
+    watchlock_client *cc = open_client(test_url(""));
+    watchlock_lock *w = fair(cc, a->name, a->lease);
+    CHECK_OK(watchlock_lock_acquire(w, 60000));
+    CHECK(rh_int(test_server(), "RPUSH %s-order %d", a->name, a->tag) > 0);
+    CHECK_OK(watchlock_lock_release(w));
+    watchlock_lock_free(w);
+    watchlock_client_close(cc);
+}
+
 static void test_fifo_20_processes(void)
 {
     enum { N = 20 };
+    q_child ch[N];
+    for (int i = 0; i < N; i++)
+        ch[i] = q_fork(fifo_body, (q_args){.name = "f-fifo", .lease = 5000, .tag = i});
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *l = fair(c, "f-fifo", 5000);
     CHECK_OK(watchlock_lock_acquire(l, 0));
-    pid_t pids[N];
     for (int i = 0; i < N; i++) {
-        fflush(stdout);
-        pids[i] = fork();
-        CHECK(pids[i] >= 0);
-        if (pids[i] == 0) {
-            watchlock_client *cc = open_client(test_url(""));
-            watchlock_lock *w = fair(cc, "f-fifo", 5000);
-            CHECK_OK(watchlock_lock_acquire(w, 60000));
-            CHECK(rh_int(test_server(), "RPUSH f-fifo-order %d", i) > 0);
-            CHECK_OK(watchlock_lock_release(w));
-            watchlock_lock_free(w);
-            watchlock_client_close(cc);
-            _exit(0);
-        }
+        q_go(&ch[i]);
         WAIT_FOR(q_info(c, "f-fifo", Q_LEN) == i + 1, 20000);
         CHECK_EQ(q_info(c, "f-fifo", Q_LEN), i + 1);
     }
     CHECK_INT(q_info(c, "f-fifo", Q_OLDEST), >, 0);
     CHECK_OK(watchlock_lock_release(l));
     for (int i = 0; i < N; i++)
-        q_wait_child(pids[i], "fifo waiter");
+        q_wait_child(ch[i].pid, "fifo waiter");
     redisReply *r = rh_command(test_server(), "LRANGE f-fifo-order 0 -1");
     CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == N);
     for (int i = 0; i < N; i++)
@@ -95,27 +96,29 @@ static void test_fifo_20_processes(void)
 /* A greedy releaser re-acquires at once after each release: with a waiter
  * queued, the name is handed to the waiter inside the release, so the
  * releaser's immediate try always fails. */
+static void barge_body(const q_args *a)
+{
+    (void)a; /* the waiter: takes the lock 30 times, each time queued behind the greedy holder */
+    watchlock_client *cc = open_client(test_url(""));
+    watchlock_lock *w = fair(cc, "f-barge", 5000);
+    for (int i = 0; i < 30; i++) {
+        CHECK_OK(watchlock_lock_acquire(w, 20000));
+        CHECK(rh_int(test_server(), "INCR f-barge-turns") > 0);
+        CHECK_OK(watchlock_lock_release(w));
+        /* wait until the greedy one holds again before queueing */
+        WAIT_FOR(rh_int(test_server(), "INCRBY f-barge-greedy 0") > i, 20000);
+    }
+}
+
 static void test_no_barging(void)
 {
+    q_child ch = q_fork(barge_body, (q_args){0});
     watchlock_client *c1 = open_client(test_url(""));
     watchlock_lock *greedy = fair(c1, "f-barge", 5000);
     CHECK(rh_ok(test_server(), "SET f-barge-greedy 0"));
     CHECK_OK(watchlock_lock_acquire(greedy, 0));
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) { /* the waiter: takes the lock 30 times, each time queued behind the greedy holder */
-        watchlock_client *cc = open_client(test_url(""));
-        watchlock_lock *w = fair(cc, "f-barge", 5000);
-        for (int i = 0; i < 30; i++) {
-            CHECK_OK(watchlock_lock_acquire(w, 20000));
-            CHECK(rh_int(test_server(), "INCR f-barge-turns") > 0);
-            CHECK_OK(watchlock_lock_release(w));
-            /* wait until the greedy one holds again before queueing */
-            WAIT_FOR(rh_int(test_server(), "INCRBY f-barge-greedy 0") > i, 20000);
-        }
-        _exit(0);
-    }
+    q_go(&ch);
+    pid_t pid = ch.pid;
     int barged = 0;
     for (int i = 0; i < 30; i++) {
         WAIT_FOR(q_info(c1, "f-barge", Q_LEN) == 1, 20000);
@@ -174,31 +177,27 @@ static void test_handoff_on_expiry(void)
     watchlock_client_close(c);
 }
 
-static pid_t spawn_waiter(const char *name, int64_t lease, int tag)
+static void waiter_body(const q_args *a)
 {
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        watchlock_client *cc = open_client(test_url(""));
-        watchlock_lock *w = fair(cc, name, lease);
-        CHECK_OK(watchlock_lock_acquire(w, 60000));
-        CHECK(rh_int(test_server(), "RPUSH %s-got %d", name, tag) > 0);
-        CHECK_OK(watchlock_lock_release(w));
-        _exit(0);
-    }
-    return pid;
+    watchlock_client *cc = open_client(test_url(""));
+    watchlock_lock *w = fair(cc, a->name, a->lease);
+    CHECK_OK(watchlock_lock_acquire(w, 60000));
+    CHECK(rh_int(test_server(), "RPUSH %s-got %d", a->name, a->tag) > 0);
+    CHECK_OK(watchlock_lock_release(w));
 }
 
 /* A queued waiter SIGKILLed leaves the queue within its liveness lease. */
 static void test_sigkill_queued_waiter(void)
 {
+    q_child ca = q_fork(waiter_body, (q_args){.name = "f-killq", .lease = 1000, .tag = 1});
+    q_child cb = q_fork(waiter_body, (q_args){.name = "f-killq", .lease = 1000, .tag = 2});
+    pid_t a = ca.pid, b = cb.pid;
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *l = fair(c, "f-killq", 5000);
     CHECK_OK(watchlock_lock_acquire(l, 0));
-    pid_t a = spawn_waiter("f-killq", 1000, 1);
+    q_go(&ca);
     WAIT_FOR(q_info(c, "f-killq", Q_LEN) == 1, 20000);
-    pid_t b = spawn_waiter("f-killq", 1000, 2);
+    q_go(&cb);
     WAIT_FOR(q_info(c, "f-killq", Q_LEN) == 2, 20000);
     CHECK_EQ(q_info(c, "f-killq", Q_LEN), 2);
     int64_t t0 = now_ms();
@@ -221,12 +220,16 @@ static void test_sigkill_queued_waiter(void)
  * the lock. */
 static void test_sigkill_granted_before_learning(void)
 {
+    /* a: a long lease: a grant it never learns of must not cost it */
+    q_child ca = q_fork(waiter_body, (q_args){.name = "f-killg", .lease = 30000, .tag = 1});
+    q_child cb = q_fork(waiter_body, (q_args){.name = "f-killg", .lease = 1000, .tag = 2});
+    pid_t a = ca.pid, b = cb.pid;
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *l = fair(c, "f-killg", 5000);
     CHECK_OK(watchlock_lock_acquire(l, 0));
-    pid_t a = spawn_waiter("f-killg", 30000, 1); /* a long lease: a grant must not cost it */
+    q_go(&ca);
     WAIT_FOR(q_info(c, "f-killg", Q_LEN) == 1, 20000);
-    pid_t b = spawn_waiter("f-killg", 1000, 2);
+    q_go(&cb);
     WAIT_FOR(q_info(c, "f-killg", Q_LEN) == 2, 20000);
     CHECK(kill(a, SIGSTOP) == 0);
     CHECK_OK(watchlock_lock_release(l)); /* grants to a, which cannot learn of it */
@@ -329,13 +332,15 @@ static void test_kinds_on_one_name(void)
  * permits and queue; inspect sees the name in use. */
 static void test_admin_view(void)
 {
+    q_child ch = q_fork(waiter_body, (q_args){.name = "adm-fair", .lease = 5000, .tag = 1});
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *f = fair(c, "adm-fair", 5000), *s = NULL, *p = new_lock(c, "adm-plain");
     CHECK_OK(watchlock_semaphore_new(&s, c, "adm-sem", 7, 5));
     CHECK_OK(watchlock_lock_acquire(f, 0));
     CHECK_OK(watchlock_semaphore_acquire(s, 2, 0));
     CHECK_OK(watchlock_lock_acquire(p, 0));
-    pid_t w = spawn_waiter("adm-fair", 5000, 1);
+    q_go(&ch);
+    pid_t w = ch.pid;
     WAIT_FOR(q_info(c, "adm-fair", Q_LEN) == 1, 20000);
     sleep_ms(50);
     watchlock_name_info *info = NULL;
