@@ -302,6 +302,40 @@ static void test_timeout_leaves_queue(void)
     watchlock_client_close(c);
 }
 
+/* A handle that waits in slices (watchlock_lock_set_wait_slices, as the
+ * Python binding does) keeps its place between its acquire calls, and
+ * watchlock_lock_forget_wait() gives it up at once. */
+static void test_wait_slices_keep_place(void)
+{
+    q_child ch = q_fork(waiter_body, (q_args){.name = "f-slices", .lease = 5000, .tag = 2});
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *a = fair(c, "f-slices", 5000), *b = fair(c, "f-slices", 5000);
+    CHECK_OK(watchlock_lock_set_wait_slices(b, 1));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_STATUS(watchlock_lock_acquire(b, 100), WATCHLOCK_ETIMEDOUT);
+    CHECK_EQ(q_info(c, "f-slices", Q_LEN), 1); /* kept */
+    q_go(&ch);
+    WAIT_FOR(q_info(c, "f-slices", Q_LEN) == 2, 20000);
+    CHECK_STATUS(watchlock_lock_acquire(b, 100), WATCHLOCK_ETIMEDOUT);
+    CHECK_EQ(q_info(c, "f-slices", Q_LEN), 2);
+    CHECK_OK(watchlock_lock_release(a)); /* b is still first, between its slices */
+    CHECK_OK(watchlock_lock_acquire(b, 100));
+    CHECK_EQ(rh_int(test_server(), "LLEN f-slices-got"), 0);
+    CHECK_OK(watchlock_lock_release(b));
+    q_wait_child(ch.pid, "second waiter");
+    /* forget_wait leaves at once */
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_STATUS(watchlock_lock_acquire(b, 100), WATCHLOCK_ETIMEDOUT);
+    CHECK_EQ(q_info(c, "f-slices", Q_LEN), 1);
+    CHECK_OK(watchlock_lock_forget_wait(b));
+    CHECK_EQ(q_info(c, "f-slices", Q_LEN), 0);
+    CHECK_OK(watchlock_lock_release(a));
+    CHECK_EQ(q_info(c, "f-slices", Q_HOLDERS), 0);
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(c);
+}
+
 /* Kinds on one name (issue 22.5): refused with EWRONGTYPE, never mixed. */
 static void test_kinds_on_one_name(void)
 {
@@ -395,6 +429,7 @@ static const test_case tests[] = {
     {"sigkill_granted_before_learning", test_sigkill_granted_before_learning, 0},
     {"sigstop_past_lease", test_sigstop_past_lease, 0},
     {"timeout_leaves_queue", test_timeout_leaves_queue, 0},
+    {"wait_slices_keep_place", test_wait_slices_keep_place, 0},
     {"kinds_on_one_name", test_kinds_on_one_name, 0},
     {"admin_view", test_admin_view, 0},
     {NULL, NULL, 0}};
