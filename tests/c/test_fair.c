@@ -9,6 +9,8 @@
  */
 #include "queue_helpers.h"
 
+#include <stdatomic.h>
+
 static watchlock_lock *fair(watchlock_client *c, const char *name, int64_t lease)
 {
     watchlock_lock *l = NULL;
@@ -336,6 +338,37 @@ static void test_wait_slices_keep_place(void)
     watchlock_client_close(c);
 }
 
+static atomic_int force_lost;
+
+static void on_force_lost(watchlock_lock *l, int reason, void *data)
+{
+    (void)l, (void)data;
+    atomic_store(&force_lost, reason);
+}
+
+/* Admin force-release of a name in use as a fair lock: the holder learns
+ * it at its next renewal (LOST_TAKEN), the queue is cleared, the name is
+ * free for the next acquire: never two holders. */
+static void test_force_release(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *a = fair(c, "f-force", 900), *b = fair(c, "f-force", 5000);
+    CHECK_OK(watchlock_lock_set_on_lost(a, on_force_lost, NULL));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    int released = 0;
+    CHECK_OK(watchlock_client_force_release(c, "f-force", 7, &released));
+    CHECK_EQ(released, 1);
+    CHECK_EQ(q_info(c, "f-force", Q_KIND), WATCHLOCK_KIND_NONE);
+    WAIT_FOR(atomic_load(&force_lost) != 0, 5000);
+    CHECK_EQ(atomic_load(&force_lost), WATCHLOCK_LOST_TAKEN);
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    CHECK_EQ(q_info(c, "f-force", Q_HOLDERS), 1);
+    CHECK_OK(watchlock_lock_release(b));
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(c);
+}
+
 /* Kinds on one name (issue 22.5): refused with EWRONGTYPE, never mixed. */
 static void test_kinds_on_one_name(void)
 {
@@ -430,6 +463,7 @@ static const test_case tests[] = {
     {"sigstop_past_lease", test_sigstop_past_lease, 0},
     {"timeout_leaves_queue", test_timeout_leaves_queue, 0},
     {"wait_slices_keep_place", test_wait_slices_keep_place, 0},
+    {"force_release", test_force_release, 0},
     {"kinds_on_one_name", test_kinds_on_one_name, 0},
     {"admin_view", test_admin_view, 0},
     {NULL, NULL, 0}};
