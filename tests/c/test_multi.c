@@ -283,7 +283,7 @@ static void test_other_kind_fails_clearly(void)
     watchlock_client *c = open_client(test_url(""));
     const char *names[] = {"kind-a", "kind-q"};
     watchlock_lock *m = new_multi(c, names, 2);
-    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(m, 0), WATCHLOCK_ESERVER);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(m, 0), WATCHLOCK_EWRONGTYPE);
     CHECK_MSG(strstr(watchlock_last_error(), "another lock kind") != NULL, "message: %s", watchlock_last_error());
     CHECK_EQ(exists("kind-a"), 0);
     watchlock_lock_free(m);

@@ -247,7 +247,7 @@ static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, si
                 return WATCHLOCK_ETIMEDOUT;
             }
             freeReplyObject(r);
-            return wl_fail(WATCHLOCK_ESERVER,
+            return wl_fail(WATCHLOCK_EWRONGTYPE,
                            "%s: name %s is in use as another lock kind (its key is not a plain lock's string: "
                            "WRONGTYPE); nothing was taken",
                            what, m->m[i].hold.quoted);
