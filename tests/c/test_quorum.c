@@ -440,6 +440,39 @@ static void fencing_raise_needed(void)
     five_free(&f);
 }
 
+/* ---- min_replicas: each member's WAIT decides for that member ---- */
+
+static void min_replicas_per_member(void)
+{
+    five f;
+    five_start(&f);
+    /* members 0..2 ask for a replica they do not have: their grants never count */
+    char url[3][600];
+    for (int i = 0; i < 3; i++) {
+        snprintf(url[i], sizeof url[i], "%s&min_replicas=1&min_replicas_timeout=100ms", f.url[i]);
+        f.urls[i] = url[i];
+    }
+    watchlock_client *c = open_q(f.urls, N);
+    watchlock_lock *l = lock_lease(c, "wait", LEASE);
+    int rc = watchlock_lock_acquire(l, 3 * LEASE);
+    CHECK_MSG(rc == WATCHLOCK_ECONN, "acquire returned %d (%s)", rc, watchlock_last_error());
+    CHECK_EQ(count_status(l, WATCHLOCK_MEMBER_UNREACHABLE), 3);
+    WAIT_FOR(key_exists(f.s[0], "wait") + key_exists(f.s[1], "wait") + key_exists(f.s[2], "wait") +
+                     key_exists(f.s[3], "wait") + key_exists(f.s[4], "wait") ==
+                 0,
+             2000);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(key_exists(f.s[i], "wait"), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    /* the same members without the option: granted */
+    for (int i = 0; i < 3; i++)
+        f.urls[i] = f.url[i];
+    c = settled(&f);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
 /* ---- TLS, plain and Sentinel members in one quorum ---- */
 
 static void mixed_members(void)
@@ -490,6 +523,7 @@ static const test_case tests[] = {
     {"restarted_member_kept_out", restarted_member_kept_out, 0},
     {"fencing_monotonic", fencing_monotonic, 0},
     {"fencing_raise_needed", fencing_raise_needed, 0},
+    {"min_replicas_per_member", min_replicas_per_member, 0},
     {"mixed_members", mixed_members, 0},
     {NULL, NULL, 0},
 };
