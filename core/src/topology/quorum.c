@@ -11,8 +11,9 @@
  * owner could assemble a majority from it and the members the first owner
  * does not hold. So a member counts toward no majority until one lease (the
  * longest this client used) after it came back. "Came back" is learnt from
- * INFO server: its uptime (now - uptime, rounded so that it is never
- * earlier than the truth), or, when its run_id changed while its uptime is
+ * INFO server: its uptime (now - uptime + 1 s: uptime_in_seconds may
+ * exceed the truth by a second, and the start must never be taken earlier
+ * than it was), or, when its run_id changed while its uptime is
  * long (a Sentinel failover to a replica), the moment the change was seen.
  * INFO goes first on every fresh connection to a member: a restart drops
  * every connection, so no connection opened after it escapes the check.
@@ -81,8 +82,10 @@ static void apply_info(wl_quorum *q, size_t i, const redisReply *r)
     bool first = m->run_id[0] == '\0', changed = !first && strcmp(m->run_id, rid) != 0;
     snprintf(m->run_id, sizeof m->run_id, "%s", rid);
     pthread_mutex_unlock(&q->mu);
-    /* uptime_in_seconds is rounded down: now - up is never before the real start */
-    int64_t back = now - up;
+    /* uptime_in_seconds is the difference of two whole-second wall-clock
+     * readings: it may exceed the real uptime by up to a second. The latest
+     * possible start is now - (up - 1 s): never before the real one. */
+    int64_t back = now - (up > 1000000 ? up - 1000000 : 0);
     if (changed && up >= lease)
         back = now; /* a new run_id with a long uptime (a promoted replica): from when it was seen */
     if (changed)
