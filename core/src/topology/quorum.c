@@ -387,10 +387,21 @@ static void start_member(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, bool
     wl_server *srv = q->m[i].srv;
     mc->head = mc->tail = 0;
     mc->got_any = false;
+    /* Connections are opened one member after the other: a member whose
+     * connect just failed (a host down, SYNs dropped) would cost every call
+     * its connect timeout before the members after it are written to. It
+     * is skipped instead until one connect timeout has passed. */
+    int64_t now = wl_now_us();
+    if (now < atomic_load(&q->m[i].down_until_us)) {
+        member_failed(q, call, mc, i, "down");
+        return;
+    }
     int rc = fresh ? wl_server_connect(srv, 0, &mc->conn) : wl_server_get(srv, &mc->conn, &mc->reused);
     if (fresh)
         mc->reused = false;
     if (rc != WATCHLOCK_OK) {
+        if (rc == WATCHLOCK_ECONN)
+            atomic_store(&q->m[i].down_until_us, wl_now_us() + srv->ep.connect_timeout_ms * 1000);
         member_failed(q, call, mc, i, "connect failed");
         return;
     }
