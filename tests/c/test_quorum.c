@@ -19,7 +19,7 @@
 
 #define N 5
 #define LEASE 1000
-#define OPTS "connect_timeout=1s&command_timeout=1s&safety_margin=150ms"
+#define OPTS "connect_timeout=1s&command_timeout=1s&safety_margin=250ms"
 
 typedef struct five {
     rh_server *s[N];
