@@ -114,8 +114,9 @@ static int parse_inspected(const redisReply *r, inspected *out, const char *what
     return WATCHLOCK_OK;
 }
 
-int watchlock_client_inspect_owner(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
-                                   watchlock_client *c, const void *name, size_t name_len)
+/* The public calls are quorum_client.c's (a quorum answers with its verdict). */
+int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
+                                watchlock_client *c, const void *name, size_t name_len)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
@@ -409,7 +410,7 @@ static int scan_node(wl_server *node, const char *kglob, size_t kglob_len, const
     return rc;
 }
 
-int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len)
+int wl_client_list_one(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
@@ -472,6 +473,66 @@ int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const 
         list->items[k++] = list->items[i];
     }
     list->n = k;
+    *out = list;
+    return WATCHLOCK_OK;
+}
+
+/* A quorum's list (quorum_client.c): the names held on at least `need`
+ * of the member lists; remaining_ms the need-th longest (how long that
+ * many still hold it), fence the highest; no owner. */
+typedef struct merged_ref {
+    const list_entry *e;
+} merged_ref;
+
+static int merged_cmp(const void *a, const void *b)
+{
+    return entry_cmp(((const merged_ref *)a)->e, ((const merged_ref *)b)->e);
+}
+
+static int rem_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a < 0 ? INT64_MAX : *(const int64_t *)a;
+    int64_t y = *(const int64_t *)b < 0 ? INT64_MAX : *(const int64_t *)b;
+    return x > y ? -1 : x < y;
+}
+
+int wl_lock_list_majority(watchlock_lock_list **out, watchlock_lock_list *const *lists, size_t n, size_t need)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += lists[i] ? lists[i]->n : 0;
+    merged_ref *all = malloc((total ? total : 1) * sizeof *all);
+    int64_t *rems = malloc((n ? n : 1) * sizeof *rems);
+    watchlock_lock_list *list = calloc(1, sizeof *list);
+    int rc = all && rems && list ? WATCHLOCK_OK : wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; rc == WATCHLOCK_OK && i < n; i++)
+        for (size_t j = 0; lists[i] && j < lists[i]->n; j++)
+            all[k++].e = &lists[i]->items[j];
+    if (rc == WATCHLOCK_OK)
+        qsort(all, k, sizeof *all, merged_cmp);
+    for (size_t i = 0; rc == WATCHLOCK_OK && i < k;) {
+        size_t j = i, m = 0;
+        int64_t fence = 0;
+        while (j < k && entry_cmp(all[i].e, all[j].e) == 0) {
+            if (m < n)
+                rems[m++] = all[j].e->remaining_ms;
+            fence = all[j].e->fence > fence ? all[j].e->fence : fence;
+            j++;
+        }
+        if (m >= need && need > 0) {
+            qsort(rems, m, sizeof *rems, rem_desc);
+            inspected got = {.remaining_ms = rems[need - 1], .fence = fence, .owner = NULL};
+            rc = list_add(list, all[i].e->name, all[i].e->name_len, &got);
+        }
+        i = j;
+    }
+    free(all);
+    free(rems);
+    if (rc != WATCHLOCK_OK) {
+        watchlock_lock_list_free(list);
+        return rc;
+    }
     *out = list;
     return WATCHLOCK_OK;
 }

@@ -42,7 +42,13 @@ static const wl_hold_ops queued_ops = {
 static int queued_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, int kind,
                       int64_t cap)
 {
-    int rc = wl_handle_new(out, c, name, name_len, &queued_ops);
+    if (out != NULL)
+        *out = NULL;
+    int rc = wl_quorum_refuse(c, kind == WATCHLOCK_KIND_FAIR        ? "fair"
+                                 : kind == WATCHLOCK_KIND_SEMAPHORE ? "semaphore"
+                                                                    : "read-write");
+    if (rc == WATCHLOCK_OK)
+        rc = wl_handle_new(out, c, name, name_len, &queued_ops);
     if (rc != WATCHLOCK_OK)
         return rc;
     int64_t k = kind == WATCHLOCK_KIND_WRITE ? RW_CAP : 1;

@@ -61,6 +61,7 @@ struct watchlock_lock {
     const wl_kind_ops *kind; /* NULL: the plain lock (or a kind that needs no dispatch) */
     void *kind_data;         /* the kind's own (multi.c: its members) */
     wl_queued *q;           /* a queued kind's (queue.c), NULL for the plain lock; set at creation */
+    struct wl_qlock *quorum; /* a quorum client's per-member state (quorum_lock.c), made at the first acquire */
 };
 
 /* The handle whose hold is h (the plain lock's ops get their wl_hold *). */
@@ -70,6 +71,16 @@ static inline watchlock_lock *wl_lock_of(wl_hold *h)
 }
 
 int wl_check_lock(const watchlock_lock *l);
+/* The fencing token the hold recorded (handle.c; 0 for NULL or forked). */
+int64_t wl_lock_fence(const watchlock_lock *l);
+/* Quorum clients (quorum_lock.c): the plain lock's acquire and extend.
+ * wl_quorum_refuse is the refusal point for the kinds not built on a
+ * quorum yet (fair, semaphore, rwlock, multi): EINVAL with a message naming
+ * `kind` on a quorum client, OK on any other; call it from the kind's
+ * constructor. */
+int wl_quorum_refuse(watchlock_client *c, const char *kind);
+int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
+int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms);
 /* A new handle of the kind whose hold ops are `ops` (handle.c): checks the
  * client and the name, makes the keys and a token, links it to the client. */
 int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len,

@@ -188,7 +188,9 @@ int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *c, const vo
                 return wl_fail(WATCHLOCK_EINVAL, "multi-lock: name %zu is listed twice", i);
     }
     watchlock_lock *l;
-    int rc = wl_handle_new(&l, c, names[0], name_lens[0], &group_ops);
+    int rc = wl_quorum_refuse(c, "multi");
+    if (rc == WATCHLOCK_OK)
+        rc = wl_handle_new(&l, c, names[0], name_lens[0], &group_ops);
     if (rc != WATCHLOCK_OK)
         return rc;
     wl_multi *m = calloc(1, sizeof *m);
