@@ -38,6 +38,7 @@
 #include "proto/proto.h"
 
 #define Q_COMMON                                                                                               \
+    "local K = KEYS\n"                                                                                      \
     "local now, now_us\n"                                                                                     \
     "local function tick()\n"                                                                                 \
     "  if now then return end\n"                                                                              \
@@ -49,34 +50,34 @@
     "local HP, CP, PUB, FTTL\n"                                                                                \
     "local function fence(incr)\n"                                                                             \
     "  local n\n"                                                                                              \
-    "  if incr then n = redis.call('INCR', KEYS[2]) else n = tonumber(redis.call('GET', KEYS[2]) or '0') end\n" \
+    "  if incr then n = redis.call('INCR', K[2]) else n = tonumber(redis.call('GET', K[2]) or '0') end\n" \
     "  if n < 1000000000000000 then\n"                                                                         \
     "    n = now_us\n"                                                                                         \
-    "    redis.call('SET', KEYS[2], string.format('%.0f', n), 'PX', FTTL)\n"                                   \
+    "    redis.call('SET', K[2], string.format('%.0f', n), 'PX', FTTL)\n"                                   \
     "  end\n"                                                                                                  \
     "  return n\n"                                                                                             \
     "end\n"                                                                                                    \
     "local function drop_holder(h)\n"                                                                          \
-    "  if redis.call('ZREM', KEYS[3], h) == 1 then\n"                                                          \
-    "    used = used - tonumber(redis.call('HGET', KEYS[6], h) or '0')\n"                                      \
+    "  if redis.call('ZREM', K[3], h) == 1 then\n"                                                          \
+    "    used = used - tonumber(redis.call('HGET', K[6], h) or '0')\n"                                      \
     "  end\n"                                                                                                  \
-    "  redis.call('HDEL', KEYS[6], h, 'g:' .. h)\n"                                                            \
+    "  redis.call('HDEL', K[6], h, 'g:' .. h)\n"                                                            \
     "end\n"                                                                                                    \
     "local function drop_waiter(h)\n"                                                                          \
-    "  redis.call('ZREM', KEYS[4], h)\n"                                                                       \
-    "  redis.call('ZREM', KEYS[5], h)\n"                                                                       \
-    "  redis.call('HDEL', KEYS[6], 'w:' .. h)\n"                                                               \
-    "  if not redis.call('ZSCORE', KEYS[3], h) then redis.call('HDEL', KEYS[6], h) end\n"                      \
+    "  redis.call('ZREM', K[4], h)\n"                                                                       \
+    "  redis.call('ZREM', K[5], h)\n"                                                                       \
+    "  redis.call('HDEL', K[6], 'w:' .. h)\n"                                                               \
+    "  if not redis.call('ZSCORE', K[3], h) then redis.call('HDEL', K[6], h) end\n"                      \
     "end\n"                                                                                                    \
     "local function purge()\n"                                                                                 \
     "  tick()\n"                                                                                              \
-    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
+    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', K[3], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
     "    local p = redis.call('PTTL', HP .. h)\n"                                                              \
-    "    if p > 0 then redis.call('ZADD', KEYS[3], now + p, h)\n"                                              \
-    "    elseif p == -1 then redis.call('ZADD', KEYS[3], now + 1000, h)\n"                                     \
+    "    if p > 0 then redis.call('ZADD', K[3], now + p, h)\n"                                              \
+    "    elseif p == -1 then redis.call('ZADD', K[3], now + 1000, h)\n"                                     \
     "    else drop_holder(h) end\n"                                                                            \
     "  end\n"                                                                                                  \
-    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
+    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', K[5], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
     "    drop_waiter(h)\n"                                                                                     \
     "  end\n"                                                                                                  \
     "end\n"                                                                                                    \
@@ -84,18 +85,18 @@
     "  tick()\n"                                                                                              \
     "  local f = fence(rd ~= '1')\n"                                                                           \
     "  redis.call('SET', HP .. h, ident, 'PX', lease)\n"                                                       \
-    "  redis.call('ZADD', KEYS[3], now + tonumber(lease), h)\n"                                                \
-    "  redis.call('HSET', KEYS[6], h, k, 'g:' .. h, string.format('%.0f', f))\n"                              \
+    "  redis.call('ZADD', K[3], now + tonumber(lease), h)\n"                                                \
+    "  redis.call('HSET', K[6], h, k, 'g:' .. h, string.format('%.0f', f))\n"                              \
     "  used = used + k\n"                                                                                      \
     "  return f\n"                                                                                             \
     "end\n"                                                                                                    \
     "local function grant_head()\n"                                                                            \
     "  for i = 1, 128 do\n"                                                                                    \
-    "    local h = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n"                                                   \
+    "    local h = redis.call('ZRANGE', K[4], 0, 0)[1]\n"                                                   \
     "    if not h then return end\n"                                                                           \
-    "    local k = tonumber(redis.call('HGET', KEYS[6], h) or '1')\n"                                          \
+    "    local k = tonumber(redis.call('HGET', K[6], h) or '1')\n"                                          \
     "    if used + k > cap then return end\n"                                                                  \
-    "    local w = redis.call('HGET', KEYS[6], 'w:' .. h)\n"                                                   \
+    "    local w = redis.call('HGET', K[6], 'w:' .. h)\n"                                                   \
     "    drop_waiter(h)\n"                                                                                     \
     "    if w then\n"                                                                                          \
     "      local ident, lease, rd, live = string.match(w, '^(%S+) (%d+) (%d) (%d+)')\n"                      \
@@ -105,21 +106,21 @@
     "  end\n"                                                                                                  \
     "end\n"                                                                                                    \
     "local function finish(want)\n"                                                                           \
-    "  if redis.call('ZCARD', KEYS[3]) == 0 then used = 0 end\n"                                               \
-    "  if used == 0 and redis.call('ZCARD', KEYS[4]) == 0 and redis.call('HGET', KEYS[1], 'fixed') ~= '1' then\n" \
-    "    redis.call('DEL', KEYS[1], KEYS[5], KEYS[6])\n"                                                       \
+    "  if redis.call('ZCARD', K[3]) == 0 then used = 0 end\n"                                               \
+    "  if used == 0 and redis.call('ZCARD', K[4]) == 0 and redis.call('HGET', K[1], 'fixed') ~= '1' then\n" \
+    "    redis.call('DEL', K[1], K[5], K[6])\n"                                                       \
     "    return\n"                                                                                             \
     "  end\n"                                                                                                  \
-    "  redis.call('HSET', KEYS[1], 'used', string.format('%.0f', used))\n"                                    \
+    "  redis.call('HSET', K[1], 'used', string.format('%.0f', used))\n"                                    \
     "  for i = 1, 6 do\n"                                                                                      \
     "    if i ~= 2 then\n"                                                                                     \
-    "      local p = redis.call('PTTL', KEYS[i])\n"                                                            \
-    "      if p == -1 or (p >= 0 and p < want) then redis.call('PEXPIRE', KEYS[i], want) end\n"                \
+    "      local p = redis.call('PTTL', K[i])\n"                                                            \
+    "      if p == -1 or (p >= 0 and p < want) then redis.call('PEXPIRE', K[i], want) end\n"                \
     "    end\n"                                                                                                \
     "  end\n"                                                                                                  \
     "end\n"                                                                                                    \
     "local function load_state()\n"                                                                            \
-    "  local st = redis.call('HMGET', KEYS[1], 'cap', 'used')\n"                                               \
+    "  local st = redis.call('HMGET', K[1], 'cap', 'used')\n"                                               \
     "  cap, used = tonumber(st[1] or '0'), tonumber(st[2] or '0')\n"                                           \
     "end\n"
 
@@ -270,6 +271,55 @@ const char wl_q_set_permits_lua[] =
     "grant_head()\n"
     "finish(tonumber(ARGV[6]))\n"
     "return {1}\n";
+
+/* A client's waiters' liveness renewal, batched (the watchdog's rounds,
+ * hold/live_round.c): KEYS are 6 per waiter (its name's keys as above),
+ * ARGV 1 publish command, 2 fence TTL ms, then 6 per waiter: id, ident
+ * "<token>.1", liveness ms, lease ms, hold key prefix, channel prefix.
+ * For each name once: the liveness of its waiters that are still queued
+ * is set to now + liveness, expired holders and waiters are purged and
+ * what is free granted to the head (as the acquire script does, so a
+ * holder's expiry is handed on within one round). -> one integer per
+ * waiter: 2 granted (its hold key holds its ident: its thread's next
+ * acquire call takes it), 1 queued, 0 not queued (dropped: it enqueues
+ * again). O(log N) per waiter, O(PURGE log N) per name. */
+const char wl_q_live_lua[] =
+    Q_COMMON
+    "PUB, FTTL = ARGV[1], ARGV[2]\n"
+    "local n = #KEYS / 6\n"
+    "local res, names, order = {}, {}, {}\n"
+    "for i = 1, n do\n"
+    "  local g = names[KEYS[6 * i - 5]]\n"
+    "  if not g then g = {}; names[KEYS[6 * i - 5]] = g; order[#order + 1] = i end\n"
+    "  g[#g + 1] = i\n"
+    "end\n"
+    "for _, first in ipairs(order) do\n"
+    "  local b0 = 6 * (first - 1)\n"
+    "  K = {KEYS[b0 + 1], KEYS[b0 + 2], KEYS[b0 + 3], KEYS[b0 + 4], KEYS[b0 + 5], KEYS[b0 + 6]}\n"
+    "  HP, CP = ARGV[2 + b0 + 5], ARGV[2 + b0 + 6]\n"
+    "  local g = names[K[1]]\n"
+    "  if redis.call('TYPE', K[1])['ok'] == 'hash' then\n"
+    "    tick()\n"
+    "    load_state()\n"
+    "    local want = 0\n"
+    "    for _, i in ipairs(g) do\n"
+    "      local b = 2 + 6 * (i - 1)\n"
+    "      local live = tonumber(ARGV[b + 3])\n"
+    "      if redis.call('ZSCORE', K[4], ARGV[b + 1]) then redis.call('ZADD', K[5], now + live, ARGV[b + 1]) end\n"
+    "      want = math.max(want, 2 * math.max(tonumber(ARGV[b + 4]), live) + 1000)\n"
+    "    end\n"
+    "    purge()\n"
+    "    grant_head()\n"
+    "    finish(want)\n"
+    "  end\n"
+    "  for _, i in ipairs(g) do\n"
+    "    local b = 2 + 6 * (i - 1)\n"
+    "    if redis.call('GET', HP .. ARGV[b + 1]) == ARGV[b + 2] then res[i] = 2\n"
+    "    elseif redis.call('ZSCORE', K[4], ARGV[b + 1]) then res[i] = 1\n"
+    "    else res[i] = 0 end\n"
+    "  end\n"
+    "end\n"
+    "return res\n";
 
 /* Admin: what a name is used as. KEYS 1..6 as above.
  * -> {type, kind, cap, used, holders, queue length, oldest wait ms, fence,
