@@ -516,6 +516,47 @@ static void test_waiters_batched_liveness(void)
     watchlock_client_close(c);
 }
 
+/* Issue 22.7: the uncontended cycle (acquire + release of a name nobody
+ * else uses) takes fast paths in the queue's scripts: the Redis commands
+ * they run per cycle, counted with INFO commandstats (script calls
+ * included), stay within 16 (before: 20, the acquire script's 11 and the
+ * release script's 9 with its purge and hand-off look-ups). */
+static long long all_calls(void)
+{
+    static const char *const cmds[] = {"cmdstat_exists", "cmdstat_type", "cmdstat_del", "cmdstat_time",
+                                       "cmdstat_incr", "cmdstat_get", "cmdstat_set", "cmdstat_zadd",
+                                       "cmdstat_hset", "cmdstat_pexpire", "cmdstat_hmget", "cmdstat_hget",
+                                       "cmdstat_hdel", "cmdstat_zrem", "cmdstat_zcard", "cmdstat_zscore",
+                                       "cmdstat_zrangebyscore", "cmdstat_zrange", "cmdstat_pttl",
+                                       "cmdstat_hincrby", "cmdstat_zrank", "cmdstat_publish"};
+    long long n = 0;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        n += rh_info(test_server(), "commandstats", cmds[i]);
+    return n;
+}
+
+static void test_uncontended_cycle_cost(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = fair(c, "f-cycle", 10000);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_release(l));
+    enum { N = 100 };
+    long long before = all_calls(), scripts = script_calls();
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(watchlock_lock_acquire(l, 0));
+        CHECK_OK(watchlock_lock_release(l));
+    }
+    long long per = (all_calls() - before) / N, calls = (script_calls() - scripts) / N;
+    printf("    uncontended fair cycle: %lld script calls, %lld commands inside them\n", calls, per);
+    CHECK_EQ(calls, 2);
+    CHECK_INT(per, <=, 16);
+    CHECK_EQ(q_info(c, "f-cycle", Q_KIND), WATCHLOCK_KIND_NONE); /* nothing left behind */
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{f-cycle}:q:h watchlock:{f-cycle}:q:d"), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
 static const test_case tests[] = {
     {"basics", test_basics, 0},
     {"fifo_20_processes", test_fifo_20_processes, 0},
@@ -530,6 +571,7 @@ static const test_case tests[] = {
     {"kinds_on_one_name", test_kinds_on_one_name, 0},
     {"admin_view", test_admin_view, 0},
     {"waiters_batched_liveness", test_waiters_batched_liveness, 0},
+    {"uncontended_cycle_cost", test_uncontended_cycle_cost, 0},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)
