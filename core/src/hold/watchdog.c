@@ -224,8 +224,12 @@ static void collect(watchlock_client *c, int64_t now, int64_t round_us, vec *bat
         wl_hold *h = wl_heap_top(&c->renew_heap);
         /* Piggyback renewals due within a 50th of their interval on this
          * round: locks due a moment apart share a pipeline, and nobody's
-         * interval shrinks by more than 2%. */
-        if (h == NULL || !(h->wake_us <= now || h->renew_at_us - interval_us(h) / PIGGYBACK_DIV <= now))
+         * interval shrinks by more than 2%. A waiter's liveness (renewed
+         * every third of it) rides along when due within half of that: its
+         * lease never lapses, and waiters that queued at different moments
+         * share one batched call from their next round on. */
+        if (h == NULL || !(h->wake_us <= now || (h->waiting ? h->wake_us - h->live_ms * 1000 / 6
+                                                             : h->renew_at_us - interval_us(h) / PIGGYBACK_DIV) <= now))
             break;
         wl_heap_remove(&c->renew_heap, h);
         if (h->waiting) {
