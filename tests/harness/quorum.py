@@ -7,6 +7,7 @@ replication between them) on free loopback ports.
         q.resume(0, 1)                   # SIGCONT
         with q.paused(0, 1, 2): ...      # both, whatever the block does
         q.restart_empty(3)               # stop and start again on its port: no persistence, so empty
+        q.wait_settled(3)                # every member up for more than 3 s (the restart rule, below)
         q.get(2, key), q.exists(key)     # a key on one member; on how many members a key is
 
 Members can be TLS-only (`tls_members=(1,)` with a tls.Certs from
@@ -28,6 +29,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -125,6 +127,28 @@ class Quorum:
         os.kill(srv.proc.pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
         srv.restart()
 
+    def uptime(self, i: int) -> int:
+        info = self.member(i).command("INFO", "server")
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        for line in text.splitlines():
+            if line.startswith("uptime_in_seconds:"):
+                return int(line.split(":", 1)[1])
+        return 0
+
+    def wait_settled(self, lease_s: float, timeout: float = 60.0) -> None:
+        """Waits until every member has been up for longer than lease_s: the
+        restart rule keeps a member whose uptime is below the longest lease a
+        client uses out of majorities until one lease after it came back, so
+        a quorum of fresh servers grants nothing at first (a condition wait,
+        not a sleep: uptime is whole seconds, rounded down)."""
+        deadline = time.monotonic() + timeout
+        need = int(lease_s) + 1
+        for i in range(self.n):
+            while self.uptime(i) < need:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"member {i} not up for {need} s")
+                time.sleep(0.05)
+
     # ---- reading keys from outside the library
     def get(self, i: int, key) -> Optional[bytes]:
         return self.member(i).command("GET", key)
@@ -142,12 +166,16 @@ def _serve(argv: List[str]) -> int:
     import argparse
     p = argparse.ArgumentParser(prog="quorum.py --serve")
     p.add_argument("--members", type=int, default=5)
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="wait until every member is up for longer than this lease (s) before COMMAND")
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         p.error("missing -- COMMAND")
     with Quorum(a.members, preexec=die_with_parent) as q:
+        if a.settle:
+            q.wait_settled(a.settle)
         env = dict(os.environ, WATCHLOCK_URL=q.url_env,
                    WATCHLOCK_QUORUM_PORTS=",".join(str(p) for p in q.ports),
                    WATCHLOCK_QUORUM_PIDS=",".join(str(s.proc.pid) for s in q.servers),
