@@ -629,6 +629,8 @@ end
 -- renew_roundtrips, renewals, watchdog_cpu_us, subscribe_denied, acquires,
 -- contended_acquires, acquire_timeouts, release_retries (numbers); lost
 -- (losses by reason: taken, expired, max_renewals, max_hold, connection);
+-- quorum (quorum clients: restarts, kept_out, unreached, late_grants,
+-- fence_unavailable, split_votes; 0 on a plain client);
 -- wait_time, hold_time, renew_rtt: histograms { count = n, sum = seconds,
 -- buckets = { { le = seconds, count = n }, ... } } with fixed log-scale
 -- bounds (64 us * 4^i, the last math.huge) and counts not cumulative.
@@ -637,6 +639,8 @@ local STAT_COUNTERS = {
   "acquires", "contended_acquires", "acquire_timeouts", "release_retries",
 }
 local STAT_LOST = { "taken", "expired", "max_renewals", "max_hold", "connection" }
+-- quorum clients (issue 21; 0 on a plain client): docs/lua.md
+local STAT_QUORUM = { "restarts", "kept_out", "unreached", "late_grants", "fence_unavailable", "split_votes" }
 local STAT_HISTOGRAMS = {
   { "wait_time", "WATCHLOCK_HIST_WAIT", "WATCHLOCK_STAT_WAIT_US_SUM" },
   { "hold_time", "WATCHLOCK_HIST_HOLD", "WATCHLOCK_STAT_HOLD_US_SUM" },
@@ -653,6 +657,11 @@ function Client:stats()
     lost[key] = core.client_stat(handle, core["WATCHLOCK_STAT_LOST_" .. key:upper()])
   end
   stats.lost = lost
+  local quorum = {}
+  for _, key in ipairs(STAT_QUORUM) do
+    quorum[key] = core.client_stat(handle, core["WATCHLOCK_STAT_QUORUM_" .. key:upper()])
+  end
+  stats.quorum = quorum
   for _, h in ipairs(STAT_HISTOGRAMS) do
     local buckets, count = {}, 0
     for i = 0, core.WATCHLOCK_HIST_BUCKETS - 1 do

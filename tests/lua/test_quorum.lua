@@ -91,6 +91,7 @@ test("connect({urls}): acquire on every member, release", function()
   assert(tonumber(lock:fencing_token()) > 0)
   assert(lock:release())
   H.wait_until(function() return holders(H.lock_key(name)) == 0 end, 5, "released on every member")
+  H.eq(type(c:stats().quorum.restarts), "number", "stats().quorum.restarts")
   c:close()
 end)
 

@@ -244,6 +244,7 @@ def test_restarted_empty_member_is_not_counted_for_one_lease(name):
                 assert lock.members[2:] == ["granted"] * 3
                 assert lock.fencing_token > t1, "a member restarted empty keeps tokens increasing"
                 lock.release()
+            assert c.stats()["quorum"]["restarts"] >= 1
 
 
 def test_mixed_tls_and_plain_members(name):
