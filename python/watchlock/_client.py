@@ -75,6 +75,8 @@ class CheckCode(str, enum.Enum):
     SNAPSHOT_ONLY = "snapshot_only"    #: RDB only: a restart forgets the locks since the last snapshot
     REPLICA_ROLE = "replica_role"      #: the server is a replica: locks cannot be taken there
     UNCHECKED = "unchecked"            #: CONFIG GET or INFO denied: those settings were not checked
+    RESTARTED = "restarted"            #: quorum: a member restarted; it counts toward no majority for one lease
+    MEMBER_UNREACHABLE = "member_unreachable"  #: quorum: a member could not be checked (it counts against majorities)
 
     def __str__(self) -> str:
         return self.value

@@ -220,6 +220,17 @@ def test_lost_exits_79_before_the_majority_expires(quorum, name, tmp_path):
             proc.wait()
 
 
+def test_fencing_tokens_increase_across_runs(quorum, name, tmp_path):
+    tokens = []
+    for k in range(4):
+        out = tmp_path / f"t{k}"
+        r = cli("run", *url_args(quorum), "--ttl", "3s", name, "--", "sh", "-c",
+                f"echo $WATCHLOCK_FENCING_TOKEN > {out}")
+        assert r.returncode == 0, r.stderr
+        tokens.append(int(out.read_text()))
+    assert all(b > a for a, b in zip(tokens, tokens[1:])), tokens
+
+
 def test_check_shows_every_member(quorum):
     r = cli("check", *url_args(quorum))
     assert r.returncode in (0, 1), r.stderr

@@ -233,6 +233,8 @@ def test_restarted_empty_member_is_not_counted_for_one_lease(name):
                     seen.append(ei.value.members[4])
                     time.sleep(0.05)
                 assert "restarted" in seen, seen
+                codes = [f.code for f in c.check()]  # the quorum's check names the restarted member
+                assert watchlock.CheckCode.RESTARTED in codes and watchlock.CheckCode.MEMBER_UNREACHABLE in codes, codes
 
                 def acquired():
                     try:
