@@ -19,7 +19,7 @@
 
 #define N 5
 #define LEASE 1000
-#define OPTS "connect_timeout=1s&command_timeout=1s&safety_margin=150ms"
+#define OPTS "connect_timeout=1s&command_timeout=1s&safety_margin=250ms"
 
 typedef struct five {
     rh_server *s[N];
@@ -225,6 +225,19 @@ static void two_stopped(void)
     CHECK_OK(watchlock_lock_release(l));
     for (int i = 0; i < 3; i++)
         CHECK_EQ(key_exists(f.s[i], "two"), 0);
+    /* check names the frozen members */
+    watchlock_report *rep = NULL;
+    CHECK_OK(watchlock_client_check(&rep, c));
+    int down = 0;
+    for (size_t i = 0; i < watchlock_report_count(rep); i++)
+        if (watchlock_report_code(rep, i) == WATCHLOCK_CHECK_MEMBER_UNREACHABLE) {
+            down++;
+            CHECK(strstr(watchlock_report_message(rep, i), "member 4") != NULL ||
+                  strstr(watchlock_report_message(rep, i), "member 5") != NULL);
+        }
+    CHECK_EQ(down, 2);
+    CHECK_STR(watchlock_check_name(WATCHLOCK_CHECK_MEMBER_UNREACHABLE), "member_unreachable");
+    watchlock_report_free(rep);
     CHECK_EQ(rh_resume(f.s[3]), 0);
     CHECK_EQ(rh_resume(f.s[4]), 0);
     watchlock_lock_free(l);
