@@ -20,8 +20,8 @@ from ._lock import Lock, LockOptions, OnLost
 from ._multi import MultiLock
 from ._stats import Histogram
 from ._util import Duration, LostReason
-from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
-                         InternalError, InvalidArgument, LockError, LockLostError, LockNotOwnedError, LockTimeout,
+from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, FencingTokenUnavailable,
+                         ForkedError, InternalError, InvalidArgument, LockError, LockLostError, LockNotOwnedError, LockTimeout,
                          OutOfMemoryError, PermissionDeniedError, ReplicationError, ServerError)
 
 __version__: str = _native.version_string()
@@ -33,5 +33,5 @@ __all__ = [
     "Duration", "LockOptions", "OnLost", "Histogram",
     "Error", "LockError", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "PermissionDeniedError", "ReplicationError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
-    "OutOfMemoryError", "InternalError", "__version__",
+    "OutOfMemoryError", "InternalError", "FencingTokenUnavailable", "__version__",
 ]

@@ -5,7 +5,7 @@
 # names are str (UTF-8) or bytes. Handles are SWIG pointer objects: the
 # classes below exist only for type checkers. tests/python/test_typing.py
 # checks that every name here exists in the generated module.
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 class ClientHandle: ...
 class LockHandle: ...
@@ -24,6 +24,18 @@ WATCHLOCK_MAX_NAME: int
 WATCHLOCK_MAX_LABEL: int
 
 WATCHLOCK_OK: int
+WATCHLOCK_STAT_QUORUM_RESTARTS: int
+WATCHLOCK_STAT_QUORUM_KEPT_OUT: int
+WATCHLOCK_STAT_QUORUM_UNREACHED: int
+WATCHLOCK_STAT_QUORUM_LATE_GRANTS: int
+WATCHLOCK_STAT_QUORUM_FENCE_UNAVAILABLE: int
+WATCHLOCK_STAT_QUORUM_SPLIT_VOTES: int
+WATCHLOCK_EUNAVAIL: int
+WATCHLOCK_MEMBER_UNKNOWN: int
+WATCHLOCK_MEMBER_GRANTED: int
+WATCHLOCK_MEMBER_HELD: int
+WATCHLOCK_MEMBER_UNREACHABLE: int
+WATCHLOCK_MEMBER_RESTARTED: int
 WATCHLOCK_EINVAL: int
 WATCHLOCK_ENOMEM: int
 WATCHLOCK_ETIMEDOUT: int
@@ -91,6 +103,9 @@ def parse_renew_interval(text: str) -> Tuple[int, int, int, int]: ...
 def lock_set_renew_fraction(lock: LockHandle, num: int, den: int) -> int: ...
 
 def client_open(url: Optional[str]) -> Tuple[int, ClientHandle]: ...
+def client_open_quorum(urls: Union[List[str], Tuple[str, ...]]) -> Tuple[int, ClientHandle]: ...
+def client_member_count(client: ClientHandle) -> int: ...
+def lock_member_status(lock: LockHandle, i: int) -> int: ...
 def client_close(client: Optional[ClientHandle]) -> None: ...
 def client_inspect(client: ClientHandle, name: _Name) -> Tuple[int, int, int, int]: ...
 def client_force_release(client: ClientHandle, name: _Name) -> Tuple[int, int]: ...

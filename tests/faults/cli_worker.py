@@ -84,7 +84,8 @@ def main() -> int:
                    FAULTS_RESOURCE_PORT=str(a.resource_port), FAULTS_SCRIPTS=a.scripts,
                    FAULTS_NAME=a.name, FAULTS_ITERS=str(iters),
                    FAULTS_IDLE=",".join(str(rng.randint(a.idle_min_ms, a.idle_max_ms)) for _ in range(iters)))
-        cmd = [a.cli, "run", "--quiet", "--url", a.url, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",
+        urls = [x for u in a.url.split() for x in ("--url", u)]  # several: a Redlock quorum
+        cmd = [a.cli, "run", "--quiet", *urls, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",
                "--kill-after", f"{a.kill_after_ms}ms", a.name, "--"]
         if a.tree:
             # The job is a grandchild of watchlock, in a pipeline (the README's

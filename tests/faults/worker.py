@@ -69,7 +69,8 @@ def main() -> int:
     client = None
     for _ in range(50):
         try:
-            client = watchlock.Client(a.url)
+            # several URLs separated by spaces: a Redlock quorum (issue 21)
+            client = watchlock.Client(a.url.split() if " " in a.url else a.url)
             break
         except watchlock.Error:
             time.sleep(0.1)
@@ -107,8 +108,16 @@ def main() -> int:
         if not ok:
             hist.emit("acquire_failed", t=t, lock=a.name, t_call=t_call, status="timeout", detail="")
             continue
+        try:
+            fence = lock.fencing_token
+        except watchlock.Error as e:  # a quorum could not confirm the token's raise (issue 21.6)
+            hist.emit("acquire_failed", lock=a.name, t_call=t_call, status=type(e).__name__, detail="fence")
+            try:
+                lock.release()
+            except watchlock.Error:
+                pass
+            continue
         hold_no += 1
-        fence = lock.fencing_token
         cur["hold"], cur["fence"] = hold_no, fence
         hist.emit("acquired", t=t, hold=hold_no, lock=a.name, t_call=t_call, fence=fence,
                   remaining_ms=int(lock.remaining * 1000), pid=os.getpid())
