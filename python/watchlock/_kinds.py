@@ -1,0 +1,217 @@
+"""The queued lock kinds: FairLock, Semaphore, and RWLock's ReadLock/WriteLock.
+
+Each is a :class:`watchlock.Lock` whose core handle comes from another
+constructor of the C core (watchlock_fair_lock_new, watchlock_semaphore_new,
+watchlock_rwlock_new); every rule (the waiter queue in Redis, the direct
+hand-off, permits, phase-fair readers and writers, kinds on one name) lives
+in the core. What this layer adds is the Lock's idioms (``with``,
+``async with``, on_lost, exceptions) and, for a semaphore, the number of
+permits one acquire takes.
+
+A name used as another kind raises :class:`watchlock.WrongTypeError`
+(WATCHLOCK_EWRONGTYPE), as does a semaphore made with a ``permits`` count
+that differs from the name's.
+
+One object is one holder, like a Lock: threads of one process that share a
+FairLock (or a Semaphore, a ReadLock) take turns on it. For several holders
+in one process (readers that overlap, several permits held by different
+threads) make one object each; a decorator (``@client.fair_lock(name)``,
+``@rw.read_lock()``) makes one per call.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, TypeVar
+
+from . import _native
+from ._lock import _UNSET, Lock
+from ._util import OK, Duration, Name, fmt_name, raise_status
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+_c = importlib.import_module(f"{__package__}.__native")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _core(fn: str) -> Callable[..., Any]:
+    """A function of the C core, or a clear error when this build lacks it."""
+    f = getattr(_c, fn, None)
+    if f is None:
+        from .exceptions import InternalError
+        raise InternalError(f"this build of the watchlock core has no {fn}()")
+    return f
+
+
+class _Kind(Lock):
+    """What the kinds share: the arguments they were made with (a decorator
+    makes a fresh object per call with them), and being a decorator."""
+
+    _kind_label = "lock"
+
+    def __init__(self, client: Client, name: Name, **options: Any) -> None:
+        self._made_with: Tuple[Client, Name, Dict[str, Any]] = (client, name, dict(options))
+        super().__init__(client, name, **options)
+
+    def _fresh(self) -> _Kind:
+        client, name, options = self._made_with
+        return type(self)(client, name, **options)
+
+    def __call__(self, fn: F) -> F:
+        """Decorator: runs ``fn`` holding a fresh lock of this kind, name and
+        options (one per call, so that calls from several threads or tasks
+        are holders of their own)."""
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                async with self._fresh():
+                    return await fn(*args, **kwargs)
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self._fresh():
+                return fn(*args, **kwargs)
+        return wrapper  # type: ignore[return-value]
+
+    @property
+    def kind(self) -> str:
+        """"fair", "semaphore", "read" or "write" (the core's watchlock_lock_kind)."""
+        return _KIND_NAMES.get(_core("lock_kind")(self._h), "lock")
+
+    def __repr__(self) -> str:
+        return f"<watchlock.{type(self).__name__} {fmt_name(self._name)} {'held' if self.owned() else 'unlocked'}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"watchlock.{type(self).__name__} cannot be pickled: create one in each process")
+
+
+class FairLock(_Kind):
+    """A fair lock (FIFO, direct hand-off): waiters get it in the order they
+    asked, each release (or a holder's expiry) hands it to the oldest live
+    waiter, and nobody barges in. Made with :meth:`Client.fair_lock`; the
+    same options, methods and exceptions as :class:`Lock`."""
+
+    _native_new = staticmethod(lambda client, name: _core("fair_lock_new")(client, name))
+
+
+class Semaphore(_Kind):
+    """A semaphore with leased permits: at most ``permits`` permits of the
+    name are held at once, across every process. Made with
+    :meth:`Client.semaphore`. One acquire takes ``k`` permits (one hold,
+    renewed by the watchdog, lost as a whole); release() gives them back.
+    FIFO: a waiter at the head that wants more permits than are free blocks
+    later ones (no starvation of large requests)."""
+
+    def __init__(self, client: Client, name: Name, permits: int = 0, **options: Any) -> None:
+        if type(permits) is not int or permits < 0:
+            raise TypeError("permits must be an int >= 1 (or 0: the name's existing count)")
+        self._permits = permits
+        self._k = 1
+        super().__init__(client, name, **options)
+        self._made_with[2]["permits"] = permits
+
+    def _native_new(self, client: _native.ClientHandle, name: Name) -> Tuple[int, _native.LockHandle]:  # type: ignore[override]
+        return _core("semaphore_new")(client, name, self._permits)
+
+    def _acquire_fn(self, h: _native.LockHandle, wait: int) -> int:  # type: ignore[override]
+        return _core("semaphore_acquire")(h, self._k, wait)
+
+    @staticmethod
+    def _check_k(k: int) -> int:
+        if type(k) is not int or k < 1:
+            raise TypeError(f"k must be an int >= 1 (the number of permits to take), not {k!r}")
+        return k
+
+    def acquire(self, k: int = 1, blocking: Optional[bool] = None,  # type: ignore[override]
+                timeout: Optional[Duration] = _UNSET) -> bool:
+        """Takes ``k`` permits (threading.Semaphore's blocking/timeout, and
+        without them the semaphore's own blocking/blocking_timeout): True when
+        taken, False when the wait ran out. WrongTypeError when the name is
+        another kind or k is more than its permits."""
+        self._k = self._check_k(k)
+        return super().acquire(blocking, timeout)
+
+    async def acquire_async(self, k: int = 1, blocking: Optional[bool] = None,  # type: ignore[override]
+                            timeout: Optional[Duration] = _UNSET) -> bool:
+        self._k = self._check_k(k)
+        return await super().acquire_async(blocking, timeout)
+
+    def take(self, k: int) -> Semaphore:
+        """For ``with sem.take(3):``: the next ``with`` takes ``k`` permits."""
+        self._k = self._check_k(k)
+        return self
+
+    @property
+    def permits(self) -> int:
+        """The ``permits`` this object was made with (0: the name's own)."""
+        return self._permits
+
+
+class ReadLock(_Kind):
+    """The read side of a read-write lock: many readers at once, never with
+    a writer (:meth:`RWLock.read_lock`)."""
+
+    _native_new = staticmethod(lambda client, name: _core("rwlock_new")(client, name, 0))
+
+
+class WriteLock(_Kind):
+    """The write side of a read-write lock: one writer, no readers
+    (:meth:`RWLock.write_lock`)."""
+
+    _native_new = staticmethod(lambda client, name: _core("rwlock_new")(client, name, 1))
+
+    def downgrade(self) -> None:
+        """Turns the held write lock into a read share without a gap (no
+        writer can get in between); release() then releases the read share.
+        There is no upgrade: two readers upgrading at once would each wait
+        for the other to leave."""
+        st = _core("rwlock_downgrade")(self._h)
+        if st != OK:
+            self._raise(st, "downgrade")
+
+
+class RWLock:
+    """A read-write lock on one name (:meth:`Client.rwlock`): ``read_lock()``
+    and ``write_lock()`` make lock objects of its two sides. Phase-fair: a
+    waiting writer blocks readers that arrive after it, and the readers
+    queued before it enter together once it is done."""
+
+    def __init__(self, client: Client, name: Name) -> None:
+        self._client, self._name = client, name
+
+    @property
+    def name(self) -> Name:
+        return self._name
+
+    def read_lock(self, **options: Any) -> ReadLock:
+        """A new read side (the options of :meth:`Client.lock`)."""
+        return ReadLock(self._client, self._name, **options)
+
+    def write_lock(self, **options: Any) -> WriteLock:
+        """A new write side (the options of :meth:`Client.lock`)."""
+        return WriteLock(self._client, self._name, **options)
+
+    def __repr__(self) -> str:
+        return f"<watchlock.RWLock {fmt_name(self._name)}>"
+
+
+_KIND_NAMES: Dict[int, str] = {
+    getattr(_native, "WATCHLOCK_KIND_PLAIN", 0): "lock",
+    getattr(_native, "WATCHLOCK_KIND_FAIR", 1): "fair",
+    getattr(_native, "WATCHLOCK_KIND_SEMAPHORE", 2): "semaphore",
+    getattr(_native, "WATCHLOCK_KIND_READ", 3): "read",
+    getattr(_native, "WATCHLOCK_KIND_WRITE", 4): "write",
+    getattr(_native, "WATCHLOCK_KIND_MULTI", 5): "multi",
+}
+
+
+def set_permits(client: Client, name: Name, permits: int) -> None:
+    """Admin: changes the number of permits of semaphore ``name``."""
+    if type(permits) is not int or permits < 1:
+        raise TypeError("permits must be an int >= 1")
+    st = _core("client_set_permits")(client._runtime.handle(), name, permits)
+    if st != OK:
+        raise_status(st, f"cannot set the permits of semaphore {fmt_name(name)}", name)
