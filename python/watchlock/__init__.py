@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import _native
 from ._client import CheckCode, CheckFinding, Client, ListedLock, LockInfo, Owner, default_client, lock, synchronized
-from ._kinds import FairLock, ReadLock, RWLock, Semaphore, WriteLock
+from ._kinds import FairLock, NameInfo, ReadLock, RWLock, Semaphore, WriteLock
 from ._lock import Lock, LockOptions, OnLost
 from ._stats import Histogram
 from ._util import Duration, LostReason
@@ -35,5 +35,5 @@ __all__ = [
     "Error", "LockError", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "PermissionDeniedError", "ReplicationError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
     "OutOfMemoryError", "InternalError", "__version__",
-    "FairLock", "Semaphore", "RWLock", "ReadLock", "WriteLock", "WrongTypeError",
+    "FairLock", "NameInfo", "Semaphore", "RWLock", "ReadLock", "WriteLock", "WrongTypeError",
 ]

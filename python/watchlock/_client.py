@@ -13,7 +13,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, TypeVar, Union
 
 from . import _native, _util
-from ._kinds import FairLock, RWLock, Semaphore, set_permits
+from ._kinds import FairLock, NameInfo, RWLock, Semaphore, name_info, set_permits
 from ._lock import Lock, LockOptions, check_options
 from ._runtime import HasRuntime, Runtime
 from ._stats import client_stats
@@ -181,6 +181,12 @@ class Client(HasRuntime):
         ``.write_lock(**options)`` make lock objects of its sides (many
         readers or one writer, phase-fair; ``write.downgrade()``)."""
         return RWLock(self, name)
+
+    def name_info(self, name: Name) -> NameInfo:
+        """What the server knows of ``name`` whatever its kind: the kind
+        (None when not in use), permits, holders, readers/writer, the queue
+        (length, oldest wait). One round trip."""
+        return name_info(self, name)
 
     def set_permits(self, name: Name, permits: int) -> None:
         """Admin: changes the permit count of semaphore ``name``."""

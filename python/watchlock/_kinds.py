@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple, TypeVar
 
 from . import _native
 from ._lock import _UNSET, Lock
@@ -34,15 +34,6 @@ if TYPE_CHECKING:
 
 _c = importlib.import_module(f"{__package__}.__native")
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _core(fn: str) -> Callable[..., Any]:
-    """A function of the C core, or a clear error when this build lacks it."""
-    f = getattr(_c, fn, None)
-    if f is None:
-        from .exceptions import InternalError
-        raise InternalError(f"this build of the watchlock core has no {fn}()")
-    return f
 
 
 class _Kind(Lock):
@@ -79,7 +70,7 @@ class _Kind(Lock):
     @property
     def kind(self) -> str:
         """"fair", "semaphore", "read" or "write" (the core's watchlock_lock_kind)."""
-        return _KIND_NAMES.get(_core("lock_kind")(self._h), "lock")
+        return _KIND_NAMES.get(_native.lock_kind(self._h), "lock")
 
     def __repr__(self) -> str:
         return f"<watchlock.{type(self).__name__} {fmt_name(self._name)} {'held' if self.owned() else 'unlocked'}>"
@@ -94,7 +85,7 @@ class FairLock(_Kind):
     waiter, and nobody barges in. Made with :meth:`Client.fair_lock`; the
     same options, methods and exceptions as :class:`Lock`."""
 
-    _native_new = staticmethod(lambda client, name: _core("fair_lock_new")(client, name))
+    _native_new = _c.fair_lock_new
 
 
 class Semaphore(_Kind):
@@ -114,10 +105,10 @@ class Semaphore(_Kind):
         self._made_with[2]["permits"] = permits
 
     def _native_new(self, client: _native.ClientHandle, name: Name) -> Tuple[int, _native.LockHandle]:  # type: ignore[override]
-        return _core("semaphore_new")(client, name, self._permits)
+        return _c.semaphore_new(client, name, self._permits)
 
     def _acquire_fn(self, h: _native.LockHandle, wait: int) -> int:  # type: ignore[override]
-        return _core("semaphore_acquire")(h, self._k, wait)
+        return _c.semaphore_acquire(h, self._k, wait)
 
     @staticmethod
     def _check_k(k: int) -> int:
@@ -149,26 +140,31 @@ class Semaphore(_Kind):
         """The ``permits`` this object was made with (0: the name's own)."""
         return self._permits
 
+    @property
+    def held_permits(self) -> int:
+        """The permits this semaphore holds (or last asked for)."""
+        return _native.lock_permits(self._h)
+
 
 class ReadLock(_Kind):
     """The read side of a read-write lock: many readers at once, never with
     a writer (:meth:`RWLock.read_lock`)."""
 
-    _native_new = staticmethod(lambda client, name: _core("rwlock_new")(client, name, 0))
+    _native_new = staticmethod(lambda client, name: _c.rwlock_new(client, name, 0))
 
 
 class WriteLock(_Kind):
     """The write side of a read-write lock: one writer, no readers
     (:meth:`RWLock.write_lock`)."""
 
-    _native_new = staticmethod(lambda client, name: _core("rwlock_new")(client, name, 1))
+    _native_new = staticmethod(lambda client, name: _c.rwlock_new(client, name, 1))
 
     def downgrade(self) -> None:
         """Turns the held write lock into a read share without a gap (no
         writer can get in between); release() then releases the read share.
         There is no upgrade: two readers upgrading at once would each wait
         for the other to leave."""
-        st = _core("rwlock_downgrade")(self._h)
+        st = _native.rwlock_downgrade(self._h)
         if st != OK:
             self._raise(st, "downgrade")
 
@@ -212,6 +208,43 @@ def set_permits(client: Client, name: Name, permits: int) -> None:
     """Admin: changes the number of permits of semaphore ``name``."""
     if type(permits) is not int or permits < 1:
         raise TypeError("permits must be an int >= 1")
-    st = _core("client_set_permits")(client._runtime.handle(), name, permits)
+    st = _native.client_set_permits(client._runtime.handle(), name, permits)
     if st != OK:
         raise_status(st, f"cannot set the permits of semaphore {fmt_name(name)}", name)
+
+
+_NAME_KINDS: Dict[int, Optional[str]] = {
+    getattr(_native, "WATCHLOCK_KIND_NONE", -1): None,
+    getattr(_native, "WATCHLOCK_KIND_PLAIN", 0): "lock",
+    getattr(_native, "WATCHLOCK_KIND_FAIR", 1): "fair",
+    getattr(_native, "WATCHLOCK_KIND_SEMAPHORE", 2): "semaphore",
+    getattr(_native, "WATCHLOCK_KIND_RWLOCK", 6): "rwlock",
+}
+
+
+class NameInfo(NamedTuple):
+    """What the server knows of a name, whatever its kind (:meth:`Client.name_info`)."""
+    kind: Optional[str]        #: None (not in use), "lock", "fair", "semaphore" or "rwlock"
+    permits: int               #: a semaphore's N (1 for a lock or fair lock, 0 for an rwlock)
+    in_use: int                #: permits in use, holders, or readers (rwlock)
+    holders: int               #: holds now (each permit acquisition, reader share or writer)
+    writer: bool               #: a writer holds the read-write lock
+    queue_length: int          #: waiters in the queue
+    oldest_wait: float         #: seconds the oldest waiter has waited (0 when none)
+    fence: int                 #: the name's fencing counter
+    remaining: Optional[float]  #: longest lease left among the holders, s (None: no expiry)
+
+
+def name_info(client: Client, name: Name) -> NameInfo:
+    st, info = _native.client_name_info(client._runtime.handle(), name)
+    if st != OK:
+        raise_status(st, f"cannot inspect name {fmt_name(name)}", name)
+    try:
+        remaining_ms = _native.name_info_remaining_ms(info)
+        return NameInfo(_NAME_KINDS.get(_native.name_info_kind(info), "unknown"),
+                        _native.name_info_permits(info), _native.name_info_in_use(info),
+                        _native.name_info_holders(info), bool(_native.name_info_writer(info)),
+                        _native.name_info_queue_length(info), _native.name_info_oldest_wait_ms(info) / 1000.0,
+                        _native.name_info_fence(info), None if remaining_ms < 0 else remaining_ms / 1000.0)
+    finally:
+        _native.name_info_free(info)
