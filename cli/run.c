@@ -1649,8 +1649,6 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
         /* A plain run of a name in use as a read-write lock takes its write
          * side, so that plain runs and -s runs of one name mix safely. Any
          * other kind on the name keeps the first error. */
-        char first[512];
-        snprintf(first, sizeof first, "%s", watchlock_last_error());
         watchlock_lock *writer = NULL;
         if (new_lock(&writer, client, o, WATCHLOCK_KIND_WRITE) == WATCHLOCK_OK) {
             if ((rc = apply_lock_options(writer, o, &st->lost_pipe[1])) != 0) {
@@ -1666,8 +1664,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
                 lock = writer;
                 st_code = wst;
             } else {
-                watchlock_lock_free(writer);
-                cli_error("lock '%s' is in use as another kind of lock: %s", o->name, first);
+                watchlock_lock_free(writer); /* not an rwlock: its error names the kind in use */
             }
         }
     }
