@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from ._client import Client
 
 _c = importlib.import_module(f"{__package__}.__native")
+# The C functions of the SWIG module, without its Python proxies (as _lock.py).
+_semaphore_new: Callable[[_native.ClientHandle, Name, int], Tuple[int, _native.LockHandle]] = _c.semaphore_new
+_semaphore_acquire: Callable[[_native.LockHandle, int, int], int] = _c.semaphore_acquire
+_rwlock_new: Callable[[_native.ClientHandle, Name, int], Tuple[int, _native.LockHandle]] = _c.rwlock_new
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -104,11 +108,11 @@ class Semaphore(_Kind):
         super().__init__(client, name, **options)
         self._made_with[2]["permits"] = permits
 
-    def _native_new(self, client: _native.ClientHandle, name: Name) -> Tuple[int, _native.LockHandle]:  # type: ignore[override]
-        return _c.semaphore_new(client, name, self._permits)
+    def _native_new(self, client: _native.ClientHandle, name: Name) -> Tuple[int, _native.LockHandle]:
+        return _semaphore_new(client, name, self._permits)
 
-    def _acquire_fn(self, h: _native.LockHandle, wait: int) -> int:  # type: ignore[override]
-        return _c.semaphore_acquire(h, self._k, wait)
+    def _acquire_fn(self, h: _native.LockHandle, wait: int) -> int:
+        return _semaphore_acquire(h, self._k, wait)
 
     @staticmethod
     def _check_k(k: int) -> int:
@@ -150,14 +154,14 @@ class ReadLock(_Kind):
     """The read side of a read-write lock: many readers at once, never with
     a writer (:meth:`RWLock.read_lock`)."""
 
-    _native_new = staticmethod(lambda client, name: _c.rwlock_new(client, name, 0))
+    _native_new = staticmethod(lambda client, name: _rwlock_new(client, name, 0))
 
 
 class WriteLock(_Kind):
     """The write side of a read-write lock: one writer, no readers
     (:meth:`RWLock.write_lock`)."""
 
-    _native_new = staticmethod(lambda client, name: _c.rwlock_new(client, name, 1))
+    _native_new = staticmethod(lambda client, name: _rwlock_new(client, name, 1))
 
     def downgrade(self) -> None:
         """Turns the held write lock into a read share without a gap (no
