@@ -33,13 +33,18 @@ static int release_hold(watchlock_lock *l, bool retry)
     char what[160];
     wl_what(what, sizeof what, "release", l->hold.quoted);
     redisReply *r = NULL;
-    bool resent;
-    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what, NULL,
+    bool resent = false;
+    int64_t result = 0;
+    int rc;
+    if (l->q != NULL) /* a queued kind: the queue's release, which grants to the head (queue.c) */
+        rc = wl_q_script(l, "release", &result, &resent);
+    else
+        rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what, NULL,
                                 &resent);
     if (resent) /* stats.c: sent again on a fresh connection */
         wl_stats_release_retry(c);
     retry = retry || resent;
-    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
+    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline && l->q == NULL) {
         retry = true;
         wl_stats_release_retry(c); /* stats.c */
         /* The release script once more, on a fresh connection whose
@@ -48,7 +53,6 @@ static int release_hold(watchlock_lock *l, bool retry)
         rc = cap_ms < 1 ? wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what)
                         : wl_release_fresh(&c->server, &a, 1, cap_ms, &r, what);
     }
-    int64_t result = 0;
     if (r != NULL) {
         result = wl_reply_i64(r);
         freeReplyObject(r);

@@ -107,8 +107,21 @@ static const char release_lua[] =
  * (docs/design.md, "Hold identity"). One MGET reads every key (a key of
  * another type reads as nil there: "not ours" for that entry only); one
  * redis.call per key instead of two halves the script's per-call overhead.
- * All keys live on one server (and, under Cluster, must share a slot). */
+ * All keys live on one server (and, under Cluster, must share a slot).
+ * A queued kind's hold key (watchlock:{N}:q:h:<id>, qscripts.c; a plain
+ * lock key ends with its tag's '}') also extends the TTL of its name's
+ * queue structure to twice the lease, so a holder that is only renewed
+ * keeps its name's state alive. */
 static const char renew_lua[] =
+    "local function qtouch(k, ms)\n"
+    "  local b = string.match(k, '^(.*):q:h:%x+$')\n"
+    "  if not b then return end\n"
+    "  local want = 2 * tonumber(ms) + 1000\n"
+    "  for _, s in ipairs({b, b .. ':q:h', b .. ':q:q', b .. ':q:l', b .. ':q:d'}) do\n"
+    "    local p = redis.call('PTTL', s)\n"
+    "    if p >= 0 and p < want then redis.call('PEXPIRE', s, want) end\n"
+    "  end\n"
+    "end\n"
     "local out, vs = {}, redis.call('MGET', unpack(KEYS))\n"
     "for i = 1, #KEYS do\n"
     "  local a = 3 * i\n"
@@ -117,6 +130,7 @@ static const char renew_lua[] =
     "  if v == id then\n"
     "    redis.call('PEXPIRE', KEYS[i], ARGV[a])\n"
     "    out[i] = 1\n"
+    "    if string.byte(KEYS[i], -1) ~= 125 then qtouch(KEYS[i], ARGV[a]) end\n"
     "  else\n"
     "    local p = string.match(id, '^.*%.')\n"
     "    if type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
@@ -126,6 +140,7 @@ static const char renew_lua[] =
     "      if e and e >= tonumber(ARGV[a - 1]) and e < to then\n"
     "        redis.call('SET', KEYS[i], id, 'PX', ARGV[a])\n"
     "        out[i] = 1\n"
+    "        if string.byte(KEYS[i], -1) ~= 125 then qtouch(KEYS[i], ARGV[a]) end\n"
     "      else\n"
     "        out[i] = 2\n"
     "      end\n"
@@ -182,6 +197,10 @@ wl_script wl_scripts[WL_SCRIPT_COUNT] = {
     [WL_SCRIPT_FORCE_RELEASE] = {force_release_lua, ""},
     [WL_SCRIPT_INSPECT] = {inspect_lua, ""},
     [WL_SCRIPT_INSPECT_OWNER] = {inspect_owner_lua, ""},
+    [WL_SCRIPT_Q_ACQUIRE] = {wl_q_acquire_lua, ""},
+    [WL_SCRIPT_Q_RELEASE] = {wl_q_release_lua, ""},
+    [WL_SCRIPT_Q_SET_PERMITS] = {wl_q_set_permits_lua, ""},
+    [WL_SCRIPT_Q_INFO] = {wl_q_info_lua, ""},
 };
 
 /* The scripts' SHA1s, as the server names them: learnt from SCRIPT LOAD
