@@ -630,6 +630,38 @@ RWLock.__tostring = function(self)
   return ("watchlock.RWLock(%q)"):format(self.name)
 end
 
+local NAME_KINDS = {
+  [core.WATCHLOCK_KIND_PLAIN or 0] = "lock", [core.WATCHLOCK_KIND_FAIR or 1] = "fair",
+  [core.WATCHLOCK_KIND_SEMAPHORE or 2] = "semaphore", [core.WATCHLOCK_KIND_RWLOCK or 6] = "rwlock",
+}
+
+--- client:name_info(name) -> table | nil, message
+-- What the server knows of a name whatever its kind (one round trip):
+-- { kind = nil (not in use) | "lock" | "fair" | "semaphore" | "rwlock",
+--   permits, in_use (permits in use, holders, or readers), holders,
+--   writer (boolean), queue_length, oldest_wait (seconds), fence,
+--   remaining (seconds, nil = no expiry) }.
+function Client:name_info(name)
+  local handle = check_client(self, "name_info", 2)
+  check_name(name, "name_info", 2)
+  local status, info = core_fn("client_name_info", 2)(handle, name)
+  if status ~= OK then
+    return fail(status, "name_info", 2)
+  end
+  local remaining = core.name_info_remaining_ms(info)
+  return {
+    kind = NAME_KINDS[core.name_info_kind(info)],
+    permits = core.name_info_permits(info),
+    in_use = core.name_info_in_use(info),
+    holders = core.name_info_holders(info),
+    writer = core.name_info_writer(info) ~= 0,
+    queue_length = core.name_info_queue_length(info),
+    oldest_wait = core.name_info_oldest_wait_ms(info) / 1000,
+    fence = core.name_info_fence(info),
+    remaining = remaining >= 0 and remaining / 1000 or nil,
+  }
+end
+
 --- client:set_permits(name, n) -> true | nil, message
 -- Admin: changes the permit count of semaphore `name`.
 function Client:set_permits(name, n)
