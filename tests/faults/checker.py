@@ -435,7 +435,7 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
 
 def check_family(events: List[dict], faults: Optional[List[dict]] = None, fifo_margin_ms: float = 5.0) -> dict:
     """The rules of the queued kinds (issues 22, 23), across the groups a
-    worker records its holds under (worker.py --kind): NAME (holds that must
+    worker records its holds under (worker.py --lock-kind): NAME (holds that must
     exclude each other), NAME#r (readers), NAME#kK (smaller permit holds).
     check() runs on NAME's group as for a plain lock (exclusion, lost
     updates, fencing); this adds what spans groups, with the same notion of

@@ -9,7 +9,7 @@ when locked() meant "held by this Lock"); the on_lost callback records "told" (h
 LockLostError at release records "told" (how=release) if nothing told it
 earlier. One Lock object per hold (the package's advice: a Lock per use).
 
---kind picks the lock kind (issues 22, 23): plain (the default), fair,
+--lock-kind picks the lock kind (issues 22, 23): plain (the default), fair,
 sem:N:K (a semaphore of N permits, K taken per hold) or rw:P (a read-write
 lock, P% of the holds on the write side). Holds that must exclude each other
 record their work under the lock's name (writers; semaphore holds taking
@@ -54,7 +54,7 @@ def main() -> int:
     p.add_argument("--long-pct", type=int, default=30)
     p.add_argument("--long-iters", type=int, default=16)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--kind", default="plain", help="plain | fair | sem:N:K | rw:P")
+    p.add_argument("--lock-kind", default="plain", help="plain | fair | sem:N:K | rw:P")
     a = p.parse_args()
 
     die_with_parent()
@@ -80,7 +80,7 @@ def main() -> int:
         return 69
     res = Redis(a.resource_port)
     work = Work(hist, res, a.scripts, a.name)
-    kind, permits, take, write_pct = a.kind, 0, 1, 0
+    kind, permits, take, write_pct = a.lock_kind, 0, 1, 0
     if kind.startswith("sem:"):
         permits, take = (int(x) for x in kind[4:].split(":"))
         kind = "sem"

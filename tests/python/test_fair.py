@@ -176,3 +176,40 @@ def test_kinds_on_one_name_give_wrong_type(client, name):
     with pytest.raises(watchlock.WrongTypeError, match="lock"):
         client.fair_lock(name + ":plain").acquire(blocking=False)
     plain.release()
+
+
+def test_a_main_thread_waiter_keeps_its_place_across_slices(client, name):
+    """The main thread waits in slices (so that Ctrl-C works); the core takes
+    a waiter out of the queue when its acquire times out, so a wait per slice
+    would send it to the back every 250 ms: it must keep its place."""
+    assert threading.current_thread() is threading.main_thread()
+    holder = client.fair_lock(name, ttl=10)
+    assert holder.acquire()
+    order = []
+    late = client.fair_lock(name, ttl=10)
+
+    def second_waiter_then_release():
+        wait_queue(client, name, 1)  # the main thread is queued
+        def wait_late():
+            if late.acquire(timeout=60):
+                order.append("late")
+                late.release()
+
+        t = threading.Thread(target=wait_late)
+        t.start()
+        wait_queue(client, name, 2)
+        resume_at = time.monotonic() + 1.0  # several of the main thread's slices
+        while time.monotonic() < resume_at:
+            assert client.name_info(name).queue_length == 2
+            time.sleep(0.05)
+        holder.release()
+        t.join(60)
+
+    helper = threading.Thread(target=second_waiter_then_release)
+    helper.start()
+    first = client.fair_lock(name, ttl=10)
+    assert first.acquire(timeout=60)
+    order.append("main")
+    first.release()
+    helper.join(60)
+    assert order == ["main", "late"]
