@@ -150,8 +150,17 @@ static const char renew_lua[] =
     "return out\n";
 
 /* KEYS: lock. ARGV: channel, publish command. -> number of keys deleted;
- * wakes waiters. */
+ * wakes waiters. A name in use as a queued kind (its lock key is the
+ * queue's state hash, qscripts.c) loses its whole queue: every holder's
+ * key (the holders learn it at their next renewal, LOST_TAKEN), the
+ * holders, the queue and the waiters' data; waiters queue again at their
+ * next call. O(holders): an admin call. */
 static const char force_release_lua[] =
+    "if redis.call('TYPE', KEYS[1])['ok'] == 'hash' and redis.call('HEXISTS', KEYS[1], 'kind') == 1 then\n"
+    "  local b = KEYS[1]\n"
+    "  for _, h in ipairs(redis.call('ZRANGE', b .. ':q:h', 0, -1)) do redis.call('DEL', b .. ':q:h:' .. h) end\n"
+    "  redis.call('DEL', b .. ':q:h', b .. ':q:q', b .. ':q:l', b .. ':q:d')\n"
+    "end\n"
     "local n = redis.call('DEL', KEYS[1])\n"
     "redis.pcall(ARGV[2], ARGV[1], '')\n"
     "return n\n";
@@ -164,7 +173,10 @@ static const char inspect_lua[] =
 /* KEYS: lock, fence, owner[, name]. -> {state, pttl, fence[, host, pid,
  * label]}, or with the name key (a digested long name) always 7 entries:
  * {state, pttl, fence, host|false, pid|false, label|false, name|false}:
- * state 0 no key, 1 a string (a hold), 2 a key of another type; the owner
+ * state 0 no key, 1 a string (a hold), 2 a key of another type, 3 / 4 / 5
+ * a name in use as a fair lock / semaphore / read-write lock (its queue's
+ * state hash, qscripts.c; pttl then the longest holder's lease left, at
+ * least 1, from the holders' scores); the owner
  * fields only when the owner record names the current hold (its token is
  * the lock value's "<token>." prefix), so the record an earlier hold left
  * behind is never shown. Reads only; every read that can meet another
@@ -175,7 +187,17 @@ static const char inspect_owner_lua[] =
     "if type(f) ~= 'string' then f = '0' end\n"
     "local s = 1\n"
     "if type(v) ~= 'string' then s = redis.call('EXISTS', KEYS[1]) * 2 end\n"
-    "local out = {s, redis.call('PTTL', KEYS[1]), f}\n"
+    "local pttl = redis.call('PTTL', KEYS[1])\n"
+    "if s == 2 then\n"
+    "  local k = redis.pcall('HGET', KEYS[1], 'kind')\n"
+    "  s = ({fair = 3, sem = 4, rw = 5})[k] or 2\n"
+    "  if s > 2 then\n"
+    "    local t = redis.call('TIME')\n"
+    "    local last = redis.call('ZRANGE', KEYS[1] .. ':q:h', -1, -1, 'WITHSCORES')\n"
+    "    pttl = last[2] and math.max(1, tonumber(last[2]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))) or 1\n"
+    "  end\n"
+    "end\n"
+    "local out = {s, pttl, f}\n"
     "if s == 1 then\n"
     "  local o = redis.pcall('HMGET', KEYS[3], 'token', 'host', 'pid', 'label')\n"
     "  if type(o) == 'table' and type(o[1]) == 'string' and #o[1] > 1 and\n"
