@@ -24,6 +24,9 @@ static void test_basics(void)
     CHECK_OK(watchlock_semaphore_acquire(a, 2, 0));
     CHECK_EQ(watchlock_lock_permits(a), 2);
     CHECK_OK(watchlock_semaphore_acquire(a, 2, 0)); /* reentrant with the same k */
+    CHECK_OK(watchlock_lock_acquire(a, 0));         /* and with the plain call: what it holds */
+    CHECK_EQ(watchlock_lock_hold_count(a), 3);
+    CHECK_OK(watchlock_lock_release(a));
     CHECK_STATUS(watchlock_semaphore_acquire(a, 1, 0), WATCHLOCK_EINVAL); /* another k while held */
     CHECK_OK(watchlock_lock_acquire(d, 0));        /* permits 0: the name's count (3) */
     CHECK_EQ(q_info(c, "s-basic", Q_IN_USE), 3);
@@ -42,9 +45,14 @@ static void test_basics(void)
     CHECK_OK(watchlock_lock_release(a));
     CHECK_OK(watchlock_lock_release(d));
     CHECK_EQ(q_info(c, "s-basic", Q_IN_USE), 0);
+
     CHECK_STATUS(watchlock_client_set_permits(c2, "s-basic", 7, 0), WATCHLOCK_EINVAL);
     /* a name with a count set by set_permits keeps it: a handle with 0 uses it */
     CHECK_OK(watchlock_semaphore_acquire(d, 4, 0));
+    CHECK_OK(watchlock_lock_release(d));
+    CHECK_OK(watchlock_lock_acquire(d, 0)); /* a new hold by the plain call: 1 permit, not the last k */
+    CHECK_EQ(watchlock_lock_permits(d), 1);
+    CHECK_EQ(q_info(c, "s-basic", Q_IN_USE), 1);
     CHECK_OK(watchlock_lock_release(d));
     /* a name not in use has no count: permits 0 is refused clearly */
     watchlock_lock *z = sem(c, "s-none", 0, 5000);

@@ -223,8 +223,10 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
         return rc;
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
+    /* k 0 (watchlock_lock_acquire): what a held handle holds (reentrant),
+     * else 1 permit for a semaphore, the kind's share for the others */
     if (k == 0)
-        k = l->q->k;
+        k = held_now(l) || atomic_load(&l->q->kind) != WATCHLOCK_KIND_SEMAPHORE ? l->q->k : 1;
     if (held_now(l)) { /* reentrant: no round trip */
         if (k != l->q->k) {
             pthread_mutex_unlock(&c->mu);
