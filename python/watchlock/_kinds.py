@@ -27,13 +27,15 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple, TypeVar
 
 from . import _native
-from ._lock import _UNSET, Lock
+from ._lock import Lock
 from ._util import OK, Duration, Name, fmt_name, raise_status
 
 if TYPE_CHECKING:
     from ._client import Client
 
 _c = importlib.import_module(f"{__package__}.__native")
+#: acquire()'s "timeout not given" (then the lock's own blocking_timeout)
+_UNSET: Any = object()
 # The C functions of the SWIG module, without its Python proxies (as _lock.py).
 _fair_lock_new: Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]] = _c.fair_lock_new
 _semaphore_new: Callable[[_native.ClientHandle, Name, int], Tuple[int, _native.LockHandle]] = _c.semaphore_new
@@ -159,11 +161,13 @@ class Semaphore(_Kind):
         taken, False when the wait ran out. WrongTypeError when the name is
         another kind or k is more than its permits."""
         self._k = self._check_k(k)
-        return super().acquire(blocking, timeout)
+        return super().acquire(blocking) if timeout is _UNSET else super().acquire(blocking, timeout)
 
     async def acquire_async(self, k: int = 1, blocking: Optional[bool] = None,  # type: ignore[override]
                             timeout: Optional[Duration] = _UNSET) -> bool:
         self._k = self._check_k(k)
+        if timeout is _UNSET:
+            return await super().acquire_async(blocking)
         return await super().acquire_async(blocking, timeout)
 
     def take(self, k: int) -> Semaphore:
