@@ -131,3 +131,21 @@ def test_status_shows_kinds(cli, name, holders, tmp_path):
         assert h.finish() == 0
     r = cli.run("status", f"{name}:s")
     assert r.returncode == 1, r.stdout  # free again: exit 1, as for a plain lock
+
+
+def test_list_shows_kinds(cli, name, holders, tmp_path):
+    f = hold(holders, cli, f"{name}:f", "--fair", tag="f")
+    s = hold(holders, cli, f"{name}:s", "--permits", "2", tag="s")
+    r = hold(holders, cli, f"{name}:r", "-s", tag="r")
+    p = hold(holders, cli, f"{name}:p", tag="p")
+    out = cli.run("list", "--json", f"{name}:*")
+    assert out.returncode == 0, out.stderr
+    listed = {e["name"]: e for e in json.loads(out.stdout)}
+    assert {n: e.get("kind") for n, e in listed.items()} == {
+        f"{name}:f": "fair", f"{name}:r": "rwlock", f"{name}:s": "semaphore", f"{name}:p": None}, listed
+    assert listed[f"{name}:s"]["in_use"] == 1 and listed[f"{name}:s"]["permits"] == 2
+    assert "queue" not in listed[f"{name}:p"]  # a plain lock's object is as before
+    text = cli.run("list", f"{name}:*").stdout
+    assert "fair lock, held" in text and "semaphore, 1 of 2 permits" in text and "rwlock, 1 reader" in text, text
+    for h in (f, s, r, p):
+        assert h.finish() == 0
