@@ -113,14 +113,14 @@ _SETTERS: Tuple[Callable[[_native.LockHandle, Any], int], ...] = (
     _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
 
 
-def _new_handle(runtime: Runtime, name: Any, options: _Options,
+def _new_handle(runtime: Runtime, name: Name, options: _Options,
                 given: Optional[Tuple[object, ...]],
-                new: Callable[..., Tuple[int, _native.LockHandle]] = _lock_new
+                new: Optional[Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]]] = None
                 ) -> _native.LockHandle:
-    """The core's handle for `name` with `options` set (made by `new`: the
-    plain lock's, or another kind's); the core checks every value (EINVAL)
-    and raises with its message, naming the value as `given`."""
-    st, h = new(runtime.handle(), name)
+    """The core's handle for `name` with `options` set; the core checks every
+    value (EINVAL) and raises with its message, naming the value as `given`.
+    `new` makes the handle of another lock kind (_kinds.py); None: a plain lock."""
+    st, h = (new or _lock_new)(runtime.handle(), name)
     if st != OK:
         raise_status(st, f"cannot create lock {fmt_name(name)}", name)
     try:
@@ -158,6 +158,11 @@ class Lock:
 
     __slots__ = ("_client", "_runtime", "_name", "_on_lost", "_blocking_ms", "_bt_ms", "_options", "_hnd", "_cond", "_owner",
                  "_acquiring", "_interrupted", "__dict__", "__weakref__")
+
+    #: The other lock kinds (_kinds.py) set these: the core's constructor of
+    #: their handle (None: watchlock_lock_new) and their acquire(h, wait_ms).
+    _native_new: Optional[Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]]] = None
+    _acquire_fn: Callable[[_native.LockHandle, int], int] = staticmethod(_lock_acquire)
 
     def __init__(self, client: Client, name: Name, ttl: Optional[Duration] = None,
                  blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
@@ -200,7 +205,8 @@ class Lock:
         # auto_renew a bool, as True == 1 would stand in for the other type),
         # and a name it takes (an ASCII str has as many bytes as characters).
         type_name = type(name)
-        if (on_lost is not None or label is not None or options not in runtime.accepted
+        if (on_lost is not None or label is not None or self._native_new is not None
+                or options not in runtime.accepted
                 or runtime.forks != _util.forks
                 or type(auto_renew) is not bool or not (max_renewals is None or type(max_renewals) is int)
                 or not ((type_name is bytes or (type_name is str and name.isascii()))
@@ -407,7 +413,7 @@ class Lock:
             else:  # ceil: never round a short wait down to "try once"
                 wait = max(0, math.ceil((deadline - time.monotonic()) * 1000))
                 wait = min(wait, _SLICE_MS) if slicing else wait
-            st = _lock_acquire(h, wait)
+            st = self._acquire_fn(h, wait)
             if st == OK:
                 return True
             if st != ETIMEDOUT:
@@ -496,7 +502,7 @@ class Lock:
                     self._owner, self._acquiring = ident, True
             if free:
                 try:
-                    st = _lock_acquire(h, _SLICE_MS if ident == _MAIN_IDENT else -1)
+                    st = self._acquire_fn(h, _SLICE_MS if ident == _MAIN_IDENT else -1)
                 except BaseException:
                     self._acquire_failed(True)
                     raise
