@@ -234,15 +234,14 @@ static pid_t spawn_keeper(const struct request *r, int status_w, const char *nam
             envp[k++] = environ[i];
     envp[k] = NULL;
 
-    /* fd 3 = the locked file, fd 4 = the status pipe; via copies above 10 so
-     * that the two dup2s cannot clobber each other. */
-    fcntl_fn f = REAL(real_fcntl_p, "fcntl");
-    int fd_copy = f(r->fd, F_DUPFD_CLOEXEC, 10);
-    int st_copy = f(status_w, F_DUPFD_CLOEXEC, 10);
+    /* fd 3 = the locked file, fd 4 = the status pipe (the caller made it
+     * >= 10, so the first dup2 cannot clobber it). The locked fd is never
+     * copied here: closing a copy in this process would drop every POSIX
+     * lock the process holds on the file. */
     pid_t pid = -1;
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
-    if (fd_copy >= 0 && st_copy >= 0 && posix_spawn_file_actions_init(&fa) == 0) {
+    if (posix_spawn_file_actions_init(&fa) == 0) {
         if (posix_spawnattr_init(&attr) == 0) {
             sigset_t none, all;
             sigemptyset(&none);
@@ -250,18 +249,14 @@ static pid_t spawn_keeper(const struct request *r, int status_w, const char *nam
             posix_spawnattr_setsigmask(&attr, &none);
             posix_spawnattr_setsigdefault(&attr, &all);
             posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-            posix_spawn_file_actions_adddup2(&fa, fd_copy, 3);
-            posix_spawn_file_actions_adddup2(&fa, st_copy, 4);
+            posix_spawn_file_actions_adddup2(&fa, r->fd, 3);
+            posix_spawn_file_actions_adddup2(&fa, status_w, 4);
             if (posix_spawn(&pid, keeper, &fa, &attr, argv, envp) != 0)
                 pid = -1;
             posix_spawnattr_destroy(&attr);
         }
         posix_spawn_file_actions_destroy(&fa);
     }
-    if (fd_copy >= 0)
-        close(fd_copy);
-    if (st_copy >= 0)
-        close(st_copy);
     free(envp);
     return pid;
 }
@@ -272,6 +267,26 @@ static void set_fence_env(const char *path, const char *token)
     setenv("WATCHLOCK_FENCE", token, 1);
     if (wlp_fence_var(var, sizeof var, path) > 0)
         setenv(var, token, 1);
+}
+
+/* A close-on-exec pipe with both ends at 10 or above (see spawn_keeper). */
+static int status_pipe(int fds[2])
+{
+    int raw[2];
+    if (pipe2(raw, O_CLOEXEC) != 0)
+        return -1;
+    fcntl_fn f = REAL(real_fcntl_p, "fcntl");
+    for (int i = 0; i < 2; i++) {
+        fds[i] = f(raw[i], F_DUPFD_CLOEXEC, 10);
+        close(raw[i]);
+    }
+    if (fds[0] >= 0 && fds[1] >= 0)
+        return 0;
+    if (fds[0] >= 0)
+        close(fds[0]);
+    if (fds[1] >= 0)
+        close(fds[1]);
+    return -1;
 }
 
 /* After the kernel lock was granted: the distributed one. 0, or -1 with
@@ -293,7 +308,7 @@ static int take_distributed(const struct request *r)
     }
     struct stat st;
     int pipefd[2];
-    if (fstat(r->fd, &st) != 0 || pipe2(pipefd, O_CLOEXEC) != 0) {
+    if (fstat(r->fd, &st) != 0 || status_pipe(pipefd) != 0) {
         drop_kernel_lock(r);
         errno = ENOLCK;
         return -1;

@@ -1,0 +1,453 @@
+"""The preload shim (libwatchlock_preload.so, docs/preload.md) with real
+processes and a real redis-server.
+
+Two "hosts" are two mount namespaces (unshare -m) that share pids, the
+network and /tmp, each with a private tmpfs on the lock directory: both
+kernel locks succeed, so only the distributed lock can keep the hosts apart.
+Every test that claims exclusion also shows that without the shim the same
+steps overlap (the test can fail). Needs root (unshare, mount, nsenter).
+"""
+import ctypes  # noqa: F401  (used in the worker source below)
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+from proxy import Proxy, control  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LONG = os.environ.get("WATCHLOCK_PRELOAD_LONG") == "1"
+
+
+def _build_dir():
+    cli = os.environ.get("WATCHLOCK_CLI")
+    if cli:
+        return os.path.dirname(os.path.dirname(os.path.abspath(cli)))
+    return os.path.join(HERE, "..", "..", "build")
+
+
+BUILD = _build_dir()
+CLI = os.path.join(BUILD, "cli", "watchlock")
+SHIM = os.environ.get("WATCHLOCK_PRELOAD_LIB") or os.path.join(BUILD, "preload", "libwatchlock_preload.so")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for unshare -m / mount")
+
+
+def wait_for(pred, timeout=20.0, interval=0.005):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+class Host:
+    """A mount namespace with a private tmpfs on `lockdir`; commands run in it through nsenter."""
+
+    def __init__(self, lockdir):
+        self.proc = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c",
+             f"mount -t tmpfs none '{lockdir}' && echo ready && exec sleep 1000000"],
+            stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def argv(self, args):
+        return ["nsenter", "-t", str(self.proc.pid), "-m", "--"] + list(args)
+
+    def popen(self, args, env, **kw):
+        return subprocess.Popen(self.argv(args), env=env, **kw)
+
+    def run(self, args, env, timeout=60, **kw):
+        return subprocess.run(self.argv(args), env=env, timeout=timeout, **kw)
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def world(tmp_path, redis_server):
+    lockdir = tmp_path / "locks"
+    lockdir.mkdir()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    hosts = [Host(str(lockdir)), Host(str(lockdir))]
+    base = dict(os.environ)
+    base.pop("LD_PRELOAD", None)
+    shim_env = dict(base, LD_PRELOAD=SHIM, WATCHLOCK_URL=redis_server.url,
+                    WATCHLOCK_PATHS=f"{lockdir}/*", WATCHLOCK_PRELOAD_LOG=str(tmp_path / "log"),
+                    WATCHLOCK_PRELOAD_LEASE="3s")
+
+    class W:
+        pass
+
+    w = W()
+    w.lockdir, w.shared, w.hosts, w.plain, w.env, w.url = lockdir, shared, hosts, base, shim_env, redis_server.url
+    w.lock = str(lockdir / "job.lock")
+    w.log = tmp_path / "log"
+    yield w
+    for h in hosts:
+        h.close()
+
+
+@pytest.fixture(scope="session")
+def locker(tmp_path_factory):
+    out = tmp_path_factory.mktemp("locker") / "locker"
+    subprocess.run(["cc", "-O1", "-Wall", "-o", str(out), os.path.join(HERE, "locker.c")], check=True)
+    return str(out)
+
+
+def status(w, name):
+    r = subprocess.run([CLI, "status", "--json", "--url", w.url, name], capture_output=True, text=True)
+    return json.loads(r.stdout) if r.stdout else {}
+
+
+def held(w, name):
+    return status(w, name).get("held", False)
+
+
+class Holder:
+    """A process holding a lock until told (stdin), in a host."""
+
+    def __init__(self, host, env, args):
+        self.p = host.popen(args, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+        self.first = self.p.stdout.readline().strip()
+
+    def say(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip() if line != "exit" else ""
+
+    def finish(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.close()
+            except BrokenPipeError:
+                pass
+            self.p.wait(timeout=30)
+
+
+# ---- flock(1): -n, -w, -c ------------------------------------------------------------------
+
+def hold_with_flock(w, host, env):
+    """flock(1) -c holding the lock in `host` until the file `release` appears."""
+    entered, release = w.shared / "entered", w.shared / "release"
+    for f in (entered, release):
+        if f.exists():
+            f.unlink()
+    p = host.popen(["flock", "-n", w.lock, "-c",
+                    f"touch {entered}; while [ ! -e {release} ]; do sleep 0.01; done"], env)
+    assert wait_for(lambda: entered.exists() or p.poll() is not None, 20)
+    return p
+
+
+@pytest.mark.parametrize("shim", [True, False])
+def test_flock_n_two_hosts(world, shim):
+    env = world.env if shim else world.plain
+    a = hold_with_flock(world, world.hosts[0], env)
+    assert (world.shared / "entered").exists()
+    b = world.hosts[1].run(["flock", "-n", world.lock, "-c", "true"], env)
+    (world.shared / "release").touch()
+    assert a.wait(timeout=30) == 0
+    if shim:
+        assert b.returncode == 1, "host B got inside while host A held the lock"
+    else:
+        assert b.returncode == 0  # without the shim both hosts are inside: the overlap
+
+
+def test_flock_w_times_out_then_gets_it(world):
+    a = hold_with_flock(world, world.hosts[0], world.env)
+    t0 = time.monotonic()
+    b = world.hosts[1].run(["flock", "-w", "0.5", world.lock, "-c", "true"], world.env)
+    waited = time.monotonic() - t0
+    assert b.returncode == 1 and 0.4 <= waited < 5, (b.returncode, waited)  # alarm() -> EINTR
+    b = world.hosts[1].popen(["flock", "-w", "20", world.lock, "-c", f"touch {world.shared}/b"], world.env)
+    time.sleep(0.3)  # a grace period only for the negative check below, not synchronisation
+    assert not (world.shared / "b").exists() and b.poll() is None
+    (world.shared / "release").touch()
+    assert a.wait(timeout=30) == 0
+    assert b.wait(timeout=20) == 0 and (world.shared / "b").exists()
+
+
+def contend(world, env, rounds, cmd="flock"):
+    """Both hosts run flock -c loops; returns the overlaps seen (mkdir as the witness)."""
+    inside, overlaps = world.shared / "inside", world.shared / "overlaps"
+    body = (f"if mkdir {inside} 2>/dev/null; then sleep 0.02; rmdir {inside}; "
+            f"else echo x >> {overlaps}; fi")
+    procs = [h.popen(["sh", "-c", f"for i in $(seq {rounds}); do {cmd} {world.lock} -c '{body}'; done"],
+                     env) for h in world.hosts]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    return overlaps.read_text().count("x") if overlaps.exists() else 0
+
+
+def test_flock_c_blocking_never_both_inside(world):
+    assert contend(world, world.env, 8) == 0
+    assert not held(world, world.lock)
+
+
+def test_flock_c_without_shim_overlaps(world):
+    """The witness above works: without the shim blocking loops on two hosts overlap."""
+    n = 0
+    for _ in range(5):
+        n += contend(world, world.plain, 8)
+        if n:
+            break
+    assert n > 0
+
+
+# ---- the shell idiom: exec 9>f; flock -n 9 || exit 75 ----------------------------------------
+
+@pytest.mark.parametrize("shim", [True, False])
+def test_shell_exec_idiom(world, shim):
+    env = world.env if shim else world.plain
+    entered, release = world.shared / "entered", world.shared / "release"
+    script = (f"exec 9>{world.lock}; flock -n 9 || exit 75; touch {entered}; "
+              f"while [ ! -e {release} ]; do sleep 0.01; done")
+    a = world.hosts[0].popen(["sh", "-c", script], env)
+    assert wait_for(lambda: entered.exists() or a.poll() is not None)
+    assert a.poll() is None  # flock(1) has exited; the shell keeps fd 9 (and the lock)
+    b = world.hosts[1].run(["sh", "-c", f"exec 9>{world.lock}; flock -n 9 || exit 75; exit 0"], env)
+    release.touch()
+    assert a.wait(timeout=30) == 0
+    assert b.returncode == (75 if shim else 0)
+    if shim:  # the shell's exit closed fd 9: free again, for the other host
+        assert wait_for(lambda: not held(world, world.lock), 5)
+        c = world.hosts[1].run(["sh", "-c", f"exec 9>{world.lock}; flock -n 9 || exit 75"], env)
+        assert c.returncode == 0
+
+
+# ---- Python fcntl.flock / fcntl.lockf, C programs with F_SETLKW / F_OFD_SETLKW ----------------
+
+PY_LOCKER = textwrap.dedent("""
+    import fcntl, sys
+    f = open(sys.argv[2], "w")
+    how = {"flock": fcntl.flock, "lockf": fcntl.lockf}[sys.argv[1]]
+    try:
+        how(f, fcntl.LOCK_EX | (fcntl.LOCK_NB if sys.argv[3] == "nb" else 0))
+    except OSError as e:
+        print("FAILED", e.errno, flush=True)
+        sys.exit(1)
+    print("LOCKED", flush=True)
+    sys.stdin.readline()
+""")
+
+
+@pytest.mark.parametrize("how", ["flock", "lockf"])
+def test_python_fcntl(world, how):
+    a = Holder(world.hosts[0], world.env, [sys.executable, "-c", PY_LOCKER, how, world.lock, "block"])
+    assert a.first == "LOCKED"
+    b = world.hosts[1].run([sys.executable, "-c", PY_LOCKER, how, world.lock, "nb"], world.env,
+                           capture_output=True, text=True, input="")
+    assert b.stdout.split()[0] == "FAILED" and int(b.stdout.split()[1]) in (11,), b.stdout
+    a.finish()
+    assert wait_for(lambda: not held(world, world.lock), 5)
+    b = world.hosts[1].run([sys.executable, "-c", PY_LOCKER, how, world.lock, "nb"], world.env,
+                           capture_output=True, text=True, input="")
+    assert b.stdout.strip() == "LOCKED"
+
+
+@pytest.mark.parametrize("method,nb", [("setlkw", "setlk"), ("ofd-setlkw", "ofd-setlk"),
+                                       ("flock", "flock-nb"), ("lockf", "tlockf")])
+def test_c_programs(world, locker, method, nb):
+    a = Holder(world.hosts[0], world.env, [locker, method, world.lock])
+    assert a.first.startswith("LOCKED ") and a.first != "LOCKED -", a.first  # fence in the env
+    b = world.hosts[1].run([locker, nb, world.lock], world.env, capture_output=True, text=True, input="")
+    assert b.stdout.strip() in ("FAILED EWOULDBLOCK",), b.stdout  # EAGAIN == EWOULDBLOCK
+    # a blocking request on the other host waits, and gets it once A unlocks
+    c = Holder.__new__(Holder)
+    c.p = world.hosts[1].popen([locker, method, world.lock], world.env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    assert a.say("unlock") == "UNLOCKED"
+    c.first = c.p.stdout.readline().strip()
+    assert c.first.startswith("LOCKED ") and int(c.first.split()[1]) > int(a.first.split()[1])
+    c.finish()
+    a.finish()
+
+
+def test_c_program_without_shim_overlaps(world, locker):
+    a = Holder(world.hosts[0], world.plain, [locker, "setlkw", world.lock])
+    b = world.hosts[1].run([locker, "setlk", world.lock], world.plain, capture_output=True, text=True, input="")
+    assert a.first == "LOCKED -" and b.stdout.strip() == "LOCKED -"
+    a.finish()
+
+
+# ---- 5 local + 5 remote contenders, a fenced counter --------------------------------------------
+
+WORKER = textwrap.dedent("""
+    import ctypes, fcntl, os, sys
+    lock, shared, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    f = open(lock, "w")
+    for _ in range(rounds):
+        fcntl.flock(f, fcntl.LOCK_EX)
+        fence = int(libc.getenv(b"WATCHLOCK_FENCE"))
+        inside = os.path.join(shared, "inside")
+        try:
+            os.mkdir(inside)
+        except FileExistsError:
+            open(os.path.join(shared, "overlaps"), "a").write("x")
+        counter = os.path.join(shared, "counter")
+        last, count = map(int, open(counter).read().split()) if os.path.exists(counter) else (0, 0)
+        if fence <= last:
+            open(os.path.join(shared, "stale"), "a").write(f"{fence}<={last}\\n")
+        open(counter + ".tmp", "w").write(f"{fence} {count + 1}")
+        os.rename(counter + ".tmp", counter)
+        try:
+            os.rmdir(inside)
+        except FileNotFoundError:
+            pass
+        fcntl.flock(f, fcntl.LOCK_UN)
+""")
+
+
+def test_five_local_five_remote_fenced_counter(world):
+    rounds = 20 if LONG else 3  # per contender: 200 rounds in all in the long mode
+    procs = []
+    for h in world.hosts:
+        for _ in range(5):
+            procs.append(h.popen([sys.executable, "-c", WORKER, world.lock, str(world.shared), str(rounds)],
+                                 world.env))
+    t0 = time.monotonic()
+    for p in procs:
+        assert p.wait(timeout=600 if LONG else 180) == 0  # no deadlock: every contender finishes
+    elapsed = time.monotonic() - t0
+    last, count = map(int, (world.shared / "counter").read_text().split())
+    assert count == 10 * rounds  # every round served
+    assert not (world.shared / "overlaps").exists()
+    assert not (world.shared / "stale").exists()
+    print(f"\n10 contenders x {rounds} rounds: {elapsed:.2f} s, {elapsed / (10 * rounds) * 1000:.1f} ms/round")
+
+
+# ---- crashes: holder, keeper ---------------------------------------------------------------------
+
+def test_sigkill_of_the_holder_frees_the_lock(world, locker):
+    a = Holder(world.hosts[0], world.env, [locker, "flock", world.lock])
+    assert a.first.startswith("LOCKED")
+    t0 = time.monotonic()
+    os.killpg(a.p.pid, signal.SIGKILL)
+    a.p.wait()
+    b = world.hosts[1].run(["flock", "-w", "3", world.lock, "-c", "true"], world.env)  # one lease: 3s
+    took = time.monotonic() - t0
+    assert b.returncode == 0 and took < 3, took
+    print(f"\nSIGKILL of the holder -> free on the other host after {took * 1000:.0f} ms")
+
+
+def test_sigkill_of_the_keeper_frees_the_lock_within_a_lease(world, locker):
+    a = Holder(world.hosts[0], world.env, [locker, "flock", world.lock])
+    keeper = status(world, world.lock)["owner"]["pid"]
+    t0 = time.monotonic()
+    os.kill(keeper, signal.SIGKILL)
+    b = world.hosts[1].run(["flock", "-w", "6", world.lock, "-c", "true"], world.env)
+    took = time.monotonic() - t0
+    assert b.returncode == 0 and took < 3 + 1.5, took  # one lease (3s) plus process start-up
+    print(f"\nSIGKILL of the keeper -> free on the other host after {took * 1000:.0f} ms")
+    a.finish()
+
+
+@pytest.mark.parametrize("how", ["unlock", "close", "exit"])
+def test_release_detection(world, locker, how):
+    a = Holder(world.hosts[0], world.env, [locker, "flock", world.lock])
+    assert held(world, world.lock)
+    t0 = time.monotonic()
+    a.say(how)
+    if how == "exit":
+        a.p.wait()
+    assert wait_for(lambda: not held(world, world.lock), 5, 0.002)
+    ms = (time.monotonic() - t0) * 1000
+    print(f"\nrelease detected {ms:.0f} ms after {how}")
+    assert ms < 1000  # the design's figure is <= 100 ms; the bound is generous for a loaded machine
+    a.finish()
+
+
+def test_local_waiters_are_served_one_by_one(world, locker):
+    """Two local blocking waiters: the kernel serves them in turn, and the keeper of the
+    previous hold hands over (no wait for the release poll or the lease)."""
+    a = Holder(world.hosts[0], world.env, [locker, "flock", world.lock])
+    b = Holder.__new__(Holder)
+    b.p = world.hosts[0].popen([locker, "flock", world.lock], world.env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    a.say("unlock")
+    b.first = b.p.stdout.readline().strip()
+    assert b.first.startswith("LOCKED"), b.first
+    assert time.monotonic() - t0 < 2.5  # not the 3 s lease
+    a.say("unlock")  # A re-locking the same fd while B holds: blocks in the kernel
+    a.finish()
+    b.finish()
+
+
+# ---- loss under a partition ---------------------------------------------------------------------
+
+def test_loss_signals_the_process_group_before_the_key_expires(world, locker, redis_server):
+    with Proxy(redis_server.port) as px:
+        env = dict(world.env, WATCHLOCK_URL=px.url, WATCHLOCK_PRELOAD_LEASE="2s")
+        a = Holder(world.hosts[0], env, [locker, "flock", world.lock])
+        assert a.first.startswith("LOCKED")
+        control(px.control_port, "blackhole")
+        a.p.wait(timeout=10)
+        st = status(world, world.lock)  # straight to the server, not through the proxy
+        assert a.p.returncode == -signal.SIGTERM
+        assert st["held"] and st["remaining_ms"] > 0, st  # signalled before the server's key expired
+        assert "lost the lock" in world.log.read_text()
+        print(f"\nholder SIGTERMed with {st['remaining_ms']} ms of the server's lease left")
+        control(px.control_port, "resume")
+
+
+# ---- failure modes and pass-through -------------------------------------------------------------
+
+def test_redis_unreachable_fails_closed_or_open(world, locker):
+    env = dict(world.env, WATCHLOCK_URL="redis://127.0.0.1:1")
+    r = world.hosts[0].run([locker, "flock-nb", world.lock], env, capture_output=True, text=True, input="")
+    assert r.stdout.strip() == "FAILED ENOLCK"
+    r = world.hosts[0].run([locker, "flock-nb", world.lock], dict(env, WATCHLOCK_PRELOAD_FAIL_OPEN="1"),
+                           capture_output=True, text=True, input="")
+    assert r.stdout.strip() == "LOCKED -"
+    assert "fail-open" in world.log.read_text()
+
+
+def test_bad_configuration_fails_with_enolck_and_logs_once(world, locker):
+    env = dict(world.env, WATCHLOCK_PATHS="relative/*")
+    r = world.hosts[0].run(["sh", "-c", f"{locker} flock-nb {world.lock} </dev/null; "
+                                        f"{locker} setlk {world.lock} </dev/null"], env,
+                           capture_output=True, text=True)
+    assert r.stdout.split("\n")[:2] == ["FAILED ENOLCK", "FAILED ENOLCK"]
+    env = dict(world.env, WATCHLOCK_PRELOAD_LEASE="bogus")
+    r = world.hosts[0].run([locker, "flock-nb", world.lock], env, capture_output=True, text=True, input="")
+    assert r.stdout.strip() == "FAILED ENOLCK"
+    log = world.log.read_text()
+    assert "absolute" in log and "WATCHLOCK_PRELOAD_LEASE" in log
+
+
+def test_unconfigured_paths_and_other_programs_are_untouched(world, locker, tmp_path):
+    other = str(tmp_path / "other.lock")
+    for env in (world.env, world.plain):
+        r = world.hosts[0].run([locker, "flock-nb", other], env, capture_output=True, text=True, input="")
+        assert r.stdout.strip() == "LOCKED -"
+    assert not held(world, other)
+    prog = [sys.executable, "-c", "import os,sys; print(sorted(k for k in os.environ if 'FENCE' in k)); "
+                                  "sys.stdout.write(open('/etc/hostname').read()[:0] + 'ok')"]
+    with_shim = subprocess.run(prog, env=world.env, capture_output=True, text=True)
+    without = subprocess.run(prog, env=world.plain, capture_output=True, text=True)
+    assert (with_shim.returncode, with_shim.stdout, with_shim.stderr) == \
+        (without.returncode, without.stdout, without.stderr)
+    assert not world.log.exists()
+
+
+def test_watchlock_exec_sets_up_the_shim(world):
+    env = dict(world.plain, WATCHLOCK_URL=world.url)
+    r = world.hosts[0].run([CLI, "exec", "--paths", f"{world.lockdir}/*", "--", "flock", "-n", world.lock,
+                            "-c", f"{CLI} status --json {world.lock}"], env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["held"] and world.lock in st["owner"]["label"]
+    assert subprocess.run([CLI, "exec", "--", "true"], env=env).returncode == 64  # no --paths
