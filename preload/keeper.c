@@ -162,10 +162,17 @@ static int kernel_lock_held(void)
     return fl.l_type != F_UNLCK;
 }
 
-static void on_lost(watchlock_lock *lock, int reason, void *ud)
+/* Signals the locker's process group and logs, once per hold: from the
+ * on-lost callback (a library thread) or from the main loop, whichever sees
+ * the loss first (a state read that finds the lock past its deadline records
+ * the loss, and a callback not yet started when watchlock_lock_free() runs
+ * is never called: so the main loop must not count on the callback). */
+static int reported;
+
+static void report_loss(int reason)
 {
-    (void)lock;
-    (void)ud;
+    if (__atomic_exchange_n(&reported, 1, __ATOMIC_SEQ_CST))
+        return;
     if (k.signal > 0 && k.pgid > 0)
         kill((pid_t)-k.pgid, k.signal);
     log_line("lost the lock of %s (%s) while its kernel lock was held: %s sent to process "
@@ -173,6 +180,13 @@ static void on_lost(watchlock_lock *lock, int reason, void *ud)
              k.path, watchlock_lost_reason_str(reason),
              k.signal > 0 ? strsignal(k.signal) : "no signal", k.pgid);
     __atomic_store_n(&lost, 1, __ATOMIC_SEQ_CST);
+}
+
+static void on_lost(watchlock_lock *lock, int reason, void *ud)
+{
+    (void)lock;
+    (void)ud;
+    report_loss(reason);
 }
 
 static const char *err_class(int rc)
@@ -369,9 +383,12 @@ int main(int argc, char **argv)
             int sig = sigtimedwait(&set, NULL, &tick);
             if (sig == SIGUSR1 || sig == SIGTERM || sig == SIGINT || sig == SIGHUP)
                 break;
-            if (__atomic_load_n(&lost, __ATOMIC_SEQ_CST) ||
-                watchlock_lock_state(lock) != WATCHLOCK_HELD)
+            if (__atomic_load_n(&lost, __ATOMIC_SEQ_CST))
                 break;
+            if (watchlock_lock_state(lock) != WATCHLOCK_HELD) {
+                report_loss(watchlock_lock_lost_reason(lock));
+                break;
+            }
             if (!kernel_lock_held())
                 break;
         }

@@ -388,18 +388,38 @@ def test_local_waiters_are_served_one_by_one(world, locker):
 
 # ---- loss under a partition ---------------------------------------------------------------------
 
-def test_loss_signals_the_process_group_before_the_key_expires(world, locker, redis_server):
+TERM_REPORTER = textwrap.dedent("""
+    import fcntl, signal, socket, sys
+    path, port = sys.argv[1], int(sys.argv[2])
+    key = "watchlock:{%s}" % path
+    conn = socket.create_connection(("127.0.0.1", port))  # straight to the server, not the proxy
+    def on_term(sig, frame):
+        conn.sendall(("*2\\r\\n$4\\r\\nPTTL\\r\\n$%d\\r\\n%s\\r\\n" % (len(key), key)).encode())
+        print("TERM", conn.recv(100).decode().strip().lstrip(":"), flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    f = open(path, "w")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    print("LOCKED", flush=True)
+    while True:
+        signal.pause()
+""")
+
+
+def test_loss_signals_the_process_group_before_the_key_expires(world, redis_server):
     with Proxy(redis_server.port) as px:
         env = dict(world.env, WATCHLOCK_URL=px.url, WATCHLOCK_PRELOAD_LEASE="2s")
-        a = Holder(world.hosts[0], env, [locker, "flock", world.lock])
-        assert a.first.startswith("LOCKED")
+        a = Holder(world.hosts[0], env, [sys.executable, "-c", TERM_REPORTER, world.lock,
+                                         str(redis_server.port)])
+        assert a.first == "LOCKED"
         control(px.control_port, "blackhole")
-        a.p.wait(timeout=10)
-        st = status(world, world.lock)  # straight to the server, not through the proxy
-        assert a.p.returncode == -signal.SIGTERM
-        assert st["held"] and st["remaining_ms"] > 0, st  # signalled before the server's key expired
+        line = a.p.stdout.readline().split()  # the holder's SIGTERM handler asks the server
+        assert line[0] == "TERM", line
+        pttl = int(line[1])
+        assert pttl > 0, pttl  # the server's key had not expired when the group got SIGTERM
+        assert a.p.wait(timeout=10) == 0
         assert "lost the lock" in world.log.read_text()
-        print(f"\nholder SIGTERMed with {st['remaining_ms']} ms of the server's lease left")
+        print(f"\nholder's group got SIGTERM with {pttl} ms of the server's lease left")
         control(px.control_port, "resume")
 
 
