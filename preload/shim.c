@@ -42,6 +42,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "preload.h"
@@ -374,6 +375,62 @@ static int take_distributed(const struct request *r)
     return -1;
 }
 
+/*
+ * Files known not to match, so that a program locking an unmanaged file
+ * over and over pays one fstat() per lock request instead of a readlink()
+ * of /proc/self/fd/N (bench/preload/run: ~0.3 us instead of ~3.7 us). An
+ * entry names the file by device, inode and ctime, and lives 1 s: rename(2)
+ * and link(2) change the file's ctime, so a file moved or linked to a
+ * configured path is looked up again at once; one whose *directory* is
+ * renamed into a configured path is seen within 1 s (docs/preload.md).
+ * Only negative answers are kept: a matching path is resolved every time
+ * (its name is needed, and a round trip to Redis follows anyway).
+ */
+#define MISS_SLOTS 64
+#define MISS_TTL_NS 1000000000LL
+struct miss {
+    dev_t dev;
+    ino_t ino;
+    struct timespec ctime;
+    long long until_ns;
+};
+static struct miss misses[MISS_SLOTS];
+static pthread_mutex_t miss_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static long long coarse_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* vDSO: no system call */
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static size_t miss_slot(const struct stat *st)
+{
+    uint64_t h = (uint64_t)st->st_ino * 0x9E3779B97F4A7C15ULL ^ (uint64_t)st->st_dev;
+    return (size_t)(h >> 58) % MISS_SLOTS;
+}
+
+static int known_miss(const struct stat *st)
+{
+    struct miss *m = &misses[miss_slot(st)];
+    pthread_mutex_lock(&miss_mu);
+    int hit = m->until_ns > coarse_now_ns() && m->dev == st->st_dev && m->ino == st->st_ino &&
+              m->ctime.tv_sec == st->st_ctim.tv_sec && m->ctime.tv_nsec == st->st_ctim.tv_nsec;
+    pthread_mutex_unlock(&miss_mu);
+    return hit;
+}
+
+static void remember_miss(const struct stat *st)
+{
+    struct miss *m = &misses[miss_slot(st)];
+    pthread_mutex_lock(&miss_mu);
+    m->dev = st->st_dev;
+    m->ino = st->st_ino;
+    m->ctime = st->st_ctim;
+    m->until_ns = coarse_now_ns() + MISS_TTL_NS;
+    pthread_mutex_unlock(&miss_mu);
+}
+
 /* The fd's path when it matches the configuration, else NULL (pass through).
  * With a bad glob list every lock request is treated as matching. */
 static const char *matching_path(int fd, char *buf, size_t size)
@@ -381,6 +438,10 @@ static const char *matching_path(int fd, char *buf, size_t size)
     if (!paths_set)
         return NULL;
     pthread_once(&cfg_once, parse_config);
+    struct stat st;
+    int have_st = cfg.bad == NULL && fstat(fd, &st) == 0;
+    if (have_st && known_miss(&st))
+        return NULL;
     char proc[64], link[WLP_PATH_MAX];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(proc, link, sizeof link);
@@ -388,6 +449,8 @@ static const char *matching_path(int fd, char *buf, size_t size)
         return NULL;
     if (cfg.bad != NULL || wlp_config_match(&cfg, buf))
         return buf;
+    if (have_st)
+        remember_miss(&st);
     return NULL;
 }
 

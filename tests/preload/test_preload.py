@@ -471,3 +471,26 @@ def test_watchlock_exec_sets_up_the_shim(world):
     st = json.loads(r.stdout)
     assert st["held"] and world.lock in st["owner"]["label"]
     assert subprocess.run([CLI, "exec", "--", "true"], env=env).returncode == 64  # no --paths
+
+
+RENAMER = textwrap.dedent("""
+    import fcntl, os, subprocess, sys
+    lockdir, cli, url = sys.argv[1], sys.argv[2], sys.argv[3]
+    os.makedirs(os.path.join(lockdir, "sub"), exist_ok=True)
+    outside, inside = os.path.join(lockdir, "sub", "x.lock"), os.path.join(lockdir, "x.lock")
+    f = open(outside, "w")
+    for _ in range(3):  # unmanaged: the shim remembers that this file does not match
+        fcntl.flock(f, fcntl.LOCK_EX)
+        fcntl.flock(f, fcntl.LOCK_UN)
+    os.rename(outside, inside)  # now it does: the next lock must be distributed
+    fcntl.flock(f, fcntl.LOCK_EX)
+    r = subprocess.run([cli, "status", url and "--url", url, inside], capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    print("HELD" if r.returncode == 0 else "FREE", flush=True)
+""")
+
+
+def test_a_file_renamed_into_a_configured_path_is_managed_at_once(world):
+    r = world.hosts[0].run([sys.executable, "-c", RENAMER, str(world.lockdir), CLI, world.url], world.env,
+                           capture_output=True, text=True)
+    assert r.stdout.strip() == "HELD", (r.stdout, r.stderr)
