@@ -388,14 +388,16 @@ static int take_distributed(const struct request *r)
  */
 #define MISS_SLOTS 64
 #define MISS_TTL_NS 1000000000LL
+/* Lock-free (a seqlock per slot: odd while written), so that a fork() in
+ * another thread can never leave a child with a lock held; every field is
+ * accessed atomically (relaxed) between acquire/release fences. A writer
+ * that finds the slot busy skips it: this is a cache. */
 struct miss {
-    dev_t dev;
-    ino_t ino;
-    struct timespec ctime;
+    unsigned seq;
+    unsigned long long dev, ino, ctime_sec, ctime_nsec;
     long long until_ns;
 };
 static struct miss misses[MISS_SLOTS];
-static pthread_mutex_t miss_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static long long coarse_now_ns(void)
 {
@@ -404,32 +406,47 @@ static long long coarse_now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static size_t miss_slot(const struct stat *st)
+static struct miss *miss_slot(const struct stat *st)
 {
-    uint64_t h = (uint64_t)st->st_ino * 0x9E3779B97F4A7C15ULL ^ (uint64_t)st->st_dev;
-    return (size_t)(h >> 58) % MISS_SLOTS;
+    uint64_t h = ((uint64_t)st->st_ino * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)st->st_dev;
+    return &misses[(h >> 58) % MISS_SLOTS];
 }
+
+#define LD(f) __atomic_load_n(&m->f, __ATOMIC_RELAXED)
+#define ST(f, v) __atomic_store_n(&m->f, (v), __ATOMIC_RELAXED)
 
 static int known_miss(const struct stat *st)
 {
-    struct miss *m = &misses[miss_slot(st)];
-    pthread_mutex_lock(&miss_mu);
-    int hit = m->until_ns > coarse_now_ns() && m->dev == st->st_dev && m->ino == st->st_ino &&
-              m->ctime.tv_sec == st->st_ctim.tv_sec && m->ctime.tv_nsec == st->st_ctim.tv_nsec;
-    pthread_mutex_unlock(&miss_mu);
-    return hit;
+    struct miss *m = miss_slot(st);
+    unsigned s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
+    if (s1 & 1u)
+        return 0;
+    int hit = LD(until_ns) > coarse_now_ns() && LD(dev) == (unsigned long long)st->st_dev &&
+              LD(ino) == (unsigned long long)st->st_ino &&
+              LD(ctime_sec) == (unsigned long long)st->st_ctim.tv_sec &&
+              LD(ctime_nsec) == (unsigned long long)st->st_ctim.tv_nsec;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return hit && __atomic_load_n(&m->seq, __ATOMIC_RELAXED) == s1;
 }
 
 static void remember_miss(const struct stat *st)
 {
-    struct miss *m = &misses[miss_slot(st)];
-    pthread_mutex_lock(&miss_mu);
-    m->dev = st->st_dev;
-    m->ino = st->st_ino;
-    m->ctime = st->st_ctim;
-    m->until_ns = coarse_now_ns() + MISS_TTL_NS;
-    pthread_mutex_unlock(&miss_mu);
+    struct miss *m = miss_slot(st);
+    unsigned s = __atomic_load_n(&m->seq, __ATOMIC_RELAXED);
+    if ((s & 1u) || !__atomic_compare_exchange_n(&m->seq, &s, s + 1, 0, __ATOMIC_ACQUIRE,
+                                                 __ATOMIC_RELAXED))
+        return;
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    ST(dev, (unsigned long long)st->st_dev);
+    ST(ino, (unsigned long long)st->st_ino);
+    ST(ctime_sec, (unsigned long long)st->st_ctim.tv_sec);
+    ST(ctime_nsec, (unsigned long long)st->st_ctim.tv_nsec);
+    ST(until_ns, coarse_now_ns() + MISS_TTL_NS);
+    __atomic_store_n(&m->seq, s + 2, __ATOMIC_RELEASE);
 }
+
+#undef LD
+#undef ST
 
 /* The fd's path when it matches the configuration, else NULL (pass through).
  * With a bad glob list every lock request is treated as matching. */
