@@ -49,17 +49,26 @@ def wait_for(pred, timeout=20.0, interval=0.005):
 
 
 class Host:
-    """A mount namespace with a private tmpfs on `lockdir`; commands run in it through nsenter."""
+    """A mount namespace with a private tmpfs on `lockdir`; commands run in it through nsenter.
+    pidns: also a pid namespace of its own (with its own /proc), where /proc/locks hides the
+    flock locks whose taker has exited (the keeper's probe fallback)."""
 
-    def __init__(self, lockdir):
+    def __init__(self, lockdir, pidns=False):
+        ns = ["-p", "-f", "--mount-proc"] if pidns else []
         self.proc = subprocess.Popen(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c",
-             f"mount -t tmpfs none '{lockdir}' && echo ready && exec sleep 1000000"],
+            ["unshare", "-m", *ns, "--propagation", "private", "sh", "-c",
+             f"mount -t tmpfs none '{lockdir}' && echo ready $$ && exec sleep 1000000"],
             stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout.readline().strip() == "ready"
+        words = self.proc.stdout.readline().split()
+        assert words[0] == "ready"
+        self.target = self.proc.pid
+        self.nsflags = ["-m"]
+        if pidns:  # the namespace's pid 1 is unshare's child
+            self.target = int(open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read().split()[0])
+            self.nsflags = ["-m", "-p"]
 
     def argv(self, args):
-        return ["nsenter", "-t", str(self.proc.pid), "-m", "--"] + list(args)
+        return ["nsenter", "-t", str(self.target), *self.nsflags, "--"] + list(args)
 
     def popen(self, args, env, **kw):
         return subprocess.Popen(self.argv(args), env=env, **kw)
@@ -73,12 +82,13 @@ class Host:
 
 
 @pytest.fixture
-def world(tmp_path, redis_server):
+def world(request, tmp_path, redis_server):
     lockdir = tmp_path / "locks"
     lockdir.mkdir()
     shared = tmp_path / "shared"
     shared.mkdir()
-    hosts = [Host(str(lockdir)), Host(str(lockdir))]
+    pidns = getattr(request, "param", False)
+    hosts = [Host(str(lockdir), pidns), Host(str(lockdir), pidns)]
     base = dict(os.environ)
     base.pop("LD_PRELOAD", None)
     shim_env = dict(base, LD_PRELOAD=SHIM, WATCHLOCK_URL=redis_server.url,
@@ -206,6 +216,7 @@ def test_flock_c_without_shim_overlaps(world):
 
 # ---- the shell idiom: exec 9>f; flock -n 9 || exit 75 ----------------------------------------
 
+@pytest.mark.parametrize("world", [False, True], ids=["", "pidns"], indirect=True)
 @pytest.mark.parametrize("shim", [True, False])
 def test_shell_exec_idiom(world, shim):
     env = world.env if shim else world.plain
