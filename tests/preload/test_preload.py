@@ -505,3 +505,43 @@ def test_a_file_renamed_into_a_configured_path_is_managed_at_once(world):
     r = world.hosts[0].run([sys.executable, "-c", RENAMER, str(world.lockdir), CLI, world.url], world.env,
                            capture_output=True, text=True)
     assert r.stdout.strip() == "HELD", (r.stdout, r.stderr)
+
+
+def test_local_shared_lockers_serialise_without_deadlock(world, locker):
+    """LOCK_SH takes the exclusive distributed lock until the read-write lock lands
+    (docs/preload.md): a second local reader waits for the first, and gets it at its unlock."""
+    a = Holder(world.hosts[0], world.env, [locker, "flock-sh", world.lock])
+    assert a.first.startswith("LOCKED")
+    b = Holder.__new__(Holder)
+    b.p = world.hosts[0].popen([locker, "flock-sh", world.lock], world.env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    assert a.say("unlock") == "UNLOCKED"
+    b.first = b.p.stdout.readline().strip()
+    assert b.first.startswith("LOCKED") and int(b.first.split()[1]) > int(a.first.split()[1])
+    b.finish()
+    a.finish()
+
+
+def test_name_prefix_and_map(world):
+    env = dict(world.env, WATCHLOCK_PRELOAD_NAME_PREFIX="fleet:",
+               WATCHLOCK_PRELOAD_NAME_MAP=f"{world.lockdir}/=/locks/")
+    r = world.hosts[0].run(["flock", "-n", world.lock, "-c", f"{CLI} status --url {world.url} fleet:/locks/job.lock"],
+                           env, capture_output=True, text=True)
+    assert r.returncode == 0 and "preload " + world.lock in r.stdout, (r.stdout, r.stderr)
+    assert not held(world, world.lock)
+
+
+def test_signal_none_only_logs(world, redis_server):
+    with Proxy(redis_server.port) as px:
+        env = dict(world.env, WATCHLOCK_URL=px.url, WATCHLOCK_PRELOAD_LEASE="1s",
+                   WATCHLOCK_PRELOAD_SIGNAL="none")
+        a = Holder(world.hosts[0], env, [sys.executable, "-c", TERM_REPORTER, world.lock,
+                                         str(redis_server.port)])
+        assert a.first == "LOCKED"
+        control(px.control_port, "blackhole")
+        assert wait_for(lambda: world.log.exists() and "lost the lock" in world.log.read_text(), 10)
+        assert a.p.poll() is None  # no signal
+        assert "no signal" in world.log.read_text()
+        control(px.control_port, "resume")
+        a.p.kill()
+        a.p.wait()
