@@ -419,7 +419,9 @@ TERM_REPORTER = textwrap.dedent("""
 
 def test_loss_signals_the_process_group_before_the_key_expires(world, redis_server):
     with Proxy(redis_server.port) as px:
-        env = dict(world.env, WATCHLOCK_URL=px.url, WATCHLOCK_PRELOAD_LEASE="2s")
+        # the loss is declared 1% of the lease + safety_margin before the server's expiry: a
+        # margin that a loaded machine's scheduling cannot eat (the default is 10 ms)
+        env = dict(world.env, WATCHLOCK_URL=px.url + "?safety_margin=300ms", WATCHLOCK_PRELOAD_LEASE="2s")
         a = Holder(world.hosts[0], env, [sys.executable, "-c", TERM_REPORTER, world.lock,
                                          str(redis_server.port)])
         assert a.first == "LOCKED"
