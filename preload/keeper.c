@@ -294,8 +294,13 @@ static void close_other_fds(int keep_stderr)
         if (null > 4)
             close(null);
     }
-    for (int fd = 5; fd < 1024; fd++)
-        close(fd);
+    /* All of them, however high: an inherited copy of another lock's
+     * descriptor would keep that lock alive after its program closes it. */
+    if (close_range(5, ~0U, 0) != 0) {
+        long max = sysconf(_SC_OPEN_MAX);
+        for (long fd = 5; fd < (max > 0 ? max : 65536); fd++)
+            close((int)fd);
+    }
 }
 
 int main(int argc, char **argv)

@@ -547,3 +547,14 @@ def test_signal_none_only_logs(world, redis_server):
         control(px.control_port, "resume")
         a.p.kill()
         a.p.wait()
+
+
+def test_the_keeper_keeps_no_other_descriptor(world):
+    """A keeper inherits the locker's descriptors (no close-on-exec in shells): it must close
+    them all, however high, or a copy of another lock's description keeps that lock alive
+    after its program closed it."""
+    script = (f"ulimit -n 4096; exec 2000>{world.lockdir}/other.lock; flock -n 2000 || exit 74; "
+              f"exec 9>{world.lock}; flock -n 9 || exit 75; exec 2000>&-; "
+              f"flock -n {world.lockdir}/other.lock -c true || exit 76")
+    r = world.hosts[0].run(["bash", "-c", script], world.env)
+    assert r.returncode == 0
