@@ -54,11 +54,12 @@ class Host:
     flock locks whose taker has exited (the keeper's probe fallback)."""
 
     def __init__(self, lockdir, pidns=False):
-        ns = ["-p", "-f", "--mount-proc"] if pidns else []
+        # --kill-child: the namespace's pid 1 dies with unshare (else it would outlive the test)
+        ns = ["-p", "-f", "--kill-child", "--mount-proc"] if pidns else []
         self.proc = subprocess.Popen(
             ["unshare", "-m", *ns, "--propagation", "private", "sh", "-c",
-             f"mount -t tmpfs none '{lockdir}' && echo ready $$ && exec sleep 1000000"],
-            stdout=subprocess.PIPE, text=True)
+             f"mount -t tmpfs none '{lockdir}' && echo ready $$ && exec sleep 1000000 >/dev/null"],
+            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
         words = self.proc.stdout.readline().split()
         assert words[0] == "ready"
         self.target = self.proc.pid
@@ -79,6 +80,7 @@ class Host:
     def close(self):
         self.proc.kill()
         self.proc.wait()
+        self.proc.stdout.close()
 
 
 @pytest.fixture
