@@ -142,6 +142,8 @@ int cli_cmd_release(int argc, char **argv);
 void cli_help_release(void);
 int cli_cmd_check(int argc, char **argv);
 void cli_help_check(void);
+int cli_cmd_exec(int argc, char **argv);
+void cli_help_exec(void);
 int cli_cmd_stats(int argc, char **argv);
 void cli_help_stats(void);
 /* stats.c: a run's client stats, on stderr with --verbose and as JSON in

@@ -30,6 +30,9 @@ static const struct command {
     {"check", cli_cmd_check, cli_help_check,
      "report Redis settings that break lock safety (eviction,\n"
      "           persistence, replicas, ACL); exit 1 when there are any"},
+    {"exec", cli_cmd_exec, cli_help_exec,
+     "run COMMAND with the preload shim: its flock/fcntl locks on --paths\n"
+     "           exclude across hosts (docs/preload.md)"},
     {"stats", cli_cmd_stats, cli_help_stats, "show the client stats a 'run --stats-json FILE' saved"},
     {"help", cmd_help, help_main, "show help for a command"},
 };
@@ -51,7 +54,8 @@ static void help_main(void)
           "       watchlock list [--url URL] [--json] [PATTERN]\n"
           "       watchlock release --force [--url URL] NAME\n"
           "       watchlock check [--url URL] [--json]\n"
-          "       watchlock help [run|status|list|release|check]\n"
+          "       watchlock exec --paths GLOBS [--url URL] [--] COMMAND [ARGS...]\n"
+          "       watchlock help [run|status|list|release|check|exec]\n"
           "       watchlock --version\n"
           "\n"
           "Run COMMAND while holding the Redis lock NAME, like flock(1) for a fleet of\n"

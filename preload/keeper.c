@@ -1,0 +1,404 @@
+/*
+ * keeper.c - watchlock-keeper: holds one distributed lock for one kernel
+ * lock taken through the preload shim (shim.c), for exactly as long as that
+ * kernel lock exists on this host. One keeper per hold; it uses the public
+ * C API only (watchlock.h).
+ *
+ * Started by the shim (posix_spawn) with:
+ *   fd 3  the locked file (the locker's descriptor); fd 4  the status pipe
+ *   argv  PATH NAME FAMILY EXCLUSIVE WAIT LOCKER_PID PGID DEV INO KIND
+ * It detaches first (fork, the parent exits, setsid): the locker may exit
+ * while the kernel lock lives on (`exec 9>f; flock 9`: flock(1) exits, the
+ * shell keeps fd 9), and no PR_SET_PDEATHSIG: outliving the locker is the
+ * point. It closes every other descriptor, and fd 3 too once it has opened
+ * its own description of the file (/proc/self/fd/3 reopened): a copy of the
+ * locker's description would keep a flock(2) or OFD lock alive after the
+ * program's last close.
+ *
+ * Then: acquire (try once; LOCK_NB: BUSY at once unless the owner is a stale
+ * keeper of this very kernel lock, see "hand-over"; blocking: wait in 50 ms
+ * slices, which the library resumes without a round trip, woken by the
+ * release's pub/sub message, checking between slices that the locker still
+ * waits: a closed pipe cancels), answer "OK <fence>" / "BUSY" /
+ * "ERR UNREACHABLE|CONFIG|OTHER <message>" on fd 4, then hold:
+ *   - every 20 ms, look for the kernel lock in /proc/locks (family, device,
+ *     inode, and the locker's pid for flock and POSIX locks); gone -> release
+ *     and exit. That is the release detection (<= 20 ms + one round trip).
+ *   - SIGUSR1 ("hand-over"): a keeper of the same kernel lock identity
+ *     (boot id, pid namespace, device, inode, family) whose locker was just
+ *     granted that kernel lock exclusively found this keeper owning the
+ *     distributed lock: the kernel excludes both locks, so ours is gone ->
+ *     release at once. This is what makes local contention deadlock-free when
+ *     /proc/locks cannot tell one holder from the next (same pid re-locking,
+ *     OFD locks that show no pid).
+ *   - SIGTERM/SIGINT/SIGHUP: release and exit.
+ *   - the library's on-lost callback (a library thread): signal the locker's
+ *     process group (WATCHLOCK_PRELOAD_SIGNAL, default SIGTERM), log, and
+ *     the main loop exits.
+ * Threads: main (all of the above) and the library's; the only shared state
+ * is the `lost` flag (atomic).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "preload.h"
+#include "watchlock.h"
+
+#define PROC_PID_INIT_INO 4026531836ULL /* the kernel's initial pid namespace */
+
+static struct {
+    const char *path, *name, *kind;
+    int family, exclusive, wait;
+    long locker_pid, pgid;
+    uint64_t dev, ino;
+    int status_fd, probe_fd;
+    int signal;
+    uint64_t pidns;
+    char kernel_id[256];
+} k;
+
+static int lost;
+
+static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_line(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *dest = getenv(WLP_ENV_LOG);
+    if (dest == NULL || dest[0] == '\0' || strcmp(dest, "syslog") == 0) {
+        syslog(LOG_USER | LOG_WARNING, "watchlock-keeper[%d]: %s", (int)getpid(), msg);
+        return;
+    }
+    FILE *f = strcmp(dest, "stderr") == 0 ? stderr : fopen(dest, "ae");
+    if (f == NULL)
+        return;
+    fprintf(f, "watchlock-keeper[%d]: %s\n", (int)getpid(), msg);
+    if (f != stderr)
+        fclose(f);
+    else
+        fflush(f);
+}
+
+static void answer(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void answer(const char *fmt, ...)
+{
+    char line[600];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n > sizeof line - 2)
+        n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    if (k.status_fd >= 0) {
+        ssize_t w = write(k.status_fd, line, (size_t)n);
+        (void)w;
+        close(k.status_fd);
+        k.status_fd = -1;
+    }
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The locker gave up waiting (signal, death): the pipe's read end is gone. */
+static int locker_gone(void)
+{
+    if (k.status_fd < 0)
+        return 0;
+    struct pollfd p = {.fd = k.status_fd, .events = 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP)) != 0;
+}
+
+/* Is the kernel lock still held on this host? /proc/locks first; when it
+ * shows nothing and we live in a pid namespace other than the initial one
+ * (where /proc/locks hides flock locks whose taker has exited), a
+ * non-blocking test on our own description of the file decides. */
+static int kernel_lock_held(void)
+{
+    FILE *f = fopen("/proc/locks", "re");
+    if (f == NULL)
+        return 1; /* cannot tell: keep holding (the lease still bounds a crash) */
+    char line[512];
+    int found = 0;
+    long pid = k.family == WLP_FAMILY_OFD ? -1 : k.locker_pid;
+    while (!found && fgets(line, sizeof line, f) != NULL)
+        found = wlp_proc_locks_line_matches(line, k.family, major(k.dev), minor(k.dev), k.ino, pid);
+    fclose(f);
+    if (found || k.pidns == PROC_PID_INIT_INO || k.probe_fd < 0)
+        return found;
+    if (k.family == WLP_FAMILY_FLOCK) {
+        if (flock(k.probe_fd, LOCK_EX | LOCK_NB) == 0) {
+            flock(k.probe_fd, LOCK_UN);
+            return 0;
+        }
+        return errno == EWOULDBLOCK;
+    }
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(k.probe_fd, F_OFD_GETLK, &fl) != 0)
+        return 1;
+    return fl.l_type != F_UNLCK;
+}
+
+/* Signals the locker's process group and logs, once per hold: from the
+ * on-lost callback (a library thread) or from the main loop, whichever sees
+ * the loss first (a state read that finds the lock past its deadline records
+ * the loss, and a callback not yet started when watchlock_lock_free() runs
+ * is never called: so the main loop must not count on the callback). */
+static int reported;
+
+static void report_loss(int reason)
+{
+    if (__atomic_exchange_n(&reported, 1, __ATOMIC_SEQ_CST))
+        return;
+    if (k.signal > 0 && k.pgid > 0)
+        kill((pid_t)-k.pgid, k.signal);
+    log_line("lost the lock of %s (%s) while its kernel lock was held: %s sent to process "
+             "group %ld",
+             k.path, watchlock_lost_reason_str(reason),
+             k.signal > 0 ? strsignal(k.signal) : "no signal", k.pgid);
+    __atomic_store_n(&lost, 1, __ATOMIC_SEQ_CST);
+}
+
+static void on_lost(watchlock_lock *lock, int reason, void *ud)
+{
+    (void)lock;
+    (void)ud;
+    report_loss(reason);
+}
+
+static const char *err_class(int rc)
+{
+    switch (rc) {
+    case WATCHLOCK_ECONN:
+    case WATCHLOCK_EAUTH:
+    case WATCHLOCK_ECLOSED: return "UNREACHABLE";
+    case WATCHLOCK_EINVAL: return "CONFIG";
+    default: return "OTHER";
+    }
+}
+
+static void read_ids(void)
+{
+    char boot[64] = "unknown";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f != NULL) {
+        if (fgets(boot, sizeof boot, f) != NULL)
+            boot[strcspn(boot, "\n")] = '\0';
+        fclose(f);
+    }
+    struct stat st;
+    k.pidns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+    wlp_kernel_id(k.kernel_id, sizeof k.kernel_id, boot, k.pidns, k.dev, k.ino,
+                  k.family == WLP_FAMILY_FLOCK ? WLP_FAMILY_FLOCK : WLP_FAMILY_POSIX);
+}
+
+/* The owner of `name`: if it is a keeper of our kernel lock identity, tell
+ * it to let go (SIGUSR1). Only for an exclusive kernel lock, which the
+ * kernel grants to nobody else on this host at the same time. 1 if told. */
+static int hand_over(watchlock_client *c)
+{
+    if (!k.exclusive)
+        return 0;
+    watchlock_owner *o = NULL;
+    int held = 0;
+    if (watchlock_client_inspect_owner(&o, &held, NULL, NULL, c, k.name, strlen(k.name)) != 0 ||
+        o == NULL)
+        return 0;
+    size_t len;
+    const char *label = watchlock_owner_label(o, &len);
+    char want[300];
+    snprintf(want, sizeof want, " kl=%s", k.kernel_id);
+    int same = held && strstr(label, want) != NULL && watchlock_owner_pid(o) > 1 &&
+               watchlock_owner_pid(o) != getpid();
+    pid_t pid = (pid_t)watchlock_owner_pid(o);
+    watchlock_owner_free(o);
+    if (same && kill(pid, SIGUSR1) == 0) {
+        log_line("%s: hand-over: told the stale keeper %d to release", k.path, (int)pid);
+        return 1;
+    }
+    return 0;
+}
+
+/* The lock handle for this hold. The kind is chosen by the shim
+ * (shim.c lock_kind_for); "exclusive" is the plain lock. */
+static int open_lock(watchlock_lock **out, watchlock_client *c)
+{
+    return watchlock_lock_new(out, c, k.name, strlen(k.name));
+}
+
+static int acquire(watchlock_client *c, watchlock_lock *lock)
+{
+    int rc = watchlock_lock_acquire(lock, 0);
+    if (rc != WATCHLOCK_ETIMEDOUT)
+        return rc;
+    int told = hand_over(c);
+    if (!k.wait && !told)
+        return rc;
+    /* A stale keeper releases within one round trip; a LOCK_NB request
+     * waits for that (bounded), a blocking one for as long as it takes. */
+    int64_t deadline = now_ms() + watchlock_lock_lease(lock);
+    for (;;) {
+        if (locker_gone())
+            return WATCHLOCK_ECLOSED;
+        rc = watchlock_lock_acquire(lock, 50);
+        if (rc != WATCHLOCK_ETIMEDOUT)
+            return rc;
+        if (!k.wait && now_ms() >= deadline)
+            return rc;
+    }
+}
+
+static void detach(void)
+{
+    pid_t p = fork();
+    if (p < 0) {
+        answer("ERR OTHER fork: %s", strerror(errno));
+        _exit(1);
+    }
+    if (p > 0)
+        _exit(0);
+    setsid();
+}
+
+static void close_other_fds(int keep_stderr)
+{
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        if (!keep_stderr)
+            dup2(null, 2);
+        if (null > 4)
+            close(null);
+    }
+    /* All of them, however high: an inherited copy of another lock's
+     * descriptor would keep that lock alive after its program closes it. */
+    if (close_range(5, ~0U, 0) != 0) {
+        long max = sysconf(_SC_OPEN_MAX);
+        for (long fd = 5; fd < (max > 0 ? max : 65536); fd++)
+            close((int)fd);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 11) {
+        fprintf(stderr, "watchlock-keeper: started by libwatchlock_preload.so only\n");
+        return 64;
+    }
+    k.status_fd = 4;
+    k.path = argv[1];
+    k.name = argv[2];
+    k.family = atoi(argv[3]);
+    k.exclusive = atoi(argv[4]);
+    k.wait = atoi(argv[5]);
+    k.locker_pid = atol(argv[6]);
+    k.pgid = atol(argv[7]);
+    k.dev = strtoull(argv[8], NULL, 10);
+    k.ino = strtoull(argv[9], NULL, 10);
+    k.kind = argv[10];
+    const char *logdest = getenv(WLP_ENV_LOG);
+    close_other_fds(logdest != NULL && strcmp(logdest, "stderr") == 0);
+    detach();
+    signal(SIGPIPE, SIG_IGN);
+    k.probe_fd = open("/proc/self/fd/3", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    close(3);
+    read_ids();
+
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL); /* before the library starts its threads */
+
+    k.signal = wlp_signal_parse(getenv(WLP_ENV_SIGNAL));
+    if (k.signal < 0) {
+        answer("ERR CONFIG WATCHLOCK_PRELOAD_SIGNAL: unknown signal '%s'", getenv(WLP_ENV_SIGNAL));
+        return 1;
+    }
+    int64_t lease = 30000;
+    const char *lease_text = getenv(WLP_ENV_LEASE);
+    if (lease_text != NULL && lease_text[0] != '\0' &&
+        watchlock_parse_duration(&lease, lease_text) != 0) {
+        answer("ERR CONFIG WATCHLOCK_PRELOAD_LEASE: %s", watchlock_last_error());
+        return 1;
+    }
+    const char *url = getenv(WLP_ENV_URL);
+    if (url != NULL && url[0] == '\0')
+        url = NULL;
+    watchlock_client *c = NULL;
+    watchlock_lock *lock = NULL;
+    int rc = watchlock_client_open(&c, url);
+    if (rc != 0) {
+        answer("ERR %s WATCHLOCK_URL: %s", err_class(rc), watchlock_last_error());
+        return 1;
+    }
+    char label[WLP_PATH_MAX + 400];
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(label, sizeof label, "preload %s on %s (%s, locker pid %ld) kl=%s", k.path, host,
+             k.family == WLP_FAMILY_FLOCK ? "flock" : k.family == WLP_FAMILY_OFD ? "ofd" : "posix",
+             k.locker_pid, k.kernel_id);
+    if ((rc = open_lock(&lock, c)) != 0 || (rc = watchlock_lock_set_lease(lock, lease)) != 0 ||
+        (rc = watchlock_lock_set_owner_label(lock, label)) != 0 ||
+        (rc = watchlock_lock_set_on_lost(lock, on_lost, NULL)) != 0) {
+        answer("ERR %s %s", err_class(rc), watchlock_last_error());
+        watchlock_lock_free(lock);
+        watchlock_client_close(c);
+        return 1;
+    }
+    rc = acquire(c, lock);
+    if (rc == WATCHLOCK_ETIMEDOUT) {
+        answer("BUSY");
+    } else if (rc == WATCHLOCK_ECLOSED && k.status_fd >= 0 && locker_gone()) {
+        /* the locker stopped waiting: nothing to answer */
+    } else if (rc != 0) {
+        answer("ERR %s %s: %s", err_class(rc), watchlock_strerror(rc), watchlock_last_error());
+    } else {
+        answer("OK %" PRId64, watchlock_lock_fencing_token(lock));
+        /* An answer nobody read (the locker was interrupted meanwhile) is
+         * caught by the first kernel-lock check: the shim dropped it. */
+        struct timespec tick = {0, 20 * 1000 * 1000};
+        for (;;) {
+            int sig = sigtimedwait(&set, NULL, &tick);
+            if (sig == SIGUSR1 || sig == SIGTERM || sig == SIGINT || sig == SIGHUP)
+                break;
+            if (__atomic_load_n(&lost, __ATOMIC_SEQ_CST))
+                break;
+            if (watchlock_lock_state(lock) != WATCHLOCK_HELD) {
+                report_loss(watchlock_lock_lost_reason(lock));
+                break;
+            }
+            if (!kernel_lock_held())
+                break;
+        }
+    }
+    watchlock_lock_free(lock); /* releases a held lock */
+    watchlock_client_close(c);
+    return 0;
+}
