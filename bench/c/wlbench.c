@@ -18,6 +18,15 @@
  *                                               HOST PORT: the server for INFO and SCAN;
  *                                               under Cluster HOST = h1:p1,h2:p2,... (every
  *                                               master) and PORT = 0
+ *   wlbench rwmix    URL SHM ID HOLD_US WRITE   one reader (WRITE 0) or the writer (1) of
+ *                                               the read-write mixed workload
+ *
+ * URL may be several URLs separated by spaces: a Redlock quorum
+ * (watchlock_client_open_quorum). WLBENCH_KIND (environment) picks the
+ * kind of the handles of cycle, handoff and watchdog: plain (default), fair,
+ * sem (a semaphore of WLBENCH_PERMITS permits, default 1), read, write. A
+ * kind this checkout's library does not have yet (issues 21-23, merged from
+ * other branches) makes wlbench exit 3 with the reason on stderr.
  *
  * Every mode prints one JSON object on stdout and exits 0, or prints the
  * failing call on stderr and exits 1. The shared-memory layout used by
@@ -189,6 +198,83 @@ static long count_lock_keys(redisContext *c, long n, unsigned char *seen)
     return found;
 }
 
+/* ---- clients and handles of every kind ----------------------------------- */
+
+/* Returned by open_client / new_lock besides watchlock statuses (which are
+ * >= 0); fail_open turns them into the exit statuses 3 and 2. */
+#define WLBENCH_UNSUPPORTED (-3) /* not in this checkout's library */
+#define WLBENCH_USAGE (-2)
+
+static int unsupported(const char *what)
+{
+    fprintf(stderr, "wlbench: %s is not in this checkout's library yet\n", what);
+    return WLBENCH_UNSUPPORTED;
+}
+
+/* One URL: a plain client; several separated by spaces: a quorum. Returns
+ * a watchlock status, or WLBENCH_UNSUPPORTED (reported) without quorums. */
+static int open_client(watchlock_client **out, const char *urls)
+{
+    if (strchr(urls, ' ') == NULL)
+        return watchlock_client_open(out, urls);
+#ifdef WLBENCH_HAVE_QUORUM
+    char *copy = strdup(urls);
+    const char *list[16];
+    size_t n = 0;
+    if (copy == NULL)
+        return WATCHLOCK_ENOMEM;
+    for (char *save = NULL, *tok = strtok_r(copy, " ", &save); tok != NULL && n < 16;
+         tok = strtok_r(NULL, " ", &save))
+        list[n++] = tok;
+    int rc = watchlock_client_open_quorum(out, list, n);
+    free(copy);
+    return rc;
+#else
+    (void)out;
+    return unsupported("watchlock_client_open_quorum");
+#endif
+}
+
+/* A handle of the kind WLBENCH_KIND names (see the top of this file). */
+static int new_lock(watchlock_lock **out, watchlock_client *client, const char *name, size_t len)
+{
+    const char *kind = getenv("WLBENCH_KIND");
+    if (kind == NULL || *kind == '\0' || strcmp(kind, "plain") == 0)
+        return watchlock_lock_new(out, client, name, len);
+    if (strcmp(kind, "fair") == 0) {
+#ifdef WLBENCH_HAVE_FAIR
+        return watchlock_fair_lock_new(out, client, name, len);
+#else
+        return unsupported("watchlock_fair_lock_new");
+#endif
+    }
+    if (strcmp(kind, "sem") == 0) {
+#ifdef WLBENCH_HAVE_SEMAPHORE
+        const char *permits = getenv("WLBENCH_PERMITS");
+        return watchlock_semaphore_new(out, client, name, len, permits ? atoll(permits) : 1);
+#else
+        return unsupported("watchlock_semaphore_new");
+#endif
+    }
+    if (strcmp(kind, "read") == 0 || strcmp(kind, "write") == 0) {
+#ifdef WLBENCH_HAVE_RWLOCK
+        return watchlock_rwlock_new(out, client, name, len, kind[0] == 'w');
+#else
+        return unsupported("watchlock_rwlock_new");
+#endif
+    }
+    fprintf(stderr, "wlbench: WLBENCH_KIND=%s: expected plain, fair, sem, read or write\n", kind);
+    return WLBENCH_USAGE;
+}
+
+/* fail() for open_client / new_lock: keeps WLBENCH_UNSUPPORTED and usage. */
+static int fail_open(const char *what, int rc)
+{
+    if (rc < 0)
+        return -rc;
+    return fail(what, rc);
+}
+
 /* ---- ping: the floor for C, one hiredis round trip per PING ------------- */
 
 static int cmd_ping(const char *host, int port, long n, double max_s)
@@ -288,17 +374,17 @@ static int cmd_cycle(const char *url, long n, double max_s, size_t name_len, con
     watchlock_client *client = NULL;
     watchlock_lock *locks[64];
     size_t nnames = 0;
-    int rc = watchlock_client_open(&client, url);
+    int rc = open_client(&client, url);
     if (rc != WATCHLOCK_OK)
-        return fail("watchlock_client_open", rc);
+        return fail_open("watchlock_client_open", rc);
     if (names == NULL) {
         char *name = bench_name(name_len);
         if (name == NULL)
             return 1;
-        rc = watchlock_lock_new(&locks[nnames++], client, name, strlen(name));
+        rc = new_lock(&locks[nnames++], client, name, strlen(name));
         free(name);
         if (rc != WATCHLOCK_OK)
-            return fail("watchlock_lock_new", rc);
+            return fail_open("watchlock_lock_new", rc);
     } else {
         for (const char *p = names; *p != '\0';) {
             size_t len = strcspn(p, ",");
@@ -306,8 +392,8 @@ static int cmd_cycle(const char *url, long n, double max_s, size_t name_len, con
                 fprintf(stderr, "wlbench: --names: an empty name or more than 64 names\n");
                 return 2;
             }
-            if ((rc = watchlock_lock_new(&locks[nnames++], client, p, len)) != WATCHLOCK_OK)
-                return fail("watchlock_lock_new", rc);
+            if ((rc = new_lock(&locks[nnames++], client, p, len)) != WATCHLOCK_OK)
+                return fail_open("watchlock_lock_new", rc);
             p += len + (p[len] == ',');
         }
         if (nnames == 0)
@@ -367,9 +453,9 @@ static void *cycle_thread(void *p)
 static int cmd_threads(const char *url, int nthreads, long n, double max_s)
 {
     watchlock_client *client = NULL;
-    int rc = watchlock_client_open(&client, url);
+    int rc = open_client(&client, url);
     if (rc != WATCHLOCK_OK)
-        return fail("watchlock_client_open", rc);
+        return fail_open("watchlock_client_open", rc);
     if (nthreads < 1 || nthreads > 1024)
         return 2;
     struct thread_arg *args = calloc((size_t)nthreads, sizeof *args);
@@ -417,7 +503,11 @@ enum {
     SHM_IN_CS = 4,      /* 1 while someone holds the lock (mutual-exclusion check) */
     SHM_VIOLATIONS = 5, /* acquires that found SHM_IN_CS set */
     SHM_START_NS = 6,   /* monotonic ns at which workers start; 0 = not yet */
-    SHM_READY = 8,      /* SHM_READY + id: 1 once worker id is connected */
+    SHM_OUT_OF_ORDER = 7, /* grants while an earlier arrival was still waiting */
+    SHM_READY = 8,      /* SHM_READY + id: 1 once worker id is connected (id <= 8) */
+    SHM_RW_READERS = 32,/* rwmix: readers inside */
+    SHM_RW_WRITER = 33, /* rwmix: 1 while the writer is inside */
+    SHM_ARRIVAL = 40,   /* SHM_ARRIVAL + id: monotonic ns when worker id called acquire; 0 = not waiting */
     SHM_SLOTS = 64
 };
 
@@ -438,11 +528,11 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
 
     watchlock_client *client = NULL;
     watchlock_lock *lock = NULL;
-    int rc = watchlock_client_open(&client, url);
+    int rc = open_client(&client, url);
     if (rc != WATCHLOCK_OK)
-        return fail("watchlock_client_open", rc);
-    if ((rc = watchlock_lock_new(&lock, client, "bench:handoff", 13)) != WATCHLOCK_OK)
-        return fail("watchlock_lock_new", rc);
+        return fail_open("watchlock_client_open", rc);
+    if ((rc = new_lock(&lock, client, "bench:handoff", 13)) != WATCHLOCK_OK)
+        return fail_open("watchlock_lock_new", rc);
     watchlock_lock_set_lease(lock, 10000);
 
     size_t cap = 1 << 16, n_lat = 0;
@@ -457,9 +547,20 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
     int64_t stop = atomic_load(&shm[SHM_STOP_NS]);
 
     while (now_ns() < stop) {
+        int64_t arrived = now_ns();
+        atomic_store(&shm[SHM_ARRIVAL + id], arrived);
         if ((rc = watchlock_lock_acquire(lock, 30000)) != WATCHLOCK_OK)
             return fail("watchlock_lock_acquire", rc);
         int64_t t_acq = now_ns();
+        atomic_store(&shm[SHM_ARRIVAL + id], 0);
+        /* Granted while an earlier arrival still waits: not in arrival order. */
+        for (int i = 0; i < 8; i++) {
+            int64_t other = atomic_load(&shm[SHM_ARRIVAL + i]);
+            if (i != id && other != 0 && other < arrived) {
+                atomic_fetch_add(&shm[SHM_OUT_OF_ORDER], 1);
+                break;
+            }
+        }
         if (atomic_exchange(&shm[SHM_IN_CS], 1) != 0)
             atomic_fetch_add(&shm[SHM_VIOLATIONS], 1);
         int64_t rel = atomic_load(&shm[SHM_RELEASE_NS]);
@@ -498,6 +599,94 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
     watchlock_lock_free(lock);
     watchlock_client_close(client);
     return 0;
+}
+
+/* ---- rwmix: readers and a writer on one read-write lock ------------------ */
+
+/* One process of the mixed workload: a reader (write 0) or the writer takes
+ * its side of the read-write lock "bench:rwmix", holds it hold_us, releases
+ * and contends again at once, until the shared stop time. Exclusion is
+ * checked through the shared slots: readers count themselves in
+ * SHM_RW_READERS, the writer sets SHM_RW_WRITER; any overlap of the writer
+ * with anyone is a violation. Prints turns and each acquire's wait. */
+static int cmd_rwmix(const char *url, const char *shm_path, int id, long hold_us, int write)
+{
+#ifndef WLBENCH_HAVE_RWLOCK
+    (void)url, (void)shm_path, (void)id, (void)hold_us, (void)write;
+    return -unsupported("watchlock_rwlock_new");
+#else
+    int fd = open(shm_path, O_RDWR);
+    if (fd < 0) {
+        perror("wlbench: open shm");
+        return 1;
+    }
+    _Atomic int64_t *shm =
+        mmap(NULL, SHM_SLOTS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (shm == MAP_FAILED) {
+        perror("wlbench: mmap");
+        return 1;
+    }
+    close(fd);
+    watchlock_client *client = NULL;
+    watchlock_lock *lock = NULL;
+    int rc = open_client(&client, url);
+    if (rc != WATCHLOCK_OK)
+        return fail_open("watchlock_client_open", rc);
+    if ((rc = watchlock_rwlock_new(&lock, client, "bench:rwmix", 11, write)) != WATCHLOCK_OK)
+        return fail("watchlock_rwlock_new", rc);
+    watchlock_lock_set_lease(lock, 10000);
+    size_t cap = 1 << 16, n_wait = 0;
+    int64_t *waits = malloc(cap * sizeof *waits);
+    long turns = 0, timeouts = 0;
+    if (waits == NULL)
+        return 1;
+    atomic_store(&shm[SHM_READY + id], 1);
+    while (atomic_load(&shm[SHM_START_NS]) == 0)
+        sleep_ns(200000);
+    int64_t stop = atomic_load(&shm[SHM_STOP_NS]);
+    while (now_ns() < stop) {
+        int64_t t0 = now_ns();
+        rc = watchlock_lock_acquire(lock, (stop - t0) / 1000000 + 1000);
+        if (rc == WATCHLOCK_ETIMEDOUT) {
+            timeouts++;
+            continue;
+        }
+        if (rc != WATCHLOCK_OK)
+            return fail("watchlock_lock_acquire", rc);
+        int64_t t1 = now_ns();
+        if (t1 < stop) {
+            if (n_wait == cap) {
+                cap *= 2;
+                int64_t *grown = realloc(waits, cap * sizeof *waits);
+                if (grown == NULL)
+                    return 1;
+                waits = grown;
+            }
+            waits[n_wait++] = t1 - t0;
+        }
+        if (write) {
+            if (atomic_fetch_add(&shm[SHM_RW_WRITER], 1) != 0 || atomic_load(&shm[SHM_RW_READERS]) != 0)
+                atomic_fetch_add(&shm[SHM_VIOLATIONS], 1);
+        } else {
+            atomic_fetch_add(&shm[SHM_RW_READERS], 1);
+            if (atomic_load(&shm[SHM_RW_WRITER]) != 0)
+                atomic_fetch_add(&shm[SHM_VIOLATIONS], 1);
+        }
+        turns++;
+        sleep_ns(hold_us * 1000);
+        atomic_fetch_sub(&shm[write ? SHM_RW_WRITER : SHM_RW_READERS], 1);
+        if ((rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
+            return fail("watchlock_lock_release", rc);
+    }
+    printf("{\"turns\": %ld, \"timeouts\": %ld, \"write\": %d, \"wait_ns\": [", turns, timeouts, write);
+    for (size_t i = 0; i < n_wait; i++)
+        printf("%s%" PRId64, i ? "," : "", waits[i]);
+    printf("]}\n");
+    free(waits);
+    watchlock_lock_free(lock);
+    watchlock_client_close(client);
+    return 0;
+#endif
 }
 
 /* ---- watchdog: one client holds many locks -------------------------------- */
@@ -543,9 +732,9 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     if (admin_open(admins, sizeof admins / sizeof admins[0], &nadmins, host, port) != 0)
         return 1;
     watchlock_client *client = NULL;
-    int rc = watchlock_client_open(&client, url);
+    int rc = open_client(&client, url);
     if (rc != WATCHLOCK_OK)
-        return fail("watchlock_client_open", rc);
+        return fail_open("watchlock_client_open", rc);
     long rss0 = rss_bytes();
     watchlock_lock **locks = calloc((size_t)n, sizeof *locks);
     if (locks == NULL)
@@ -554,8 +743,8 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     for (long i = 0; i < n; i++) {
         char name[64];
         int len = snprintf(name, sizeof name, "bench:watchdog:%ld", i);
-        if ((rc = watchlock_lock_new(&locks[i], client, name, (size_t)len)) != WATCHLOCK_OK)
-            return fail("watchlock_lock_new", rc);
+        if ((rc = new_lock(&locks[i], client, name, (size_t)len)) != WATCHLOCK_OK)
+            return fail_open("watchlock_lock_new", rc);
         watchlock_lock_set_lease(locks[i], lease_ms);
         watchlock_lock_set_on_lost(locks[i], on_lost, NULL);
         if ((rc = watchlock_lock_acquire(locks[i], 0)) != WATCHLOCK_OK)
@@ -720,6 +909,7 @@ static void usage(void)
                     "       wlbench cycle URL N MAX_S [NAME_LEN | --names A,B,...]\n"
                     "       wlbench threads URL THREADS N MAX_S\n"
                     "       wlbench handoff URL SHM ID HOLD_US POLITE\n"
+                    "       wlbench rwmix URL SHM ID HOLD_US WRITE\n"
                     "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S [--probe N] "
                     "[--sample-ms MS]\n");
 }
@@ -738,6 +928,8 @@ int main(int argc, char **argv)
         return cmd_threads(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
     if (argc == 7 && strcmp(argv[1], "handoff") == 0)
         return cmd_handoff(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
+    if (argc == 7 && strcmp(argv[1], "rwmix") == 0)
+        return cmd_rwmix(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
     if (argc >= 8 && argc % 2 == 0 && strcmp(argv[1], "watchdog") == 0) {
         long probe = 0;
         int64_t sample_ms = 250;
