@@ -689,6 +689,14 @@ static int cmd_rwmix(const char *url, const char *shm_path, int id, long hold_us
 #endif
 }
 
+/* ---- queuecost: what queued waiters cost the releaser -------------------- */
+
+static int cmd_queuecost(const char *url, const char *host, int port, long waiters, long cycles)
+{
+    (void)url, (void)host, (void)port, (void)waiters, (void)cycles;
+    return -unsupported("queuecost (queued waiters of a fair lock)");
+}
+
 /* ---- watchdog: one client holds many locks -------------------------------- */
 
 static atomic_long lost_callbacks;
@@ -910,6 +918,7 @@ static void usage(void)
                     "       wlbench threads URL THREADS N MAX_S\n"
                     "       wlbench handoff URL SHM ID HOLD_US POLITE\n"
                     "       wlbench rwmix URL SHM ID HOLD_US WRITE\n"
+                    "       wlbench queuecost URL HOST PORT WAITERS CYCLES\n"
                     "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S [--probe N] "
                     "[--sample-ms MS]\n");
 }
@@ -928,6 +937,8 @@ int main(int argc, char **argv)
         return cmd_threads(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
     if (argc == 7 && strcmp(argv[1], "handoff") == 0)
         return cmd_handoff(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
+    if (argc == 7 && strcmp(argv[1], "queuecost") == 0)
+        return cmd_queuecost(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atol(argv[6]));
     if (argc == 7 && strcmp(argv[1], "rwmix") == 0)
         return cmd_rwmix(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
     if (argc >= 8 && argc % 2 == 0 && strcmp(argv[1], "watchdog") == 0) {

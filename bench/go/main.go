@@ -38,7 +38,9 @@ const (
 	shmInCS       = 4
 	shmViolations = 5
 	shmStartNs    = 6
+	shmOutOfOrder = 7
 	shmReady      = 8
+	shmArrival    = 40
 	shmSlots      = 64
 )
 
@@ -119,6 +121,8 @@ func handoff(urls, shmPath string, id int, holdUs int64, polite bool) map[string
 	for monoNs() < stop {
 		// redsync gives up after its 32 tries (a few seconds): try again, as a
 		// caller that must have the lock does.
+		arrived := monoNs()
+		atomic.StoreInt64(slot(shmArrival+id), arrived)
 		for {
 			err := m.LockContext(ctx)
 			if err == nil {
@@ -129,6 +133,13 @@ func handoff(urls, shmPath string, id int, holdUs int64, polite bool) map[string
 			}
 		}
 		tAcq := monoNs()
+		atomic.StoreInt64(slot(shmArrival+id), 0)
+		for i := 0; i < 8; i++ { // granted while an earlier arrival still waits
+			if o := atomic.LoadInt64(slot(shmArrival + i)); i != id && o != 0 && o < arrived {
+				atomic.AddInt64(slot(shmOutOfOrder), 1)
+				break
+			}
+		}
 		if atomic.SwapInt64(slot(shmInCS), 1) != 0 {
 			atomic.AddInt64(slot(shmViolations), 1)
 		}

@@ -16,7 +16,7 @@ const Redlock = require('redlock');
 
 const LEASE_MS = 10000;
 const RELEASE_NS = 0, TURNS = 1, LAST_HOLDER = 2, STOP_NS = 3, IN_CS = 4, VIOLATIONS = 5, START_NS = 6,
-  READY = 8;
+  OUT_OF_ORDER = 7, READY = 8, ARRIVAL = 40;
 
 const now = () => process.hrtime.bigint(); // CLOCK_MONOTONIC on Linux
 
@@ -72,8 +72,15 @@ async function handoff(urls, path, id, holdUs, polite) {
   while (s.get(START_NS) === 0n) await sleep(1);
   const stop = s.get(STOP_NS);
   while (now() < stop) {
+    const arrived = now();
+    s.put(ARRIVAL + id, arrived);
     const l = await redlock.lock('bench:handoff', LEASE_MS);
     const tAcq = now();
+    s.put(ARRIVAL + id, 0);
+    for (let i = 0; i < 8; i++) { // granted while an earlier arrival still waits
+      const o = s.get(ARRIVAL + i);
+      if (i !== id && o !== 0n && o < arrived) { s.put(OUT_OF_ORDER, s.get(OUT_OF_ORDER) + 1n); break; }
+    }
     if (s.get(IN_CS) !== 0n) s.put(VIOLATIONS, s.get(VIOLATIONS) + 1n);
     s.put(IN_CS, 1);
     const rel = s.get(RELEASE_NS), prev = s.get(LAST_HOLDER);
