@@ -397,7 +397,7 @@ def scenario_fair(srv, scale: dict, status: dict) -> dict:
             flush()
             r = guarded(out, f"queue_cost:{w}", lambda: run_json(
                 ["env", "WLBENCH_KIND=fair", B.WLBENCH, "queuecost", srv.url, "127.0.0.1", srv.port, w,
-                 max(50, scale["cycle_n"] // 20)], timeout=600))
+                 min(200, max(20, scale["cycle_n"] // 50))], timeout=600))
             if r is not None:
                 out["queue_cost"][str(w)] = r
     return out
