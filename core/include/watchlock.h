@@ -71,7 +71,10 @@ enum {
     WATCHLOCK_EFORKED = 9,    /* handle inherited across fork(); only the parent may use it */
     WATCHLOCK_EINTERNAL = 10, /* a bug or an unexpected system failure */
     WATCHLOCK_EPERM = 11,     /* the server's ACL denies a command, key or channel (NOPERM) */
-    WATCHLOCK_EREPLICAS = 12  /* fewer than min_replicas replicas acknowledged an acquire/extend in time */
+    WATCHLOCK_EREPLICAS = 12, /* fewer than min_replicas replicas acknowledged an acquire/extend in time */
+    /* 13 is WATCHLOCK_EWRONGTYPE (issue 22) */
+    WATCHLOCK_EUNAVAIL = 14   /* a value is not available: a quorum's fencing token whose raise no
+                                 majority of the granting members confirmed within the hold's validity */
 };
 
 /* Static, never NULL ("unknown status" for codes this version does not know). */
@@ -236,7 +239,27 @@ enum {
     WATCHLOCK_STAT_LOST_CONNECTION = 14,
     WATCHLOCK_STAT_WAIT_US_SUM = 15,
     WATCHLOCK_STAT_HOLD_US_SUM = 16,
-    WATCHLOCK_STAT_RENEW_RTT_US_SUM = 17
+    WATCHLOCK_STAT_RENEW_RTT_US_SUM = 17,
+    /* quorum clients (watchlock_client_open_quorum; 0 for others):
+     *   _QUORUM_RESTARTS      members seen restarted (a new run_id, or an
+     *                         uptime below the longest lease in use)
+     *   _QUORUM_KEPT_OUT      members now kept out of majorities by the
+     *                         restart rule (one lease after they came back)
+     *   _QUORUM_UNREACHED     member writes of releases (and give-backs)
+     *                         that got no answer: a release that returned OK
+     *                         may have left a key on these until its lease ends
+     *   _QUORUM_LATE_GRANTS   grants that came after an acquire was decided
+     *                         (or were not counted) and were given back
+     *   _QUORUM_FENCE_UNAVAILABLE fencing tokens reported unavailable
+     *   _QUORUM_SPLIT_VOTES   attempts that got neither a majority of grants
+     *                         nor a majority held by others (contention split,
+     *                         or members unreachable/restarted) */
+    WATCHLOCK_STAT_QUORUM_RESTARTS = 18,
+    WATCHLOCK_STAT_QUORUM_KEPT_OUT = 19,
+    WATCHLOCK_STAT_QUORUM_UNREACHED = 20,
+    WATCHLOCK_STAT_QUORUM_LATE_GRANTS = 21,
+    WATCHLOCK_STAT_QUORUM_FENCE_UNAVAILABLE = 22,
+    WATCHLOCK_STAT_QUORUM_SPLIT_VOTES = 23
 };
 WATCHLOCK_API int64_t watchlock_client_stat(watchlock_client *client, int which);
 
@@ -447,6 +470,15 @@ WATCHLOCK_API int64_t watchlock_lock_remaining_ms(const watchlock_lock *lock);
  * server's clock when it was issued, and a counter seeded again later
  * starts above every earlier token (as long as the server's clock does not
  * step back). */
+/* On a quorum client the token is the highest counter among the members
+ * that granted the hold, raised (never lowered) on those members before it
+ * is handed out: the first call of a hold sends the raise to every member
+ * at once (one round trip; later calls answer from memory) and returns the
+ * token once a majority of members that still hold this hold confirmed it
+ * (docs/design.md, "Quorum"); if that does not happen within the hold's
+ * validity it returns -WATCHLOCK_EUNAVAIL (negative: no token may be used)
+ * and so do later calls for this hold. Blocking on a quorum's first call;
+ * never blocks otherwise. */
 WATCHLOCK_API int64_t watchlock_lock_fencing_token(const watchlock_lock *lock);
 /* Current hold count (0 when not held). */
 WATCHLOCK_API int64_t watchlock_lock_hold_count(const watchlock_lock *lock);
@@ -535,7 +567,14 @@ enum {
     WATCHLOCK_CHECK_REPLICA_ROLE = 9,
     /* CONFIG GET or INFO is denied by the ACL (or renamed away, as on many
      * managed services): the settings that need it were not checked. */
-    WATCHLOCK_CHECK_UNCHECKED = 10
+    WATCHLOCK_CHECK_UNCHECKED = 10,
+    /* quorum: a member restarted (new run_id, or uptime below the longest
+     * lease in use) and does not count toward a majority until one lease
+     * after it came back (the restart rule, docs/design.md "Quorum"). */
+    WATCHLOCK_CHECK_RESTARTED = 11,
+    /* quorum: a member could not be reached: it counts against every
+     * majority until it is back. */
+    WATCHLOCK_CHECK_MEMBER_UNREACHABLE = 12
 };
 
 typedef struct watchlock_report watchlock_report;
@@ -576,7 +615,8 @@ WATCHLOCK_API void watchlock_report_free(watchlock_report *report);
 
 /* Static name of a finding code, for machines: "eviction", "no_persistence",
  * "fsync", "acl_commands", "acl_keys", "acl_channels", "replicas",
- * "snapshot_only", "replica_role", "unchecked"; "unknown" for other codes.
+ * "snapshot_only", "replica_role", "unchecked", "restarted", "member_unreachable";
+ * "unknown" for other codes.
  * Never NULL. */
 WATCHLOCK_API const char *watchlock_check_name(int code);
 
@@ -684,6 +724,97 @@ WATCHLOCK_API const watchlock_owner *watchlock_lock_list_owner(const watchlock_l
                                                                size_t i);
 /* Frees the list and the owner records it lends. NULL is accepted. */
 WATCHLOCK_API void watchlock_lock_list_free(watchlock_lock_list *list);
+
+/* ---- quorum (Redlock) ------------------------------------------------------ */
+
+/*
+ * Opens a quorum client: one lock over n independent masters (Redlock),
+ * held when a majority (n/2 + 1) grants it. Each URL is any single-master
+ * form watchlock_client_open() takes (redis://, rediss://, unix://,
+ * redis-sentinel://, each with its own password, TLS and options);
+ * redis-cluster:// members are refused (EINVAL). n == 1 opens a plain
+ * client (watchlock_client_open(urls[0])); n == 2 is refused (EINVAL: two
+ * members tolerate no failure, use 1 or >= 3); n >= 3 (odd recommended; at
+ * most WATCHLOCK_QUORUM_MAX). Every member is connected once (as
+ * watchlock_client_open does) and asked for its run_id and uptime; a
+ * member that does not answer fails the open (ECONN naming it).
+ *
+ * Every watchlock_lock_* call works on a quorum client's plain locks:
+ *  - acquire writes to every member before reading any reply and returns
+ *    as soon as a majority granted (validity = lease - time since this
+ *    attempt was sent - drift, on the monotonic clock) or a majority cannot
+ *    grant; late grants and the grants of a failed attempt are given back
+ *    (token-checked). It waits, when asked to, woken by a release on any
+ *    member, bounded by the lease the holders reported, with jitter.
+ *    ETIMEDOUT ("busy") when a majority is held by others (or others hold
+ *    some and no member was unreachable: a contention split); ECONN when
+ *    members that could not be reached kept it from a majority.
+ *    watchlock_lock_member_status() gives each member's verdict.
+ *  - release and extend go to every member at once: release is OK when a
+ *    majority answered (WATCHLOCK_STAT_QUORUM_UNREACHED counts the rest);
+ *    extend counts only when a majority extended.
+ *  - the watchdog renews on every member in one round; the local deadline
+ *    is the send time of the last round a majority confirmed + lease -
+ *    drift, and the lock is LOST there (as any loss) when renewals stay
+ *    below a majority. With min_replicas in a member's URL, that member's
+ *    WAIT decides whether its writes count.
+ *  - restart rule: a member whose run_id changed, or whose uptime is below
+ *    the longest lease this client used, counts toward no majority until
+ *    one such lease after it came back.
+ *  - watchlock_lock_fencing_token() raises the token on the members that
+ *    granted the hold (see there).
+ *  - inspect: held when a majority holds the name; remaining_ms the time
+ *    that majority still holds it; fence the highest counter.
+ *    watchlock_client_check() checks every member (messages name it) and
+ *    adds RESTARTED / MEMBER_UNREACHABLE findings. force_release goes to
+ *    every member. list is per member (watchlock_client_member_open()).
+ * Queued kinds (fair lock, semaphore, rwlock) and multi-locks are refused on
+ * a quorum client (EINVAL with a message) in this version.
+ * Errors: EINVAL (NULL, n == 0 or 2, too many, a cluster member, a
+ * malformed URL: the message names the member), ECONN, EAUTH, ESERVER,
+ * ENOMEM.
+ */
+#define WATCHLOCK_QUORUM_MAX 63
+WATCHLOCK_API int watchlock_client_open_quorum(watchlock_client **out, const char *const *urls, size_t n);
+
+/* Number of members: 1 for a plain client, 0 for NULL. Never blocks. */
+WATCHLOCK_API size_t watchlock_client_member_count(watchlock_client *client);
+
+/* Member i's address as "host:port" (or the socket path, or the Sentinel
+ * master's name), for messages. Borrowed: valid while the client lives.
+ * NULL for NULL or i out of range. For a plain client, member 0 is it. */
+WATCHLOCK_API const char *watchlock_client_member_label(watchlock_client *client, size_t i);
+
+/* Member i's standing now, as the client knows it without I/O:
+ * WATCHLOCK_MEMBER_RESTARTED while the restart rule keeps it out,
+ * WATCHLOCK_MEMBER_UNREACHABLE when the last exchange with it failed,
+ * WATCHLOCK_MEMBER_GRANTED (= counts) otherwise; UNKNOWN out of range. */
+WATCHLOCK_API int watchlock_client_member_state(watchlock_client *client, size_t i);
+
+/* Opens a plain client on member i's URL (all its options), for per-member
+ * views (list, inspect_owner, check of one member). Close it with
+ * watchlock_client_close(). Errors as watchlock_client_open, EINVAL for i
+ * out of range. */
+WATCHLOCK_API int watchlock_client_member_open(watchlock_client **out, watchlock_client *client, size_t i);
+
+/* Admin: watchlock_client_inspect() on member i alone (one round trip). */
+WATCHLOCK_API int watchlock_client_member_inspect(watchlock_client *client, size_t i, const void *name,
+                                                  size_t name_len, int *held, int64_t *remaining_ms,
+                                                  int64_t *fence);
+
+/* Per-member verdicts of a lock's last acquire attempt (kept until the next
+ * one): */
+enum {
+    WATCHLOCK_MEMBER_UNKNOWN = 0,     /* no attempt yet, or no answer was needed (decided without it) */
+    WATCHLOCK_MEMBER_GRANTED = 1,     /* the member granted (and counted) */
+    WATCHLOCK_MEMBER_HELD = 2,        /* held by another owner there */
+    WATCHLOCK_MEMBER_UNREACHABLE = 3, /* no answer in time, connection failed, or an error reply */
+    WATCHLOCK_MEMBER_RESTARTED = 4    /* kept out by the restart rule (its grant was given back) */
+};
+/* Member i's verdict in the lock's last acquire attempt (UNKNOWN for NULL,
+ * i out of range, or a plain client's lock: i == 0 then reads GRANTED or
+ * HELD after an attempt). No I/O. */
+WATCHLOCK_API int watchlock_lock_member_status(const watchlock_lock *lock, size_t i);
 
 #ifdef __cplusplus
 }

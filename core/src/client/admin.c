@@ -113,8 +113,9 @@ static int parse_inspected(const redisReply *r, inspected *out, const char *what
     return WATCHLOCK_OK;
 }
 
-int watchlock_client_inspect_owner(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
-                                   watchlock_client *c, const void *name, size_t name_len)
+/* The public calls are quorum_client.c's (a quorum answers with its verdict). */
+int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
+                                watchlock_client *c, const void *name, size_t name_len)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
@@ -404,7 +405,7 @@ static int scan_node(wl_server *node, const char *kglob, size_t kglob_len, const
     return rc;
 }
 
-int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len)
+int wl_client_list_one(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");

@@ -489,7 +489,8 @@ static int check_once(checker *k, bool *reused)
     return rc;
 }
 
-int watchlock_client_check(watchlock_report **out, watchlock_client *client)
+/* One server's check (the public call is quorum_client.c's: per member on a quorum). */
+int wl_client_check_one(watchlock_report **out, watchlock_client *client)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "check: out is NULL");

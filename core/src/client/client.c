@@ -3,6 +3,7 @@
  * lost events and stats.
  */
 #include "client/client.h"
+#include "topology/quorum.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@ int wl_check_client(const watchlock_client *c)
 
 static void client_free(watchlock_client *c)
 {
+    wl_quorum_free(c->quorum); /* members 1..n-1 (member 0 is c->server) */
+    c->quorum = NULL;
     wl_subscriber_free(c->sub);
     wl_server_destroy(&c->server);
     while (c->ev_head) {
@@ -173,17 +176,26 @@ void watchlock_client_close(watchlock_client *c)
     wl_server_unpin(&c->server, pin);
 
     /* Release what was held, best effort, pipelined (one by one, routed
-     * by key, under Cluster). */
+     * by key, under Cluster; on every member at once, one by one, on a
+     * quorum). */
+    for (size_t i = 0; c->quorum != NULL && i < k; i++) {
+        int result;
+        wl_quorum_release(c, &args[i], c->server.ep.command_timeout_ms, &result);
+    }
+    wl_quorum_stop(c->quorum); /* the drain, the members' Sentinel watchers and subscribers */
+    if (c->quorum != NULL)
+        k = 0; /* released above */
     bool sharded = wl_server_sharded(&c->server);
     for (size_t i = 0; sharded && i < k; i++)
         wl_release_best_effort(&c->server, &args[i]);
     if (!sharded && k > 0)
         wl_release_fresh(&c->server, args, k, 0, NULL, "release");
-    for (size_t i = 0; i < k; i++)
+    for (size_t i = 0; i < n && held != NULL && held[i] != NULL; i++)
         held[i]->ops->unref(held[i]);
     free(held);
     free(args);
     wl_server_close(&c->server);
+    wl_quorum_close(c->quorum);
     wl_client_unref(c);
 }
 
@@ -228,8 +240,10 @@ static int run_admin_script(watchlock_client *c, const void *name, size_t name_l
     return rc;
 }
 
-int watchlock_client_inspect(watchlock_client *c, const void *name, size_t name_len, int *held,
-                             int64_t *remaining_ms, int64_t *fence)
+/* One server's inspect and force release (the public calls are
+ * quorum_client.c's: every member, and a majority verdict, on a quorum). */
+int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
+                          int64_t *fence)
 {
     redisReply *r;
     int rc = run_admin_script(c, name, name_len, WL_SCRIPT_INSPECT, "inspect failed", &r);
@@ -251,7 +265,7 @@ int watchlock_client_inspect(watchlock_client *c, const void *name, size_t name_
     return WATCHLOCK_OK;
 }
 
-int watchlock_client_force_release(watchlock_client *c, const void *name, size_t name_len, int *released)
+int wl_client_force_release_one(watchlock_client *c, const void *name, size_t name_len, int *released)
 {
     redisReply *r;
     int rc = run_admin_script(c, name, name_len, WL_SCRIPT_FORCE_RELEASE, "force release failed", &r);
@@ -312,6 +326,19 @@ int64_t watchlock_client_stat(watchlock_client *c, int which)
     int64_t v = -1;
     if (which == WATCHLOCK_STAT_WATCHDOG_CPU_US)
         return atomic_load(&c->wd_cpu_us);
+    if (which >= WATCHLOCK_STAT_QUORUM_RESTARTS && which <= WATCHLOCK_STAT_QUORUM_SPLIT_VOTES) {
+        wl_quorum *q = c->quorum; /* topology/quorum.h; 0 for other clients */
+        if (q == NULL)
+            return 0;
+        switch (which) {
+        case WATCHLOCK_STAT_QUORUM_RESTARTS: return atomic_load(&q->restarts);
+        case WATCHLOCK_STAT_QUORUM_KEPT_OUT: return (int64_t)wl_quorum_kept_out(q);
+        case WATCHLOCK_STAT_QUORUM_UNREACHED: return atomic_load(&q->unreached);
+        case WATCHLOCK_STAT_QUORUM_LATE_GRANTS: return atomic_load(&q->late_grants);
+        case WATCHLOCK_STAT_QUORUM_FENCE_UNAVAILABLE: return atomic_load(&q->fence_unavailable);
+        default: return atomic_load(&q->splits);
+        }
+    }
     if (which >= WATCHLOCK_STAT_ACQUIRES) /* stats.c: lock-free counters */
         return wl_stats_get(c, which);
     if (which == WATCHLOCK_STAT_SUBSCRIBE_DENIED) { /* subscriber.mu: never under client.mu */

@@ -21,6 +21,16 @@ wl_subscriber *wl_client_sub(watchlock_client *c, const char *channel, size_t le
 int wl_client_join(watchlock_client *c, const char *channel, size_t len, const char *what, wl_subscriber **sub,
                    wl_sub_entry **entry);
 void wl_client_unref(watchlock_client *c);
+/* One server's admin calls and check (client.c, admin.c, check.c); the
+ * public ones are quorum_client.c's, which run these on a plain client and
+ * on each member of a quorum. */
+int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
+                          int64_t *fence);
+int wl_client_force_release_one(watchlock_client *c, const void *name, size_t name_len, int *released);
+int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
+                                watchlock_client *c, const void *name, size_t name_len);
+int wl_client_list_one(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len);
+int wl_client_check_one(watchlock_report **out, watchlock_client *client);
 
 /* The check's report (report.c): adds a finding (its message made one
  * line); OK or ENOMEM. */

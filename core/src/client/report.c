@@ -94,6 +94,8 @@ const char *watchlock_check_name(int code)
     case WATCHLOCK_CHECK_SNAPSHOT_ONLY: return "snapshot_only";
     case WATCHLOCK_CHECK_REPLICA_ROLE: return "replica_role";
     case WATCHLOCK_CHECK_UNCHECKED: return "unchecked";
+    case WATCHLOCK_CHECK_RESTARTED: return "restarted";
+    case WATCHLOCK_CHECK_MEMBER_UNREACHABLE: return "member_unreachable";
     default: return "unknown";
     }
 }

@@ -28,6 +28,9 @@ struct watchlock_client {
     void (*unref)(watchlock_client *c);
     unsigned fork_gen;
     wl_server server; /* the client's topology: one server, a Sentinel-discovered master or a cluster (wl_topology_ops) */
+    /* a quorum client (Redlock, topology/quorum.h): its members, server
+     * above being member 0; NULL for every other client. Set at open. */
+    struct wl_quorum *quorum;
     atomic_bool closed;
     /* Names this client has acquired, so their fence counters are seeded
      * (lock.c acquire_fast): a direct-mapped set of lock keys' hashes
@@ -227,6 +230,23 @@ typedef struct round_entry {
  * once, ending network waits by cap_ms; may reorder es. Returns round trips. */
 int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
 void wl_renew_round_close(watchlock_client *c); /* the watchdog's connections */
+/* The same with es[i].node set by the caller (a quorum's members, grouped
+ * by node->cluster_index): nothing routed or redirected. */
+int wl_renew_round_nodes(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
+
+/* Quorum (quorum_round.c): the majority verdict (WL_WRITE_*) of one write's
+ * answers res[0..n) from the members, judged with the restart rule at `at`. */
+struct wl_quorum;
+int wl_quorum_verdict(struct wl_quorum *q, const int *res, int64_t at);
+/* wl_renew_round for a quorum client: every due hold on every member, then
+ * each hold's verdict in es[i].result. */
+int wl_quorum_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
+/* The release script on every member at once: OK when a majority answered
+ * (ECONN otherwise); *result 1 released, 0 no key, -1 another owner holds a
+ * majority. Members that did not answer are counted in the stats. */
+int wl_quorum_release(watchlock_client *c, const wl_release_args *a, int64_t cap_ms, int *result);
+/* The release script written to every member, answers left to the drain. */
+void wl_quorum_release_best_effort(watchlock_client *c, const wl_release_args *a);
 
 /* Tests only (tests/c/test_wd_hooks.c links the static library to set it;
  * NULL otherwise, and not exported by the shared library): called on a

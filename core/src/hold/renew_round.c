@@ -91,7 +91,7 @@ static void fail_node(node_round *g, const char *why)
 }
 
 /* Queues one pass's commands for a node; false when nothing was queued. */
-static bool queue_node(watchlock_client *c, node_round *g, round_entry *es, int64_t t_ms, bool use_eval)
+static bool queue_node(node_round *g, round_entry *es, int64_t t_ms, bool use_eval)
 {
     wl_server *node = g->node;
     g->replies_left = 0;
@@ -122,11 +122,11 @@ static bool queue_node(watchlock_client *c, node_round *g, round_entry *es, int6
         i = j;
     }
     g->replies_left = count;
-    if (c->server.ep.min_replicas > 0) {
+    if (node->ep.min_replicas > 0) { /* the node's own (a quorum member's URL may set it) */
         char n[16], ms[24];
-        int64_t budget = c->server.ep.min_replicas_timeout_ms < t_ms ? c->server.ep.min_replicas_timeout_ms : t_ms;
+        int64_t budget = node->ep.min_replicas_timeout_ms < t_ms ? node->ep.min_replicas_timeout_ms : t_ms;
         const char *argv[3];
-        wl_wait_args(&c->server, budget, n, ms, argv);
+        wl_wait_args(node, budget, n, ms, argv);
         if (wl_conn_append(node->wd_conn, 3, argv, NULL) != 0) {
             fail_node(g, "out of memory");
             return false;
@@ -143,7 +143,7 @@ static void take_reply(watchlock_client *c, node_round *g, round_entry *es, redi
     if (g->replies_left == 1 && g->wait) {
         /* WAIT: without the acknowledgements, this pass's renewals landed
          * on the master only; do not count on them. */
-        if (r->type != REDIS_REPLY_INTEGER || r->integer < c->server.ep.min_replicas)
+        if (r->type != REDIS_REPLY_INTEGER || r->integer < g->node->ep.min_replicas)
             for (size_t i = g->from; i < g->to; i++)
                 if (!use_eval || es[i].need_eval)
                     es[i].result = WL_WRITE_FAILED;
@@ -201,11 +201,14 @@ static bool run_pass(watchlock_client *c, node_round *gs, size_t ng, round_entry
 {
     bool any = false;
     for (size_t k = 0; k < ng; k++)
-        any |= queue_node(c, &gs[k], es, t_ms, use_eval);
+        any |= queue_node(&gs[k], es, t_ms, use_eval);
     if (!any)
         return false;
     /* The WAIT's own budget comes on top of the round's time. */
-    int64_t extra = c->server.ep.min_replicas > 0 ? c->server.ep.min_replicas_timeout_ms : 0;
+    int64_t extra = 0; /* the longest WAIT of the round's nodes (a quorum's members may differ) */
+    for (size_t k = 0; k < ng; k++)
+        if (gs[k].node->ep.min_replicas > 0 && gs[k].node->ep.min_replicas_timeout_ms > extra)
+            extra = gs[k].node->ep.min_replicas_timeout_ms;
     int64_t deadline = wl_now_us() + (t_ms + (extra < t_ms ? extra : t_ms)) * 1000;
     struct pollfd *pfd = calloc(ng, sizeof *pfd);
     size_t *who = calloc(ng, sizeof *who);
@@ -261,7 +264,7 @@ static bool run_pass(watchlock_client *c, node_round *gs, size_t ng, round_entry
          * so a slow server renews what it answered in time instead of
          * failing the whole round. Under min_replicas none of the pass's
          * renewals counts without its WAIT's answer. */
-        size_t answered = c->server.ep.min_replicas > 0 ? g->from : g->cursor;
+        size_t answered = g->node->ep.min_replicas > 0 ? g->from : g->cursor;
         for (size_t i = g->from; i < g->to; i++)
             if (!use_eval || es[i].need_eval) {
                 if (i >= answered)
@@ -311,17 +314,21 @@ static void renew_alone(watchlock_client *c, round_entry *e)
     wl_server_put(&c->server, wrote); /* not pooled under Cluster: freed */
 }
 
-int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
+/* preset: es[i].node is set by the caller (a quorum's members, quorum_round.c):
+ * grouped by node (cluster_index), never routed nor redirected. */
+static int renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms, bool preset)
 {
     if (cap_ms < 1)
         cap_ms = 1;
     uint64_t pin = wl_server_pin(&c->server); /* cluster.c: the round's nodes stay valid */
     int64_t t = c->server.ep.command_timeout_ms < cap_ms ? c->server.ep.command_timeout_ms : cap_ms;
-    bool sharded = wl_server_sharded(&c->server);
+    bool routed = wl_server_sharded(&c->server), sharded = routed || preset;
     for (size_t i = 0; i < n; i++) {
         es[i].result = WL_WRITE_FAILED;
         es[i].need_eval = es[i].redirected = false;
-        if (sharded) {
+        if (preset) {
+            es[i].slot = 0;
+        } else if (sharded) {
             es[i].slot = wl_key_slot(es[i].hold->keys.lock, es[i].hold->keys.lock_len);
             es[i].node = wl_server_route_slot(&c->server, es[i].slot); /* NULL: stays FAILED, retried */
         } else {
@@ -356,7 +363,7 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
     for (size_t i = 0; i < n; i++)
         any_failed |= es[i].node == NULL;
     free(gs);
-    if (any_failed && sharded)
+    if (any_failed && routed)
         wl_server_refresh(&c->server, false); /* a node down or demoted: where are its slots now? */
     /* Redirected renewals once more, one by one (with min_replicas, each
      * with its own WAIT on the connection that ran it). */
@@ -368,6 +375,16 @@ int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_m
         }
     wl_server_unpin(&c->server, pin);
     return trips;
+}
+
+int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
+{
+    return renew_round(c, es, n, cap_ms, false);
+}
+
+int wl_renew_round_nodes(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
+{
+    return renew_round(c, es, n, cap_ms, true);
 }
 
 void wl_renew_round_close(watchlock_client *c)

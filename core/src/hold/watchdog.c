@@ -306,7 +306,8 @@ static void *watchdog_main(void *arg)
             int64_t cap_ms = round_budget_ms(es, batch.len, wl_now_us());
             pthread_mutex_unlock(&c->mu);
             int64_t t_io = wl_now_us();
-            int trips = wl_renew_round(c, es, batch.len, cap_ms);
+            int trips = c->quorum != NULL ? wl_quorum_renew_round(c, es, batch.len, cap_ms) /* quorum_round.c */
+                                          : wl_renew_round(c, es, batch.len, cap_ms);
             wl_stats_renew_round(c, wl_now_us() - t_io); /* stats.c: renewal round trip */
             round_us += (wl_now_us() - t_io - round_us) / 4;
             update_cpu(c);

@@ -100,6 +100,7 @@ void wl_lock_unref(watchlock_lock *l)
     wl_keys_clear(&l->hold.keys);
     free(l->name);
     free(l->owner_label);
+    free(l->quorum); /* quorum_lock.c's */
     free(l);
     wl_client_unref(c);
 }
@@ -405,7 +406,9 @@ int64_t watchlock_lock_remaining_ms(const watchlock_lock *l)
     return v;
 }
 
-int64_t watchlock_lock_fencing_token(const watchlock_lock *l)
+/* watchlock_lock_fencing_token is quorum_lock.c's (a quorum raises it
+ * first); this is the token as the hold recorded it. */
+int64_t wl_lock_fence(const watchlock_lock *l)
 {
     if (!read_begin(l))
         return 0;

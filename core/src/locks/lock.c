@@ -372,6 +372,8 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
+    if (l->hold.client->quorum != NULL) /* Redlock: quorum_lock.c */
+        return wl_quorum_acquire(l, wait_ms);
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
     if (held_now(l)) { /* reentrant: no round trip */
@@ -475,6 +477,8 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     if (lease_ms < 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS)
         return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days, got %" PRId64,
                        l->hold.quoted, lease_ms);
+    if (l->hold.client->quorum != NULL) /* Redlock: quorum_lock.c */
+        return wl_quorum_extend(l, lease_ms);
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);

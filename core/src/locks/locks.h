@@ -32,6 +32,7 @@ struct watchlock_lock {
      * NULL = none is written at acquire */
     char *owner_label;
     int64_t name_stored_us; /* a digested name: when an acquire last stored it (0 never); client->mu */
+    struct wl_qlock *quorum; /* a quorum client's per-member state (quorum_lock.c), made at the first acquire */
 };
 
 /* The handle whose hold is h (the plain lock's ops get their wl_hold *). */
@@ -41,6 +42,11 @@ static inline watchlock_lock *wl_lock_of(wl_hold *h)
 }
 
 int wl_check_lock(const watchlock_lock *l);
+/* The fencing token the hold recorded (handle.c; 0 for NULL or forked). */
+int64_t wl_lock_fence(const watchlock_lock *l);
+/* Quorum clients (quorum_lock.c): the plain lock's acquire and extend. */
+int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
+int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms);
 /* A new handle of the kind whose hold ops are `ops` (handle.c): checks the
  * client and the name, makes the keys and a token, links it to the client. */
 int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len,

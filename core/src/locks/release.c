@@ -33,13 +33,19 @@ static int release_hold(watchlock_lock *l, bool retry)
     char what[160];
     wl_what(what, sizeof what, "release", l->hold.quoted);
     redisReply *r = NULL;
-    bool resent;
-    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what, NULL,
+    bool resent = false;
+    int rc, quorum_result = 0;
+    if (c->quorum != NULL) { /* Redlock: every member at once, a majority confirms (hold/quorum_round.c) */
+        int64_t cap_ms = c->server.ep.command_timeout_ms, left_ms = (deadline - wl_now_us()) / 1000;
+        rc = wl_quorum_release(c, &a, left_ms > 0 && left_ms < cap_ms ? left_ms : cap_ms, &quorum_result);
+    } else {
+        rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what, NULL,
                                 &resent);
+    }
     if (resent) /* stats.c: sent again on a fresh connection */
         wl_stats_release_retry(c);
     retry = retry || resent;
-    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline) {
+    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline && c->quorum == NULL) {
         retry = true;
         wl_stats_release_retry(c); /* stats.c */
         /* The release script once more, on a fresh connection whose
@@ -48,7 +54,7 @@ static int release_hold(watchlock_lock *l, bool retry)
         rc = cap_ms < 1 ? wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what)
                         : wl_release_fresh(&c->server, &a, 1, cap_ms, &r, what);
     }
-    int64_t result = 0;
+    int64_t result = quorum_result;
     if (r != NULL) {
         result = wl_reply_i64(r);
         freeReplyObject(r);
@@ -129,7 +135,10 @@ int watchlock_lock_release(watchlock_lock *l)
             /* Declared lost by the local deadline: the key may still hold
              * this hold for the safety margin. Delete it if so (checked, so
              * never someone else's) to wake waiters now. */
-            wl_release_best_effort(&c->server, &a);
+            if (c->quorum != NULL)
+                wl_quorum_release_best_effort(c, &a); /* every member */
+            else
+                wl_release_best_effort(&c->server, &a);
         }
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s was lost (%s) before release", l->hold.quoted,

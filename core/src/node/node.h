@@ -119,6 +119,7 @@ void wl_script_head(int script, bool use_body, int64_t nkeys, char nk[24], const
 
 /* ---- subscriber (subscriber.c) ---- */
 typedef struct wl_sub_entry wl_sub_entry;
+typedef struct wl_sub_notify wl_sub_notify;
 
 wl_subscriber *wl_subscriber_new(wl_server *srv);
 void wl_subscriber_stop(wl_subscriber *sub); /* joins the thread, wakes all waiters */
@@ -153,6 +154,17 @@ uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bo
 bool wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t at_us);
 uint64_t wl_sub_generation(wl_subscriber *sub, wl_sub_entry *entry);
 int64_t wl_sub_denied(wl_subscriber *sub); /* refused SUBSCRIBEs so far */
+/* n->fn(n->arg) runs (with the subscriber's mutex held: it may only
+ * signal) whenever the entry's waiters are woken, until removed: for a
+ * waiter on several subscribers at once (a quorum). The node is the
+ * caller's; remove it before leaving the entry. */
+struct wl_sub_notify {
+    void (*fn)(void *arg);
+    void *arg;
+    struct wl_sub_notify *next;
+};
+void wl_sub_notify_add(wl_subscriber *sub, wl_sub_entry *entry, wl_sub_notify *n);
+void wl_sub_notify_remove(wl_subscriber *sub, wl_sub_entry *entry, wl_sub_notify *n);
 /* Cluster: the last MOVED a subscriber's SSUBSCRIBE got, taken once (the
  * waiter applies it to the slot map: no I/O on the subscriber thread). */
 bool wl_sub_take_redirect(wl_subscriber *sub, wl_redirect *out);

@@ -52,6 +52,9 @@ struct wl_sub_entry {
     bool moved;      /* Cluster: the channel's slot is served elsewhere now (join again there) */
     int64_t idle_since;
     pthread_cond_t cond;
+    /* called with the subscriber's mutex held whenever the entry's waiters
+     * are woken (wl_sub_notify_add: a quorum waits on several at once) */
+    wl_sub_notify *notify;
     wl_sub_entry *next;
 };
 
@@ -97,11 +100,18 @@ static void poke(wl_subscriber *sub)
     WL_UNUSED(n);
 }
 
+static void entry_wake(wl_sub_entry *e)
+{
+    pthread_cond_broadcast(&e->cond);
+    for (wl_sub_notify *n = e->notify; n != NULL; n = n->next)
+        n->fn(n->arg);
+}
+
 static void wake_all(wl_subscriber *sub)
 {
     for (wl_sub_entry *e = sub->entries; e; e = e->next) {
         e->gen++;
-        pthread_cond_broadcast(&e->cond);
+        entry_wake(e);
     }
 }
 
@@ -178,7 +188,7 @@ static void handle_reply(wl_subscriber *sub, redisReply *r)
                 e->requested = false;
                 e->moved = true;
                 e->gen++;
-                pthread_cond_broadcast(&e->cond);
+                entry_wake(e);
             }
         }
         return;
@@ -192,7 +202,7 @@ static void handle_reply(wl_subscriber *sub, redisReply *r)
             if (e->requested && !e->subscribed && !e->denied) {
                 e->denied = true;
                 sub->denied++;
-                pthread_cond_broadcast(&e->cond);
+                entry_wake(e);
             }
         }
         return;
@@ -206,7 +216,7 @@ static void handle_reply(wl_subscriber *sub, redisReply *r)
         return;
     if (strcmp(kind, "message") == 0 || strcmp(kind, "smessage") == 0) {
         e->gen++;
-        pthread_cond_broadcast(&e->cond);
+        entry_wake(e);
     } else if (strcmp(kind, "sunsubscribe") == 0 && e->refs > 0 && e->requested) {
         /* Unasked: the server dropped the subscription because the slot
          * moved (resharding, failover). Wake the waiters to join again on
@@ -214,13 +224,13 @@ static void handle_reply(wl_subscriber *sub, redisReply *r)
         e->subscribed = e->requested = false;
         e->moved = true;
         e->gen++;
-        pthread_cond_broadcast(&e->cond);
+        entry_wake(e);
     } else if (strcmp(kind, "subscribe") == 0 || strcmp(kind, "ssubscribe") == 0) {
         /* Also a wake-up: a release may have gone unheard while the
          * channel was not subscribed (first join, or after a reconnect). */
         e->subscribed = true;
         e->gen++;
-        pthread_cond_broadcast(&e->cond);
+        entry_wake(e);
     }
 }
 
@@ -503,4 +513,23 @@ int64_t wl_sub_denied(wl_subscriber *sub)
     int64_t n = sub->denied;
     pthread_mutex_unlock(&sub->mu);
     return n;
+}
+
+void wl_sub_notify_add(wl_subscriber *sub, wl_sub_entry *entry, wl_sub_notify *n)
+{
+    pthread_mutex_lock(&sub->mu);
+    n->next = entry->notify;
+    entry->notify = n;
+    pthread_mutex_unlock(&sub->mu);
+}
+
+void wl_sub_notify_remove(wl_subscriber *sub, wl_sub_entry *entry, wl_sub_notify *n)
+{
+    pthread_mutex_lock(&sub->mu);
+    for (wl_sub_notify **p = &entry->notify; *p != NULL; p = &(*p)->next)
+        if (*p == n) {
+            *p = n->next;
+            break;
+        }
+    pthread_mutex_unlock(&sub->mu);
 }

@@ -1,0 +1,295 @@
+/*
+ * quorum_client.c - opening a quorum client (Redlock, topology/quorum.c),
+ * its members' view, and the admin calls and check on any client: one
+ * server's answer (client.c, admin.c, check.c) on a plain client, every
+ * member's and a majority verdict on a quorum.
+ */
+#include "client/client.h"
+#include "topology/quorum.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int watchlock_client_open_quorum(watchlock_client **out, const char *const *urls, size_t n)
+{
+    if (out == NULL || urls == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "open quorum: NULL argument");
+    *out = NULL;
+    if (n == 0)
+        return wl_fail(WATCHLOCK_EINVAL, "open quorum: no member URL given");
+    if (n == 2)
+        return wl_fail(WATCHLOCK_EINVAL, "open quorum: 2 members tolerate no failure (the majority of 2 is 2); give "
+                                         "1 URL for a plain client or 3 or more (odd recommended) for a quorum");
+    if (n > WL_QMAX)
+        return wl_fail(WATCHLOCK_EINVAL, "open quorum: %zu members, more than the limit of %d", n, WL_QMAX);
+    for (size_t i = 0; i < n; i++) {
+        wl_endpoint ep;
+        int rc = wl_endpoint_parse(&ep, urls[i]);
+        if (rc != WATCHLOCK_OK)
+            return n == 1 ? rc : wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
+        bool cluster = ep.kind == WL_KIND_CLUSTER;
+        wl_endpoint_clear(&ep);
+        if (cluster && n > 1)
+            return wl_fail(WATCHLOCK_EINVAL,
+                           "quorum member %zu: a cluster cannot be a member; give each member as a single master "
+                           "(redis://, rediss://, unix:// or redis-sentinel://)",
+                           i + 1);
+    }
+    watchlock_client *c;
+    int rc = watchlock_client_open(&c, urls[0]);
+    if (rc != WATCHLOCK_OK)
+        return n == 1 ? rc : wl_fail(rc, "quorum member 1: %s", watchlock_last_error());
+    if (n == 1) {
+        *out = c;
+        return WATCHLOCK_OK;
+    }
+    wl_quorum *q;
+    if ((rc = wl_quorum_new(&q, &c->server, c->sub, urls, n)) != WATCHLOCK_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+        watchlock_client_close(c);
+        return wl_fail(rc, "%s", msg);
+    }
+    for (size_t i = 0; i < n; i++)
+        q->m[i].srv->cluster_index = (int)i; /* renew_round.c groups a round's entries by it */
+    c->quorum = q;
+    *out = c;
+    return WATCHLOCK_OK;
+}
+
+size_t watchlock_client_member_count(watchlock_client *c)
+{
+    if (c == NULL)
+        return 0;
+    return c->quorum != NULL ? c->quorum->n : 1;
+}
+
+static wl_server *member(watchlock_client *c, size_t i)
+{
+    if (c == NULL)
+        return NULL;
+    if (c->quorum == NULL)
+        return i == 0 ? &c->server : NULL;
+    return i < c->quorum->n ? c->quorum->m[i].srv : NULL;
+}
+
+const char *watchlock_client_member_label(watchlock_client *c, size_t i)
+{
+    wl_server *s = member(c, i);
+    return s != NULL ? s->ep.label : NULL;
+}
+
+int watchlock_client_member_state(watchlock_client *c, size_t i)
+{
+    if (member(c, i) == NULL)
+        return WATCHLOCK_MEMBER_UNKNOWN;
+    if (c->quorum == NULL)
+        return WATCHLOCK_MEMBER_GRANTED;
+    if (!wl_quorum_counts(c->quorum, i, wl_now_us()))
+        return WATCHLOCK_MEMBER_RESTARTED;
+    return atomic_load(&c->quorum->m[i].unreachable) ? WATCHLOCK_MEMBER_UNREACHABLE : WATCHLOCK_MEMBER_GRANTED;
+}
+
+int watchlock_client_member_open(watchlock_client **out, watchlock_client *c, size_t i)
+{
+    if (out == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
+    *out = NULL;
+    int rc = wl_check_client(c);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (member(c, i) == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "member %zu: the client has %zu members", i,
+                       watchlock_client_member_count(c));
+    if (c->quorum == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "member_open: not a quorum client (use the client itself)");
+    return watchlock_client_open(out, c->quorum->m[i].url);
+}
+
+/* ---- admin ---- */
+
+/* KEYS: lock, fence. -> {exists, pttl, fence} (scripts.c's inspect). */
+int watchlock_client_member_inspect(watchlock_client *c, size_t i, const void *name, size_t name_len, int *held,
+                                    int64_t *remaining_ms, int64_t *fence)
+{
+    if (c != NULL && c->quorum == NULL && i == 0)
+        return wl_client_inspect_one(c, name, name_len, held, remaining_ms, fence);
+    wl_keys keys;
+    int rc = wl_admin_keys(c, name, name_len, &keys);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    wl_server *s = member(c, i);
+    if (s == NULL) {
+        wl_keys_clear(&keys);
+        return wl_fail(WATCHLOCK_EINVAL, "member %zu: out of range", i);
+    }
+    const char *argv[2] = {keys.lock, keys.fence};
+    size_t lens[2] = {keys.lock_len, keys.fence_len};
+    redisReply *r;
+    rc = wl_run_script(s, WL_SCRIPT_INSPECT, 2, 0, argv, lens, &r, "inspect failed");
+    wl_keys_clear(&keys);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+        freeReplyObject(r);
+        return wl_fail(WATCHLOCK_ESERVER, "inspect: unexpected reply from server");
+    }
+    int exists = wl_reply_i64(r->element[0]) > 0;
+    int64_t pttl = wl_reply_i64(r->element[1]);
+    if (held)
+        *held = exists;
+    if (remaining_ms)
+        *remaining_ms = !exists ? 0 : pttl < 0 ? -1 : pttl;
+    if (fence)
+        *fence = wl_reply_i64(r->element[2]);
+    freeReplyObject(r);
+    return WATCHLOCK_OK;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* The quorum's verdict: held when a majority of members hold the name
+ * (by anyone: inspect does not know owners); remaining the lease the
+ * majority still holds (the majority-th longest); fence the highest. */
+int watchlock_client_inspect(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
+                             int64_t *fence)
+{
+    if (c == NULL || c->quorum == NULL)
+        return wl_client_inspect_one(c, name, name_len, held, remaining_ms, fence);
+    wl_quorum *q = c->quorum;
+    size_t answered = 0, holding = 0;
+    int64_t left[WL_QMAX], top = 0;
+    for (size_t i = 0; i < q->n; i++) {
+        int h;
+        int64_t rem, f;
+        if (watchlock_client_member_inspect(c, i, name, name_len, &h, &rem, &f) != WATCHLOCK_OK)
+            continue;
+        answered++;
+        if (h)
+            left[holding++] = rem < 0 ? INT64_MAX : rem;
+        if (f > top)
+            top = f;
+    }
+    if (answered < q->majority)
+        return wl_fail(WATCHLOCK_ECONN, "inspect: %zu of %zu members answered, fewer than a majority", answered,
+                       q->n);
+    qsort(left, holding, sizeof *left, cmp_desc);
+    bool maj = holding >= q->majority;
+    if (held)
+        *held = maj;
+    if (remaining_ms)
+        *remaining_ms = !maj ? 0 : left[q->majority - 1] == INT64_MAX ? -1 : left[q->majority - 1];
+    if (fence)
+        *fence = top;
+    return WATCHLOCK_OK;
+}
+
+int watchlock_client_force_release(watchlock_client *c, const void *name, size_t name_len, int *released)
+{
+    if (c == NULL || c->quorum == NULL)
+        return wl_client_force_release_one(c, name, name_len, released);
+    wl_keys keys;
+    int rc = wl_admin_keys(c, name, name_len, &keys);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    const char *publish = "PUBLISH";
+    const char *argv[3] = {keys.lock, keys.channel, publish};
+    size_t lens[3] = {keys.lock_len, keys.channel_len, strlen(publish)};
+    size_t answered = 0, deleted = 0;
+    for (size_t i = 0; i < c->quorum->n; i++) {
+        redisReply *r;
+        if (wl_run_script(c->quorum->m[i].srv, WL_SCRIPT_FORCE_RELEASE, 1, 2, argv, lens, &r, "force release failed") !=
+            WATCHLOCK_OK)
+            continue;
+        answered++;
+        deleted += wl_reply_i64(r) > 0;
+        freeReplyObject(r);
+    }
+    wl_keys_clear(&keys);
+    if (released)
+        *released = deleted > 0;
+    if (answered < c->quorum->majority)
+        return wl_fail(WATCHLOCK_ECONN, "force release: %zu of %zu members answered, fewer than a majority", answered,
+                       c->quorum->n);
+    return WATCHLOCK_OK;
+}
+
+int watchlock_client_inspect_owner(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
+                                   watchlock_client *c, const void *name, size_t name_len)
+{
+    if (c == NULL || c->quorum == NULL)
+        return wl_client_inspect_owner_one(out, held, remaining_ms, fence, c, name, name_len);
+    if (out == NULL)
+        return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
+    *out = NULL; /* a quorum's holds record no owner in this version */
+    return watchlock_client_inspect(c, name, name_len, held, remaining_ms, fence);
+}
+
+int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len)
+{
+    if (c == NULL || c->quorum == NULL)
+        return wl_client_list_one(out, c, pattern, pattern_len);
+    if (out != NULL)
+        *out = NULL;
+    return wl_fail(WATCHLOCK_EINVAL, "list on a quorum client: list each member (watchlock_client_member_open) "
+                                     "and count a name held where a majority lists it");
+}
+
+/* A quorum's check: every member's findings (prefixed with the member),
+ * and the members the restart rule keeps out or that did not answer. */
+int watchlock_client_check(watchlock_report **out, watchlock_client *c)
+{
+    if (c == NULL || c->quorum == NULL || out == NULL)
+        return wl_client_check_one(out, c);
+    *out = NULL;
+    int rc = wl_check_client(c);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    wl_quorum *q = c->quorum;
+    watchlock_report *rep = wl_report_new();
+    if (rep == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "check: out of memory");
+    size_t answered = 0;
+    int64_t now = wl_now_us(), lease = atomic_load(&q->max_lease_ms);
+    for (size_t i = 0; i < q->n && rc == WATCHLOCK_OK; i++) {
+        const char *label = q->m[i].srv->ep.label;
+        if (!wl_quorum_counts(q, i, now))
+            rc = wl_report_add(rep, WATCHLOCK_CHECK_RESTARTED,
+                               "member %zu (%s) restarted (or was first seen with an uptime below the longest lease "
+                               "in use, %lld ms): it does not count toward a majority for %lld ms more",
+                               i + 1, label, (long long)lease,
+                               (long long)((atomic_load(&q->m[i].countable_us) + lease * 1000 - now) / 1000));
+        watchlock_client *mc;
+        watchlock_report *mr = NULL;
+        int mrc = watchlock_client_open(&mc, q->m[i].url);
+        if (mrc == WATCHLOCK_OK) {
+            mrc = wl_client_check_one(&mr, mc);
+            watchlock_client_close(mc);
+        }
+        if (mrc != WATCHLOCK_OK) {
+            if (rc == WATCHLOCK_OK)
+                rc = wl_report_add(rep, WATCHLOCK_CHECK_MEMBER_UNREACHABLE,
+                                   "member %zu (%s) could not be checked (%s): %s; it counts against every majority "
+                                   "until it is back",
+                                   i + 1, label, watchlock_strerror(mrc), watchlock_last_error());
+            continue;
+        }
+        answered++;
+        for (size_t j = 0; j < watchlock_report_count(mr) && rc == WATCHLOCK_OK; j++)
+            rc = wl_report_add(rep, watchlock_report_code(mr, j), "member %zu (%s): %s", i + 1, label,
+                               watchlock_report_message(mr, j));
+        watchlock_report_free(mr);
+    }
+    if (rc != WATCHLOCK_OK) {
+        watchlock_report_free(rep);
+        return rc;
+    }
+    (void)answered;
+    *out = rep;
+    return WATCHLOCK_OK;
+}

@@ -1,0 +1,148 @@
+/*
+ * quorum_round.c - a hold's writes on a quorum (Redlock): the watchdog's
+ * renewal round on every member at once, the majority verdict of a write,
+ * and releases on every member.
+ *
+ * A renewal round sends every due hold's renewal to every member in one
+ * round (renew_round.c's poll loop over the members, batched per member as
+ * for one server), then folds each hold's N answers into one: renewed when
+ * a majority of members that count (the restart rule, topology/quorum.c)
+ * renewed it; not ours when so many members answered "not ours" that no
+ * majority can renew it any more; otherwise failed (retried until the local
+ * deadline, as a network failure is on one server). The hold layer then
+ * applies the verdict as it applies one server's answer: the deadline moves
+ * to the send time of the round + lease - drift only on a majority.
+ *
+ * Runs on the watchdog thread (the round) or the caller's (release),
+ * without any library mutex held.
+ */
+#include "hold/hold.h"
+#include "topology/quorum.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int wl_quorum_verdict(wl_quorum *q, const int *res, int64_t at)
+{
+    size_t ok = 0, stale = 0, not_ours = 0;
+    for (size_t k = 0; k < q->n; k++) {
+        bool counts = wl_quorum_counts(q, k, at);
+        if (res[k] == WL_WRITE_OK && counts)
+            ok++;
+        else if (res[k] == WL_WRITE_STALE && counts)
+            stale++;
+        else if (res[k] == WL_WRITE_NOT_OWNER)
+            not_ours++;
+    }
+    if (ok >= q->majority)
+        return WL_WRITE_OK;
+    if (ok + stale >= q->majority)
+        return WL_WRITE_STALE;
+    if (not_ours > q->n - q->majority)
+        return WL_WRITE_NOT_OWNER;
+    return WL_WRITE_FAILED;
+}
+
+typedef struct by_hold {
+    const wl_hold *h;
+    size_t i;
+} by_hold;
+
+static int cmp_hold(const void *a, const void *b)
+{
+    const wl_hold *x = ((const by_hold *)a)->h, *y = ((const by_hold *)b)->h;
+    return x < y ? -1 : x > y;
+}
+
+int wl_quorum_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
+{
+    wl_quorum *q = c->quorum;
+    size_t N = q->n;
+    size_t total = n * N > 0 ? n * N : 1;
+    round_entry *all = malloc(total * sizeof *all);
+    by_hold *idx = malloc((n > 0 ? n : 1) * sizeof *idx);
+    int *res = malloc(total * sizeof *res);
+    if (all == NULL || idx == NULL || res == NULL) {
+        free(all);
+        free(idx);
+        free(res);
+        for (size_t i = 0; i < n; i++)
+            es[i].result = WL_WRITE_FAILED;
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        idx[i] = (by_hold){es[i].hold, i};
+        for (size_t k = 0; k < N; k++) {
+            all[i * N + k] = es[i];
+            all[i * N + k].node = q->m[k].srv;
+        }
+    }
+    qsort(idx, n, sizeof *idx, cmp_hold);
+    int trips = wl_renew_round_nodes(c, all, n * N, cap_ms);
+    for (size_t j = 0; j < n * N; j++)
+        res[j] = WL_WRITE_FAILED;
+    for (size_t j = 0; j < n * N; j++) {
+        by_hold key = {all[j].hold, 0};
+        const by_hold *f = bsearch(&key, idx, n, sizeof *idx, cmp_hold);
+        size_t k = (size_t)all[j].node->cluster_index;
+        if (f != NULL && k < N)
+            res[f->i * N + k] = all[j].result;
+    }
+    for (size_t i = 0; i < n; i++)
+        es[i].result = wl_quorum_verdict(q, res + i * N, es[i].w.sent);
+    free(all);
+    free(idx);
+    free(res);
+    return trips;
+}
+
+/* A release is decided once a majority answered: the rest are read by the
+ * drain (their keys, if the release does not reach them, end with their
+ * lease: counted in WATCHLOCK_STAT_QUORUM_UNREACHED). */
+static bool majority_answered(void *arg, wl_qcall *call)
+{
+    wl_quorum *q = arg;
+    size_t n = 0;
+    for (size_t k = 0; k < q->n; k++)
+        n += call->state[k] == WL_QM_REPLIED;
+    return n >= q->majority;
+}
+
+int wl_quorum_release(watchlock_client *c, const wl_release_args *a, int64_t cap_ms, int *result)
+{
+    wl_quorum *q = c->quorum;
+    wl_qcall call;
+    memset(&call, 0, sizeof call);
+    call.s = (wl_qscript){WL_SCRIPT_RELEASE, NULL, 1, WL_RELEASE_NARGS, a->argv, a->lens};
+    call.decided = majority_answered;
+    call.arg = q;
+    size_t replied = wl_quorum_call(q, &call, cap_ms);
+    size_t released = 0, others = 0;
+    for (size_t k = 0; k < q->n; k++) {
+        if (call.state[k] != WL_QM_REPLIED)
+            continue;
+        int64_t v = wl_reply_i64(call.reply[k]);
+        if (call.reply[k]->type == REDIS_REPLY_ERROR)
+            replied--;
+        else if (v == 1)
+            released++;
+        else if (v == -1)
+            others++;
+    }
+    size_t failed = 0; /* the members still pending are the drain's (it counts those that never answer) */
+    for (size_t k = 0; k < q->n; k++)
+        failed += call.state[k] == WL_QM_FAILED;
+    wl_qcall_clear(&call);
+    atomic_fetch_add(&q->unreached, (long long)failed);
+    *result = others > q->n - q->majority ? -1 : released > 0 ? 1 : 0;
+    if (replied < q->majority)
+        return wl_fail(WATCHLOCK_ECONN, "release: %zu of %zu members answered, fewer than the majority of %zu",
+                       replied, q->n, q->majority);
+    return WATCHLOCK_OK;
+}
+
+void wl_quorum_release_best_effort(watchlock_client *c, const wl_release_args *a)
+{
+    wl_qscript s = {WL_SCRIPT_RELEASE, NULL, 1, WL_RELEASE_NARGS, a->argv, a->lens};
+    wl_quorum_send(c->quorum, &s, NULL);
+}

@@ -1,0 +1,585 @@
+/*
+ * quorum_lock.c - the plain lock on a quorum client (Redlock): acquire
+ * (one parallel attempt on every member, a majority verdict), the wait
+ * between attempts (woken by a release on any member), extend, the
+ * fencing token raised across the members that granted, and each member's
+ * verdict of the last attempt. Release is release.c's (its I/O goes to
+ * every member through hold/quorum_round.c); renewals are the watchdog's
+ * (quorum_round.c).
+ *
+ * Every attempt has a fresh token: the give-back of a failed attempt (a
+ * token-checked release that may land late, behind the attempt on a slow
+ * member) can then never delete a later attempt's key.
+ *
+ * Validity: an attempt counts only if a majority of members that count
+ * (the restart rule) granted before sent + lease - drift, where sent is
+ * read just before the first member's write and drift = 1% of the lease +
+ * the safety margin (wl_margin_us), on the monotonic clock; that is the
+ * hold's local deadline, as on one server.
+ *
+ * Locks: io_mu (the handle's round trips) then client->mu, as lock.c; no
+ * mutex is held during I/O or while waiting.
+ */
+#include "locks/locks.h"
+#include "topology/quorum.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
+#define SPLIT_JITTER_MAX_US 20000 /* a split vote: retry after up to this much (random) */
+
+struct wl_qlock {
+    int verdict[WL_QMAX]; /* the last attempt's, WATCHLOCK_MEMBER_* */
+    int64_t fence_max;    /* the highest counter among the members that granted the hold */
+    int64_t token;        /* > 0 raised; -WATCHLOCK_EUNAVAIL; 0 not asked yet */
+    uint64_t token_gen;   /* the hold (hold_gen) token belongs to */
+};
+
+/* Raises the fencing counter to ARGV[2] on a member that still holds the
+ * hold ("<token>." prefix ARGV[1]); never lowers it. -> 1 raised (or
+ * already that high) with our key there, 0 our key is not there. */
+static const char raise_lua[] =
+    "local v = redis.pcall('GET', KEYS[1])\n"
+    "if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return 0 end\n"
+    "local f = redis.pcall('GET', KEYS[2])\n"
+    "local n = type(f) == 'string' and tonumber(f) or nil\n"
+    "if n == nil then\n"
+    "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
+    "elseif n < tonumber(ARGV[2]) then\n"
+    "  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')\n"
+    "end\n"
+    "return 1\n";
+
+static int64_t jitter_us(int64_t max_us)
+{
+    uint32_t r = 0;
+    if (max_us <= 0 || wl_random_bytes(&r, sizeof r) != 0)
+        return 0;
+    return (int64_t)(r % (uint64_t)max_us);
+}
+
+static bool held_now(const watchlock_lock *l)
+{
+    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
+}
+
+/* ---- one attempt ---- */
+
+typedef struct tally {
+    wl_quorum *q;
+    size_t granted, held, unreach, restarted;
+    int64_t fence;
+    int64_t pttl[WL_QMAX]; /* the holders' leases left (ms) */
+    size_t npttl;
+    int verdict[WL_QMAX];
+} tally;
+
+static void count(tally *t, wl_qcall *call)
+{
+    wl_quorum *q = t->q;
+    int64_t now = wl_now_us();
+    t->granted = t->held = t->unreach = t->restarted = t->npttl = 0;
+    t->fence = 0;
+    for (size_t k = 0; k < q->n; k++) {
+        t->verdict[k] = WATCHLOCK_MEMBER_UNKNOWN;
+        bool acquired;
+        int64_t v;
+        if (call->state[k] == WL_QM_PENDING)
+            continue;
+        if (call->state[k] != WL_QM_REPLIED || !wl_reply_acquire(call->reply[k], &acquired, &v) ||
+            (acquired && !call->acked[k])) {
+            t->verdict[k] = WATCHLOCK_MEMBER_UNREACHABLE;
+            t->unreach++;
+        } else if (!acquired) {
+            t->verdict[k] = WATCHLOCK_MEMBER_HELD;
+            t->held++;
+            t->pttl[t->npttl++] = v;
+        } else if (!wl_quorum_counts(q, k, now)) {
+            t->verdict[k] = WATCHLOCK_MEMBER_RESTARTED;
+            t->restarted++;
+        } else {
+            t->verdict[k] = WATCHLOCK_MEMBER_GRANTED;
+            t->granted++;
+            if (v > t->fence)
+                t->fence = v;
+        }
+    }
+}
+
+static bool decided(void *arg, wl_qcall *call)
+{
+    tally *t = arg;
+    count(t, call);
+    return t->granted >= t->q->majority || t->held + t->unreach + t->restarted > t->q->n - t->q->majority;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* How long until another attempt may succeed (us), from a failed one: the
+ * lease the holders reported, the shortest that frees enough members for
+ * a majority, and the restart rule's window of members it kept out. */
+static int64_t retry_after_us(const tally *t)
+{
+    wl_quorum *q = t->q;
+    int64_t wait = 0;
+    if (t->npttl > 0) {
+        int64_t p[WL_QMAX];
+        memcpy(p, t->pttl, t->npttl * sizeof *p);
+        for (size_t i = 0; i < t->npttl; i++)
+            p[i] = p[i] == -1 ? 1000 : p[i] < 0 ? 0 : p[i]; /* no expiry (not ours): look again in 1 s */
+        qsort(p, t->npttl, sizeof *p, cmp_i64);
+        size_t others = q->n - t->held; /* members no one else holds */
+        size_t need = q->majority > others ? q->majority - others : 1;
+        if (need > t->npttl)
+            need = t->npttl;
+        wait = p[need - 1] * 1000 + 1000;
+    }
+    if (t->restarted > 0) {
+        int64_t now = wl_now_us(), lease = atomic_load(&q->max_lease_ms) * 1000, w = -1;
+        for (size_t k = 0; k < q->n; k++)
+            if (t->verdict[k] == WATCHLOCK_MEMBER_RESTARTED) {
+                int64_t left = atomic_load(&q->m[k].countable_us) + lease - now;
+                if (w < 0 || left < w)
+                    w = left;
+            }
+        if (w > wait)
+            wait = w;
+    }
+    return wait;
+}
+
+static void describe(const tally *t, char *buf, size_t size)
+{
+    snprintf(buf, size, "%zu of %zu members granted, %zu held by another owner, %zu unreachable, %zu restarted "
+                        "(majority %zu)",
+             t->granted, t->q->n, t->held, t->unreach, t->restarted, t->q->majority);
+}
+
+/* One attempt. OK: held. ETIMEDOUT: not now (*t says why). Other errors. */
+static int attempt(watchlock_lock *l, tally *t)
+{
+    watchlock_client *c = l->hold.client;
+    wl_quorum *q = c->quorum;
+    memset(t, 0, sizeof *t);
+    t->q = q;
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    if (held_now(l)) {
+        l->hold.hold_count++;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return WATCHLOCK_OK;
+    }
+    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
+        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
+    bool drop_old = l->hold.state == WATCHLOCK_LOST && l->hold.lost_reason != WATCHLOCK_LOST_TAKEN && l->token_used;
+    wl_release_args old, mine;
+    if (drop_old)
+        wl_release_args_make(&l->hold, &old);
+    int64_t lease = l->hold.lease_ms;
+    if (wl_random_token(l->hold.token) != 0) {
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
+    }
+    l->token_used = false;
+    l->token_lease_ms = lease;
+    char ident[WL_IDENT_SIZE];
+    size_t ident_len = wl_ident(&l->hold, 1, ident);
+    wl_release_args_make(&l->hold, &mine);
+    pthread_mutex_unlock(&c->mu);
+    if (drop_old)
+        wl_quorum_release_best_effort(c, &old);
+    wl_quorum_note_lease(q, lease);
+
+    char lease_s[24], fence_ttl_s[24];
+    wl_fmt_i64(lease_s, lease);
+    wl_fmt_i64(fence_ttl_s, lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS);
+    const char *argv[5] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
+    size_t lens[5] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    wl_qscript give_back = {WL_SCRIPT_RELEASE, NULL, 1, WL_RELEASE_NARGS, mine.argv, mine.lens};
+    wl_qcall call;
+    memset(&call, 0, sizeof call);
+    call.s = (wl_qscript){WL_SCRIPT_ACQUIRE, NULL, 2, 3, argv, lens};
+    call.wait_replicas = true;
+    call.after = &give_back;
+    call.decided = decided;
+    call.arg = t;
+    int64_t margin = wl_margin_us(c, lease);
+    int64_t cap_ms = (lease * 1000 - margin) / 1000;
+    if (c->server.ep.command_timeout_ms < cap_ms)
+        cap_ms = c->server.ep.command_timeout_ms;
+    wl_quorum_call(q, &call, cap_ms);
+    count(t, &call);
+    int64_t sent = call.sent_us, now = wl_now_us();
+    int64_t deadline = sent + lease * 1000 - margin;
+    bool ok = t->granted >= q->majority && now < deadline;
+    bool skip[WL_QMAX];
+    size_t grants = 0;
+    for (size_t k = 0; k < q->n; k++) {
+        bool acquired = false;
+        int64_t v;
+        skip[k] = !(call.state[k] == WL_QM_REPLIED && wl_reply_acquire(call.reply[k], &acquired, &v) && acquired);
+        grants += !skip[k];
+    }
+    wl_qcall_clear(&call);
+    pthread_mutex_lock(&c->mu);
+    memcpy(l->quorum->verdict, t->verdict, sizeof t->verdict);
+    if (ok && atomic_load(&c->closed))
+        ok = false;
+    if (!ok) {
+        pthread_mutex_unlock(&c->mu);
+        if (grants > 0) /* give back every grant (token-checked), all members at once */
+            wl_quorum_release_best_effort(c, &mine);
+        if (t->granted < q->majority && t->held < q->majority)
+            atomic_fetch_add(&q->splits, 1);
+        pthread_mutex_unlock(&l->io_mu);
+        if (atomic_load(&c->closed))
+            return wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed", l->hold.quoted);
+        if (t->granted >= q->majority) /* granted, but too late to be valid */
+            return wl_fail(WATCHLOCK_ECONN,
+                           "acquire %s: a majority granted only after %" PRId64
+                           " ms, past the validity of a %" PRId64 " ms lease; the grants were given back",
+                           l->hold.quoted, (now - sent) / 1000, lease);
+        return WATCHLOCK_ETIMEDOUT;
+    }
+    l->token_used = true;
+    l->hold.state = WATCHLOCK_HELD;
+    l->hold.hold_count = 1;
+    l->hold.hold_gen++;
+    l->hold.epoch = l->hold.epoch_to = 1;
+    l->hold.epoch_ms = lease;
+    l->hold.fence = t->fence;
+    l->quorum->fence_max = t->fence;
+    l->quorum->token = 0;
+    l->hold.renewals = 0;
+    l->hold.lost_reason = WATCHLOCK_LOST_NONE;
+    l->hold.stop_reason = WATCHLOCK_LOST_NONE;
+    l->hold.renew_failing = false;
+    l->hold.renew_inflight = false;
+    l->hold.releasing = false;
+    l->hold.acquired_us = l->hold.confirmed_us = sent;
+    c->held++;
+    wl_set_deadline(c, &l->hold, deadline);
+    if (l->hold.state == WATCHLOCK_HELD)
+        wl_watchdog_schedule(c, &l->hold);
+    int rc = wl_watchdog_ensure_started(c);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_timer_ensure_started(c);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&l->io_mu);
+    return rc;
+}
+
+/* ---- waiting on every member's release channel ---- */
+
+typedef struct waitset {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    uint64_t count;
+} waitset;
+
+static void waitset_signal(void *arg) /* under a subscriber's mutex: only signals */
+{
+    waitset *ws = arg;
+    pthread_mutex_lock(&ws->mu);
+    ws->count++;
+    pthread_cond_broadcast(&ws->cond);
+    pthread_mutex_unlock(&ws->mu);
+}
+
+static uint64_t waitset_count(waitset *ws)
+{
+    pthread_mutex_lock(&ws->mu);
+    uint64_t v = ws->count;
+    pthread_mutex_unlock(&ws->mu);
+    return v;
+}
+
+/* Sleeps until a wake-up after `seen` (when wakeable) or at_us. */
+static bool waitset_wait(waitset *ws, uint64_t seen, int64_t at_us, bool wakeable)
+{
+    pthread_mutex_lock(&ws->mu);
+    while ((!wakeable || ws->count == seen) && wl_now_us() < at_us)
+        wl_cond_wait_until(&ws->cond, &ws->mu, at_us);
+    bool woken = wakeable && ws->count != seen;
+    pthread_mutex_unlock(&ws->mu);
+    return woken;
+}
+
+int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
+{
+    watchlock_client *c = l->hold.client;
+    wl_quorum *q = c->quorum;
+    pthread_mutex_lock(&c->mu);
+    if (held_now(l)) {
+        l->hold.hold_count++;
+        pthread_mutex_unlock(&c->mu);
+        return WATCHLOCK_OK;
+    }
+    bool releasing = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
+    int rc = wl_renew_check(&l->hold);
+    if (rc == WATCHLOCK_OK && l->quorum == NULL && (l->quorum = calloc(1, sizeof *l->quorum)) == NULL)
+        rc = wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    pthread_mutex_unlock(&c->mu);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (releasing && (rc = wl_lock_finish_pending_release(l)) != WATCHLOCK_OK)
+        return rc;
+
+    int64_t t0_us = wl_now_us();
+    int64_t until = wl_deadline_after_ms(wait_ms);
+    tally t;
+    rc = attempt(l, &t);
+    bool waited = false;
+    wl_sub_entry *entries[WL_QMAX] = {0};
+    wl_sub_notify nodes[WL_QMAX];
+    waitset ws = {.count = 0};
+    bool ws_made = false;
+    uint64_t seen = 0; /* wake-ups counted before the last attempt */
+    while (rc == WATCHLOCK_ETIMEDOUT && wait_ms != 0 && t.unreach < q->majority) {
+        if (!ws_made) {
+            if (pthread_mutex_init(&ws.mu, NULL) != 0 || wl_cond_init(&ws.cond) != 0) {
+                rc = wl_fail(WATCHLOCK_EINTERNAL, "cannot initialise a condition variable");
+                break;
+            }
+            ws_made = true;
+            waited = true;
+            /* Subscribed on every member before the next attempt, so that a
+             * release after it wakes us, whichever member publishes first. */
+            for (size_t k = 0; k < q->n; k++) {
+                if (wl_sub_join(q->m[k].sub, l->hold.keys.channel, l->hold.keys.channel_len, &entries[k]) !=
+                    WATCHLOCK_OK) {
+                    entries[k] = NULL; /* that member's wake-ups are missed: the lease bounds the wait */
+                    continue;
+                }
+                nodes[k] = (wl_sub_notify){waitset_signal, &ws, NULL};
+                wl_sub_notify_add(q->m[k].sub, entries[k], &nodes[k]);
+            }
+            int64_t ready_by = wl_now_us() + 100000; /* subscriptions run in parallel; a stopped member's is not awaited */
+            if (until >= 0 && until < ready_by)
+                ready_by = until;
+            for (size_t k = 0; k < q->n; k++) {
+                bool live;
+                if (entries[k] != NULL)
+                    wl_sub_ready(q->m[k].sub, entries[k], ready_by, &live);
+            }
+            seen = waitset_count(&ws);
+            if (atomic_load(&c->closed)) {
+                rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
+                break;
+            }
+            rc = attempt(l, &t);
+            if (rc != WATCHLOCK_ETIMEDOUT || t.unreach >= q->majority)
+                break;
+        }
+        bool split = t.held < q->majority;
+        int64_t bound = retry_after_us(&t);
+        int64_t at = wl_now_us() + bound + jitter_us(bound / 8 + 1000);
+        if (until >= 0 && until < at)
+            at = until;
+        bool woken = waitset_wait(&ws, seen, at, true);
+        if (!woken && until >= 0 && wl_now_us() >= until)
+            break;
+        if (split) /* a split vote: every contender gave back; spread the retries */
+            waitset_wait(&ws, seen, wl_now_us() + jitter_us(SPLIT_JITTER_MAX_US), false);
+        if (atomic_load(&c->closed)) {
+            rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
+            break;
+        }
+        seen = waitset_count(&ws); /* one attempt per wake-up */
+        rc = attempt(l, &t);
+    }
+    for (size_t k = 0; k < q->n; k++)
+        if (entries[k] != NULL) {
+            wl_sub_notify_remove(q->m[k].sub, entries[k], &nodes[k]);
+            wl_sub_leave(q->m[k].sub, entries[k]);
+        }
+    if (ws_made) {
+        pthread_cond_destroy(&ws.cond);
+        pthread_mutex_destroy(&ws.mu);
+    }
+    wl_stats_acquire(c, rc, waited, false, t0_us);
+    if (rc != WATCHLOCK_ETIMEDOUT)
+        return rc;
+    char why[200];
+    describe(&t, why, sizeof why);
+    if (t.held >= q->majority || (t.unreach == 0 && t.held > 0))
+        return wl_fail(WATCHLOCK_ETIMEDOUT, "lock %s is held by another owner%s: %s", l->hold.quoted,
+                       wait_ms == 0 ? "" : " and was not released in time", why);
+    return wl_fail(WATCHLOCK_ECONN, "lock %s: no majority of members could grant it (unreachable or restarted): %s",
+                   l->hold.quoted, why);
+}
+
+/* ---- extend ---- */
+
+int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms)
+{
+    watchlock_client *c = l->hold.client;
+    wl_quorum *q = c->quorum;
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    if (!held_now(l)) {
+        if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
+            wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false);
+        const char *why = l->hold.state == WATCHLOCK_LOST   ? "the lock was lost"
+                          : l->hold.state == WATCHLOCK_HELD ? "the lock is being released"
+                                                            : "not held by this handle";
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->hold.quoted, why);
+    }
+    if (lease_ms > 0)
+        l->hold.lease_ms = lease_ms;
+    wl_quorum_note_lease(q, l->hold.lease_ms);
+    wl_write w;
+    wl_write_prepare(c, &l->hold, l->hold.lease_ms, wl_now_us(), &w);
+    char ident[WL_IDENT_SIZE], from_s[24], ms_s[24];
+    size_t ident_len = wl_ident(&l->hold, w.to, ident);
+    wl_fmt_i64(from_s, w.from);
+    wl_fmt_i64(ms_s, w.ms);
+    int64_t left_ms = (l->hold.deadline_us - wl_now_us()) / 1000;
+    pthread_mutex_unlock(&c->mu);
+
+    const char *argv[4] = {l->hold.keys.lock, ident, from_s, ms_s};
+    size_t lens[4] = {l->hold.keys.lock_len, ident_len, strlen(from_s), strlen(ms_s)};
+    wl_qcall call;
+    memset(&call, 0, sizeof call);
+    call.s = (wl_qscript){WL_SCRIPT_RENEW, NULL, 1, 3, argv, lens};
+    call.wait_replicas = true;
+    int64_t cap_ms = c->server.ep.command_timeout_ms < left_ms ? c->server.ep.command_timeout_ms : left_ms;
+    wl_quorum_call(q, &call, cap_ms);
+    int res[WL_QMAX];
+    for (size_t k = 0; k < q->n; k++) {
+        res[k] = call.state[k] == WL_QM_REPLIED ? wl_reply_renew(call.reply[k], 1, 0) : WL_WRITE_FAILED;
+        if (res[k] == WL_WRITE_OK && !call.acked[k])
+            res[k] = WL_WRITE_FAILED;
+    }
+    wl_qcall_clear(&call);
+    int result = wl_quorum_verdict(q, res, w.sent);
+    pthread_mutex_lock(&c->mu);
+    bool held = wl_write_applied(c, &l->hold, &w, result, false, wl_now_us());
+    if (held && result == WL_WRITE_OK)
+        wl_watchdog_schedule(c, &l->hold);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&l->io_mu);
+    if (!held)
+        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: the lock was lost (no majority of members holds it)",
+                       l->hold.quoted);
+    if (result != WL_WRITE_OK)
+        return wl_fail(WATCHLOCK_ECONN, "extend %s: fewer than a majority (%zu of %zu) of members confirmed it",
+                       l->hold.quoted, q->majority, q->n);
+    return WATCHLOCK_OK;
+}
+
+/* ---- fencing ---- */
+
+/* A raise is decided once a majority confirmed it, or cannot any more. */
+static bool raise_decided(void *arg, wl_qcall *call)
+{
+    wl_quorum *q = arg;
+    size_t yes = 0, no = 0;
+    for (size_t k = 0; k < q->n; k++) {
+        if (call->state[k] == WL_QM_PENDING)
+            continue;
+        bool ok = call->state[k] == WL_QM_REPLIED && call->acked[k] && call->reply[k]->type == REDIS_REPLY_INTEGER &&
+                  call->reply[k]->integer == 1;
+        yes += ok;
+        no += !ok;
+    }
+    return yes >= q->majority || no > q->n - q->majority;
+}
+
+static int64_t raise_token(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    wl_quorum *q = c->quorum;
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    struct wl_qlock *ql = l->quorum;
+    uint64_t gen = l->hold.hold_gen;
+    if (ql->token != 0 && ql->token_gen == gen) { /* raised by another thread meanwhile */
+        int64_t v = ql->token;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return v;
+    }
+    int64_t T = ql->fence_max, deadline = l->hold.deadline_us;
+    bool held = held_now(l);
+    wl_release_args a;
+    wl_release_args_make(&l->hold, &a); /* a.prefix: "<token>." */
+    int64_t lease = l->hold.lease_ms;
+    pthread_mutex_unlock(&c->mu);
+    size_t confirmed = 0;
+    if (held) {
+        char t_s[24], ttl_s[24];
+        wl_fmt_i64(t_s, T);
+        wl_fmt_i64(ttl_s, lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS);
+        const char *argv[5] = {l->hold.keys.lock, l->hold.keys.fence, a.prefix, t_s, ttl_s};
+        size_t lens[5] = {l->hold.keys.lock_len, l->hold.keys.fence_len, strlen(a.prefix), strlen(t_s),
+                          strlen(ttl_s)};
+        wl_qcall call;
+        memset(&call, 0, sizeof call);
+        call.s = (wl_qscript){-1, raise_lua, 2, 3, argv, lens};
+        call.wait_replicas = true;
+        call.decided = raise_decided;
+        call.arg = q;
+        wl_quorum_call(q, &call, (deadline - wl_now_us()) / 1000);
+        for (size_t k = 0; k < q->n; k++)
+            confirmed += call.state[k] == WL_QM_REPLIED && call.acked[k] && call.reply[k]->type == REDIS_REPLY_INTEGER &&
+                         call.reply[k]->integer == 1;
+        wl_qcall_clear(&call);
+    }
+    pthread_mutex_lock(&c->mu);
+    int64_t v = confirmed >= q->majority && wl_now_us() < deadline ? T : -WATCHLOCK_EUNAVAIL;
+    if (l->hold.hold_gen == gen) {
+        ql->token = v;
+        ql->token_gen = gen;
+    }
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&l->io_mu);
+    if (v < 0)
+        atomic_fetch_add(&q->fence_unavailable, 1);
+    return v;
+}
+
+int64_t watchlock_lock_fencing_token(const watchlock_lock *cl)
+{
+    if (cl == NULL || cl->fork_gen != wl_fork_generation())
+        return 0;
+    watchlock_client *c = cl->hold.client;
+    if (c->quorum == NULL)
+        return wl_lock_fence(cl);
+    watchlock_lock *l = (watchlock_lock *)cl; /* the raise changes the handle's state */
+    pthread_mutex_lock(&c->mu);
+    struct wl_qlock *ql = l->quorum;
+    int64_t v = ql == NULL ? 0 : ql->token;
+    bool ask = ql != NULL && ql->fence_max != 0 && (ql->token == 0 || ql->token_gen != l->hold.hold_gen) &&
+               l->hold.state == WATCHLOCK_HELD;
+    if (ql != NULL && !ask && v == 0 && ql->fence_max != 0)
+        v = -WATCHLOCK_EUNAVAIL; /* never raised, and the hold is over */
+    pthread_mutex_unlock(&c->mu);
+    return ask ? raise_token(l) : v;
+}
+
+int watchlock_lock_member_status(const watchlock_lock *l, size_t i)
+{
+    if (l == NULL || l->fork_gen != wl_fork_generation())
+        return WATCHLOCK_MEMBER_UNKNOWN;
+    watchlock_client *c = l->hold.client;
+    pthread_mutex_lock(&c->mu);
+    int v = WATCHLOCK_MEMBER_UNKNOWN;
+    if (c->quorum != NULL && l->quorum != NULL && i < c->quorum->n)
+        v = l->quorum->verdict[i];
+    else if (c->quorum == NULL && i == 0 && l->token_used)
+        v = l->last_busy ? WATCHLOCK_MEMBER_HELD : WATCHLOCK_MEMBER_GRANTED;
+    pthread_mutex_unlock(&c->mu);
+    return v;
+}

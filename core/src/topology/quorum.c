@@ -1,0 +1,477 @@
+/*
+ * quorum.c - the quorum topology (Redlock): the members, the restart rule,
+ * one call written to every member at once, and the drain.
+ *
+ * Members. Member 0 is the client's own server (opened as any client's);
+ * members 1..n-1 are wl_servers made here from their URLs, each with its
+ * own credentials, TLS and Sentinel watcher, and a subscriber for wake-ups.
+ *
+ * Restart rule (docs/design.md, "Quorum"). A member that restarted without
+ * its data has forgotten the keys it held; if it counted at once, a second
+ * owner could assemble a majority from it and the members the first owner
+ * does not hold. So a member counts toward no majority until one lease (the
+ * longest this client used) after it came back. "Came back" is learnt from
+ * INFO server: its uptime (now - uptime, rounded so that it is never
+ * earlier than the truth), or, when its run_id changed while its uptime is
+ * long (a Sentinel failover to a replica), the moment the change was seen.
+ * INFO goes first on every fresh connection to a member: a restart drops
+ * every connection, so no connection opened after it escapes the check.
+ * The pool only ever holds connections that passed it (the drain frees
+ * the connections it finishes instead of pooling them).
+ *
+ * One call. wl_quorum_call writes the script to every member before it
+ * reads any reply, then reads them all from one poll() loop, and stops as
+ * soon as the caller's predicate says the outcome is decided. Members
+ * still pending then get the caller's give-back script pipelined behind
+ * (a late grant is released, token-checked) and their connections go to
+ * the drain: a thread that reads and drops their replies and frees the
+ * connections, so a late reply is never matched to a later request.
+ *
+ * Threads: calls run on the caller's thread without any library mutex;
+ * the drain thread takes q->drain->mu (a leaf) to pick up connections; q->mu
+ * (a leaf) guards the run_ids.
+ */
+#include "topology/quorum.h"
+
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- members and the restart rule ---- */
+
+static void info_field(const char *info, size_t len, const char *field, char *out, size_t size)
+{
+    out[0] = '\0';
+    size_t fl = strlen(field);
+    for (const char *p = info, *end = info + len; p < end;) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (eol == NULL)
+            eol = end;
+        if ((size_t)(eol - p) > fl && memcmp(p, field, fl) == 0 && p[fl] == ':') {
+            size_t n = (size_t)(eol - p) - fl - 1;
+            while (n > 0 && (p[fl + 1 + n - 1] == '\r' || p[fl + 1 + n - 1] == ' '))
+                n--;
+            if (n >= size)
+                n = size - 1;
+            memcpy(out, p + fl + 1, n);
+            out[n] = '\0';
+            return;
+        }
+        p = eol + 1;
+    }
+}
+
+/* The member's answer to INFO server: when did it come back? */
+static void apply_info(wl_quorum *q, size_t i, const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->str == NULL)
+        return;
+    char rid[41], up_s[32];
+    info_field(r->str, r->len, "run_id", rid, sizeof rid);
+    info_field(r->str, r->len, "uptime_in_seconds", up_s, sizeof up_s);
+    if (rid[0] == '\0' || up_s[0] == '\0')
+        return;
+    wl_qmember *m = &q->m[i];
+    int64_t now = wl_now_us(), up = strtoll(up_s, NULL, 10) * 1000000;
+    int64_t lease = atomic_load(&q->max_lease_ms) * 1000;
+    pthread_mutex_lock(&q->mu);
+    bool first = m->run_id[0] == '\0', changed = !first && strcmp(m->run_id, rid) != 0;
+    snprintf(m->run_id, sizeof m->run_id, "%s", rid);
+    pthread_mutex_unlock(&q->mu);
+    /* uptime_in_seconds is rounded down: now - up is never before the real start */
+    int64_t back = now - up;
+    if (changed && up >= lease)
+        back = now; /* a new run_id with a long uptime (a promoted replica): from when it was seen */
+    if (changed)
+        atomic_fetch_add(&q->restarts, 1);
+    if (first || changed) {
+        int64_t cur = atomic_load(&m->countable_us);
+        while (back > cur && !atomic_compare_exchange_weak(&m->countable_us, &cur, back)) {
+        }
+    }
+}
+
+bool wl_quorum_counts(wl_quorum *q, size_t i, int64_t now)
+{
+    return now >= atomic_load(&q->m[i].countable_us) + atomic_load(&q->max_lease_ms) * 1000;
+}
+
+size_t wl_quorum_kept_out(wl_quorum *q)
+{
+    size_t k = 0;
+    int64_t now = wl_now_us();
+    for (size_t i = 0; i < q->n; i++)
+        k += !wl_quorum_counts(q, i, now);
+    return k;
+}
+
+void wl_quorum_note_lease(wl_quorum *q, int64_t lease_ms)
+{
+    int64_t cur = atomic_load(&q->max_lease_ms);
+    while (lease_ms > cur && !atomic_compare_exchange_weak(&q->max_lease_ms, &cur, lease_ms)) {
+    }
+}
+
+int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn)
+{
+    const char *argv[2] = {"INFO", "server"};
+    redisReply *r = wl_conn_command(conn, 2, argv, NULL);
+    if (r == NULL)
+        return wl_conn_error(q->m[i].srv, conn, "INFO failed");
+    int rc = wl_reply_error(q->m[i].srv, r, "INFO failed");
+    if (rc == WATCHLOCK_OK)
+        apply_info(q, i, r);
+    freeReplyObject(r);
+    return rc;
+}
+
+static void on_member_switch(void *arg)
+{
+    wl_qmember *m = arg;
+    wl_subscriber_reconnect(m->sub);
+}
+
+static int member_open(wl_quorum *q, size_t i, const char *url)
+{
+    wl_qmember *m = &q->m[i];
+    if ((m->url = strdup(url ? url : "")) == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    if (i == 0)
+        return WATCHLOCK_OK;
+    if ((m->srv = calloc(1, sizeof *m->srv)) == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    int rc = wl_server_init(m->srv, url);
+    if (rc != WATCHLOCK_OK) {
+        free(m->srv);
+        m->srv = NULL;
+        return wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
+    }
+    if (m->srv->ep.kind == WL_KIND_CLUSTER)
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "quorum member %zu (%s): a cluster cannot be a member; give each member as a single master "
+                       "(redis://, rediss://, unix:// or redis-sentinel://)",
+                       i + 1, m->srv->ep.label);
+    if ((m->sub = wl_subscriber_new(m->srv)) == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    if ((rc = wl_node_ping(m->srv)) != WATCHLOCK_OK ||
+        (rc = wl_sentinel_start(m->srv, on_member_switch, m)) != WATCHLOCK_OK)
+        return wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
+    return WATCHLOCK_OK;
+}
+
+int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, const char *const *urls, size_t n)
+{
+    *out = NULL;
+    if (first->ep.kind == WL_KIND_CLUSTER)
+        return wl_fail(WATCHLOCK_EINVAL,
+                       "quorum member 1 (%s): a cluster cannot be a member; give each member as a single master "
+                       "(redis://, rediss://, unix:// or redis-sentinel://)",
+                       first->ep.label);
+    wl_quorum *q = calloc(1, sizeof *q);
+    if (q == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    pthread_mutex_init(&q->mu, NULL);
+    int rc = wl_qdrain_new(q, &q->drain);
+    q->n = n;
+    q->majority = n / 2 + 1;
+    q->m[0].srv = first;
+    q->m[0].sub = first_sub;
+    for (size_t i = 0; rc == WATCHLOCK_OK && i < n; i++)
+        rc = member_open(q, i, urls[i]);
+    for (size_t i = 0; rc == WATCHLOCK_OK && i < n; i++) {
+        wl_conn *conn;
+        bool reused;
+        rc = wl_server_get(q->m[i].srv, &conn, &reused);
+        if (rc == WATCHLOCK_OK) {
+            rc = wl_quorum_probe(q, i, conn);
+            wl_server_put(q->m[i].srv, conn);
+        }
+        if (rc != WATCHLOCK_OK)
+            rc = wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
+    }
+    if (rc != WATCHLOCK_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+        wl_quorum_stop(q);
+        wl_quorum_free(q);
+        return wl_fail(rc, "%s", msg);
+    }
+    *out = q;
+    return WATCHLOCK_OK;
+}
+
+void wl_quorum_stop(wl_quorum *q)
+{
+    if (q == NULL)
+        return;
+    wl_qdrain_stop(q->drain);
+    for (size_t i = 1; i < q->n; i++)
+        if (q->m[i].srv != NULL) {
+            wl_sentinel_stop(q->m[i].srv);
+            wl_subscriber_stop(q->m[i].sub);
+        }
+}
+
+void wl_quorum_close(wl_quorum *q)
+{
+    for (size_t i = 1; q != NULL && i < q->n; i++)
+        if (q->m[i].srv != NULL)
+            wl_server_close(q->m[i].srv);
+}
+
+void wl_quorum_free(wl_quorum *q)
+{
+    if (q == NULL)
+        return;
+    for (size_t i = 0; i < q->n; i++) {
+        wl_qmember *m = &q->m[i];
+        if (i > 0 && m->srv != NULL) {
+            wl_subscriber_free(m->sub);
+            wl_conn_free(m->srv->wd_conn);
+            m->srv->wd_conn = NULL;
+            wl_server_destroy(m->srv);
+            free(m->srv);
+        }
+        free(m->url);
+    }
+    wl_qdrain_free(q->drain);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
+/* ---- one call on every member ---- */
+
+enum { K_INFO, K_SCRIPT, K_WAIT, K_IGNORE };
+#define KQ 8
+
+typedef struct mcall {
+    wl_conn *conn;
+    int kinds[KQ];
+    int head, tail;
+} mcall;
+
+static bool push_script(mcall *mc, const wl_qscript *s, bool use_body)
+{
+    bool body = use_body || s->script < 0 || !wl_scripts_have_sha();
+    if (s->script < 0) {
+        size_t argc = 3 + (size_t)(s->nkeys + s->nargs);
+        const char *argv[40];
+        size_t lens[40];
+        if (argc > 40)
+            return false;
+        char nk[24];
+        wl_fmt_i64(nk, s->nkeys);
+        argv[0] = "EVAL", lens[0] = 4;
+        argv[1] = s->body, lens[1] = strlen(s->body);
+        argv[2] = nk, lens[2] = strlen(nk);
+        for (size_t j = 3; j < argc; j++)
+            argv[j] = s->argv[j - 3], lens[j] = s->lens[j - 3];
+        return wl_conn_append(mc->conn, (int)argc, argv, lens) == 0;
+    }
+    return wl_append_script(mc->conn, s->script, body, s->nkeys, s->nargs, s->argv, s->lens) == 0;
+}
+
+static bool push_wait(mcall *mc, wl_server *srv)
+{
+    char n[16], ms[24];
+    const char *argv[3];
+    wl_wait_args(srv, srv->ep.min_replicas_timeout_ms, n, ms, argv);
+    if (wl_conn_append(mc->conn, 3, argv, NULL) != 0)
+        return false;
+    mc->kinds[mc->tail++ % KQ] = K_WAIT;
+    return true;
+}
+
+static void member_failed(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, const char *why)
+{
+    call->state[i] = WL_QM_FAILED;
+    atomic_store(&q->m[i].unreachable, true);
+    if (mc->conn != NULL) {
+        wl_conn_fail(mc->conn, why);
+        wl_server_put(q->m[i].srv, mc->conn);
+        mc->conn = NULL;
+    }
+}
+
+/* One reply of member i, in the order its commands went out. */
+static void take(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, redisReply *r)
+{
+    wl_server *srv = q->m[i].srv;
+    int kind = mc->kinds[mc->head++ % KQ];
+    if (kind == K_INFO) {
+        apply_info(q, i, r);
+        freeReplyObject(r);
+    } else if (kind == K_SCRIPT && call->s.script >= 0 && wl_reply_is_noscript(r)) {
+        /* the member had no script: it did not run; once more with its body
+         * (a WAIT queued behind the EVALSHA answers for nothing) */
+        freeReplyObject(r);
+        for (int k = mc->head; k < mc->tail; k++)
+            mc->kinds[k % KQ] = K_IGNORE;
+        if (!push_script(mc, &call->s, true)) {
+            member_failed(q, call, mc, i, "out of memory");
+            return;
+        }
+        mc->kinds[mc->tail++ % KQ] = K_SCRIPT;
+        if (call->wait_replicas && srv->ep.min_replicas > 0 && !push_wait(mc, srv))
+            member_failed(q, call, mc, i, "out of memory");
+        return;
+    } else if (kind == K_SCRIPT) {
+        call->reply[i] = r;
+    } else if (kind == K_WAIT) {
+        call->acked[i] = r->type == REDIS_REPLY_INTEGER && r->integer >= srv->ep.min_replicas;
+        freeReplyObject(r);
+    } else {
+        freeReplyObject(r);
+    }
+    if (mc->head == mc->tail) {
+        call->state[i] = call->reply[i] != NULL ? WL_QM_REPLIED : WL_QM_FAILED;
+        atomic_store(&q->m[i].unreachable, call->reply[i] == NULL);
+        wl_server_put(srv, mc->conn);
+        mc->conn = NULL;
+    }
+}
+
+/* The members still pending once the call is decided: the give-back
+ * behind, and their connections to the drain. */
+static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        mcall *mc = &ms[i];
+        if (call->state[i] != WL_QM_PENDING || mc->conn == NULL)
+            continue;
+        int left = mc->tail - mc->head, grant_at = -1;
+        for (int k = mc->head; k < mc->tail; k++)
+            if (mc->kinds[k % KQ] == K_SCRIPT)
+                grant_at = mc->tail - k; /* counted down: the value `left` has when it is read */
+        if (call->after != NULL) {
+            mcall tmp = *mc;
+            if (push_script(&tmp, call->after, true))
+                left++, grant_at += grant_at > 0;
+        }
+        bool done;
+        wl_conn_write_some(mc->conn, &done);
+        wl_qdrain_add(q->drain, q->m[i].srv, mc->conn, left, call->after != NULL ? grant_at + 0 : -1, cap_ms);
+        mc->conn = NULL;
+    }
+}
+
+size_t wl_quorum_call(wl_quorum *q, wl_qcall *call, int64_t cap_ms)
+{
+    mcall ms[WL_QMAX];
+    memset(ms, 0, sizeof ms);
+    if (cap_ms < 1)
+        cap_ms = 1;
+    call->sent_us = wl_now_us();
+    for (size_t i = 0; i < q->n; i++) {
+        call->state[i] = call->skip[i] ? WL_QM_SKIPPED : WL_QM_PENDING;
+        call->reply[i] = NULL;
+        call->acked[i] = true;
+        if (call->skip[i])
+            continue;
+        mcall *mc = &ms[i];
+        wl_server *srv = q->m[i].srv;
+        bool reused;
+        if (wl_server_get(srv, &mc->conn, &reused) != WATCHLOCK_OK) {
+            member_failed(q, call, mc, i, "connect failed");
+            continue;
+        }
+        const char *info[2] = {"INFO", "server"};
+        if (!reused && wl_conn_append(mc->conn, 2, info, NULL) == 0)
+            mc->kinds[mc->tail++ % KQ] = K_INFO;
+        if (!push_script(mc, &call->s, false)) {
+            member_failed(q, call, mc, i, "out of memory");
+            continue;
+        }
+        mc->kinds[mc->tail++ % KQ] = K_SCRIPT;
+        if (call->wait_replicas && srv->ep.min_replicas > 0) {
+            call->acked[i] = false;
+            if (!push_wait(mc, srv)) {
+                member_failed(q, call, mc, i, "out of memory");
+                continue;
+            }
+        }
+        bool done;
+        if (wl_conn_write_some(mc->conn, &done) != 0)
+            member_failed(q, call, mc, i, "write failed");
+    }
+    int64_t deadline = call->sent_us + cap_ms * 1000;
+    struct pollfd pfd[WL_QMAX];
+    size_t who[WL_QMAX], replied = 0;
+    bool decided = false;
+    for (;;) {
+        size_t np = 0;
+        for (size_t i = 0; i < q->n && !decided; i++) {
+            mcall *mc = &ms[i];
+            if (call->state[i] != WL_QM_PENDING)
+                continue;
+            bool done;
+            redisReply *r;
+            int got = 0;
+            if (wl_conn_write_some(mc->conn, &done) != 0) {
+                member_failed(q, call, mc, i, "write failed");
+                continue;
+            }
+            while (mc->conn != NULL && (got = wl_conn_next_reply(mc->conn, &r)) > 0)
+                take(q, call, mc, i, r);
+            if (got < 0) {
+                member_failed(q, call, mc, i, "protocol error");
+                continue;
+            }
+            if (call->state[i] != WL_QM_PENDING) {
+                replied += call->state[i] == WL_QM_REPLIED;
+                if (call->decided != NULL && call->decided(call->arg, call))
+                    decided = true;
+                continue;
+            }
+            pfd[np] = (struct pollfd){.fd = wl_conn_fd(mc->conn),
+                                      .events = (short)(POLLIN | (wl_conn_wants_write(mc->conn) ? POLLOUT : 0))};
+            who[np++] = i;
+        }
+        if (decided || np == 0)
+            break;
+        int64_t left = deadline - wl_now_us();
+        int got = left > 0 ? poll(pfd, np, (int)((left + 999) / 1000)) : 0;
+        if (got <= 0 && wl_now_us() >= deadline) {
+            for (size_t p = 0; p < np; p++)
+                member_failed(q, call, &ms[who[p]], who[p], "timed out");
+            break;
+        }
+        for (size_t p = 0; got > 0 && p < np; p++)
+            if (pfd[p].revents != 0 && wl_conn_read_some(ms[who[p]].conn) != 0)
+                member_failed(q, call, &ms[who[p]], who[p], "read failed");
+    }
+    if (decided)
+        hand_off(q, call, ms, cap_ms);
+    return replied;
+}
+
+void wl_qcall_clear(wl_qcall *call)
+{
+    for (size_t i = 0; i < WL_QMAX; i++) {
+        if (call->reply[i] != NULL)
+            freeReplyObject(call->reply[i]);
+        call->reply[i] = NULL;
+    }
+}
+
+void wl_quorum_send(wl_quorum *q, const wl_qscript *s, const bool *skip)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        if (skip != NULL && skip[i])
+            continue;
+        mcall mc = {0};
+        bool reused;
+        if (wl_server_get(q->m[i].srv, &mc.conn, &reused) != WATCHLOCK_OK)
+            continue;
+        bool done;
+        if (!push_script(&mc, s, true) || wl_conn_write_some(mc.conn, &done) != 0) {
+            wl_conn_free(mc.conn);
+            continue;
+        }
+        /* with its body (EVAL): a member that never ran it has no script */
+        wl_qdrain_add(q->drain, q->m[i].srv, mc.conn, 1, -1, q->m[i].srv->ep.command_timeout_ms);
+    }
+}

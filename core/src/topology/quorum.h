@@ -1,0 +1,100 @@
+/*
+ * topology/quorum.h - the quorum topology (Redlock): N independent
+ * single-master servers ("members"), each a wl_server of its own
+ * (standalone, TLS, unix or Sentinel), and a majority verdict per write.
+ * quorum.c owns the members, the restart rule (which members may count
+ * toward a majority now), one parallel call (a script written to every
+ * member before any reply is read, decided as soon as the caller's
+ * predicate says so) and the background drain that reads the replies a
+ * decided call no longer waits for. Calls into topology.h and below.
+ */
+#ifndef WATCHLOCK_QUORUM_H
+#define WATCHLOCK_QUORUM_H
+
+#include "topology/topology.h"
+
+#define WL_QMAX WATCHLOCK_QUORUM_MAX
+
+typedef struct wl_qdrain wl_qdrain; /* quorum.c's */
+
+typedef struct wl_qmember {
+    wl_server *srv;     /* member 0: the client's own server; the others owned here */
+    char *url;          /* as given (wl_quorum_member_open) */
+    wl_subscriber *sub; /* wake-ups: the client's for member 0, made here for the others */
+    /* restart rule: counts toward a majority from this time on (wl_now_us) */
+    atomic_llong countable_us;
+    atomic_bool unreachable; /* the last exchange with it failed (check, member_state) */
+    char run_id[41];         /* quorum mu */
+} wl_qmember;
+
+typedef struct wl_quorum {
+    size_t n, majority;
+    wl_qmember m[WL_QMAX];
+    atomic_llong max_lease_ms; /* the longest lease this client used: the restart rule's window */
+    /* stats (WATCHLOCK_STAT_QUORUM_*) */
+    atomic_llong restarts, unreached, late_grants, fence_unavailable, splits;
+    pthread_mutex_t mu; /* run_ids; a leaf (taken under no other library mutex but client->mu) */
+    wl_qdrain *drain;
+} wl_quorum;
+
+/* ---- the drain (quorum_drain.c) ---- */
+int wl_qdrain_new(struct wl_quorum *q, wl_qdrain **out);
+/* Hands conn (`left` replies to come; reply number grant_at, counted down,
+ * is an acquire's whose grant counts as late; -1 none) to the drain for at
+ * most cap_ms; frees it when the drain cannot take it. */
+void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, int64_t cap_ms);
+void wl_qdrain_stop(wl_qdrain *d); /* joins; frees what is left */
+void wl_qdrain_free(wl_qdrain *d); /* NULL-safe */
+
+/* Members 1..n-1 from urls[1..n) (member 0 is `first`, the client's server,
+ * already open); each is pinged and asked INFO. EINVAL for cluster URLs.
+ * On failure nothing is kept. */
+int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, const char *const *urls, size_t n);
+void wl_quorum_stop(wl_quorum *q);    /* joins the drain and the subscribers (close) */
+void wl_quorum_close(wl_quorum *q);   /* members' idle connections (close) */
+void wl_quorum_free(wl_quorum *q);    /* NULL-safe; member 0 is the client's */
+/* Whether member i counts toward a majority at time now (restart rule). */
+bool wl_quorum_counts(wl_quorum *q, size_t i, int64_t now);
+size_t wl_quorum_kept_out(wl_quorum *q); /* members the restart rule keeps out now */
+/* Records a lease in use (the restart rule's window is the longest). */
+void wl_quorum_note_lease(wl_quorum *q, int64_t lease_ms);
+/* Asks member i INFO server on conn now (one round trip): applies the rule. */
+int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn);
+
+/* ---- one call on every member at once ---- */
+enum { WL_QM_PENDING = 0, WL_QM_REPLIED = 1, WL_QM_FAILED = 2, WL_QM_SKIPPED = 3 };
+typedef struct wl_qscript {
+    int script;       /* WL_SCRIPT_* (EVALSHA, EVAL on NOSCRIPT), or -1: `body` with EVAL */
+    const char *body;
+    int nkeys, nargs;
+    const char *const *argv;
+    const size_t *lens;
+} wl_qscript;
+typedef struct wl_qcall wl_qcall;
+struct wl_qcall {
+    /* in */
+    wl_qscript s;
+    bool wait_replicas;   /* WAIT after the script on members whose URL has min_replicas */
+    const wl_qscript *after; /* pipelined behind the script on members still pending when decided (give-back) */
+    bool skip[WL_QMAX];   /* members not to send to */
+    /* after each reply: true when the caller needs no more (the rest go to the drain) */
+    bool (*decided)(void *arg, wl_qcall *call);
+    void *arg;
+    /* out, per member */
+    int state[WL_QMAX];
+    redisReply *reply[WL_QMAX]; /* the script's reply when REPLIED (freed by wl_qcall_clear) */
+    bool acked[WL_QMAX];        /* WAIT reached min_replicas (true when no WAIT was asked) */
+    int64_t sent_us;            /* just before the first write */
+};
+/* Sends s to every member not skipped (INFO first on fresh connections:
+ * the restart rule), reads replies from all at once until decided(), every
+ * member answered, or cap_ms. Members still pending then are FAILED (or,
+ * once decided, left PENDING with `after` queued behind, their replies read
+ * by the drain). Returns the number of members that replied. */
+size_t wl_quorum_call(wl_quorum *q, wl_qcall *call, int64_t cap_ms);
+void wl_qcall_clear(wl_qcall *call); /* frees the replies */
+/* Writes s to every member not skipped and leaves the replies to the
+ * drain: fire and forget (give-backs). */
+void wl_quorum_send(wl_quorum *q, const wl_qscript *s, const bool *skip);
+
+#endif

@@ -1,0 +1,455 @@
+/*
+ * test_quorum.c - the quorum client (Redlock, issue 21) against five real
+ * redis-servers on free loopback ports: open and refusals, acquire/release
+ * over five, two members frozen (SIGSTOP) and three, loss told before a
+ * majority's keys expire, a member restarted empty kept out for one lease,
+ * fencing tokens across holders, restarts and a delayed member, mixed TLS,
+ * plain and Sentinel members, check on a quorum.
+ *
+ * Fresh servers have an uptime below the lease, so the restart rule keeps
+ * them out for one lease after a client first sees them: tests wait that
+ * out through an acquire with a wait (woken at the window's end), never a
+ * fixed sleep.
+ */
+#include "proxy_harness.h"
+#include "testing.h"
+
+#include <limits.h>
+#include <stdlib.h>
+
+#define N 5
+#define LEASE 1000
+#define OPTS "connect_timeout=400ms&command_timeout=400ms&safety_margin=150ms"
+
+typedef struct five {
+    rh_server *s[N];
+    char url[N][512];
+    const char *urls[N];
+} five;
+
+static void five_start(five *f)
+{
+    for (int i = 0; i < N; i++) {
+        f->s[i] = rh_start(NULL);
+        CHECK(f->s[i] != NULL);
+        snprintf(f->url[i], sizeof f->url[i], "%s?%s", rh_url(f->s[i]), OPTS);
+        f->urls[i] = f->url[i];
+    }
+}
+
+static void five_free(five *f)
+{
+    for (int i = 0; i < N; i++)
+        rh_free(f->s[i]);
+}
+
+static watchlock_client *open_q(const char *const *urls, size_t n)
+{
+    watchlock_client *c = NULL;
+    CHECK_OK(watchlock_client_open_quorum(&c, urls, n));
+    CHECK_EQ(watchlock_client_member_count(c), n);
+    return c;
+}
+
+static watchlock_lock *lock_lease(watchlock_client *c, const char *name, int64_t lease)
+{
+    watchlock_lock *l = new_lock(c, name);
+    CHECK_OK(watchlock_lock_set_lease(l, lease));
+    return l;
+}
+
+static long long key_exists(rh_server *s, const char *name)
+{
+    return rh_int(s, "EXISTS watchlock:{%s}", name);
+}
+
+static long long key_pttl(rh_server *s, const char *name)
+{
+    return rh_int(s, "PTTL watchlock:{%s}", name);
+}
+
+static int count_status(watchlock_lock *l, int status)
+{
+    int k = 0;
+    for (size_t i = 0; i < N; i++)
+        k += watchlock_lock_member_status(l, i) == status;
+    return k;
+}
+
+/* ---- open ---- */
+
+static void open_refusals(void)
+{
+    rh_server *s = rh_start(NULL);
+    CHECK(s != NULL);
+    const char *one[1] = {rh_url(s)};
+    watchlock_client *c = NULL;
+    const char *two[2] = {rh_url(s), rh_url(s)};
+    CHECK_FAILS_WITH_MSG(watchlock_client_open_quorum(&c, two, 2), WATCHLOCK_EINVAL);
+    CHECK(strstr(watchlock_last_error(), "2 members") != NULL);
+    CHECK(c == NULL);
+    CHECK_FAILS_WITH_MSG(watchlock_client_open_quorum(&c, one, 0), WATCHLOCK_EINVAL);
+    const char *cl[3] = {rh_url(s), "redis-cluster://127.0.0.1:1,127.0.0.1:2", rh_url(s)};
+    CHECK_FAILS_WITH_MSG(watchlock_client_open_quorum(&c, cl, 3), WATCHLOCK_EINVAL);
+    CHECK(strstr(watchlock_last_error(), "member 2") != NULL && strstr(watchlock_last_error(), "cluster") != NULL);
+    const char *down[3] = {rh_url(s), rh_url(s), "redis://127.0.0.1:1?connect_timeout=300ms"};
+    CHECK_FAILS_WITH_MSG(watchlock_client_open_quorum(&c, down, 3), WATCHLOCK_ECONN);
+    CHECK(strstr(watchlock_last_error(), "member 3") != NULL);
+    /* one URL: the plain client */
+    CHECK_OK(watchlock_client_open_quorum(&c, one, 1));
+    CHECK_EQ(watchlock_client_member_count(c), 1);
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_RESTARTS), 0);
+    watchlock_lock *l = new_lock(c, "plain");
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(watchlock_lock_member_status(l, 0), WATCHLOCK_MEMBER_GRANTED);
+    CHECK(watchlock_lock_fencing_token(l) > 0);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    rh_free(s);
+}
+
+/* ---- acquire / release over five ---- */
+
+static void acquire_release_five(void)
+{
+    five f;
+    five_start(&f);
+    watchlock_client *a = open_q(f.urls, N), *b = open_q(f.urls, N);
+    watchlock_lock *la = lock_lease(a, "five", LEASE), *lb = lock_lease(b, "five", LEASE);
+    /* fresh servers: kept out for one lease (restart rule), then granted */
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(la, 4 * LEASE));
+    testing_note("first acquire over fresh servers took %lld ms (restart window %d ms)", (long long)(now_ms() - t0),
+                 LEASE);
+    CHECK_INT(count_status(la, WATCHLOCK_MEMBER_GRANTED), >=, 3);
+    int on = 0;
+    for (int i = 0; i < N; i++)
+        on += key_exists(f.s[i], "five") == 1;
+    CHECK_INT(on, >=, 3);
+    int64_t t1 = watchlock_lock_fencing_token(la);
+    CHECK(t1 > 0);
+    CHECK_EQ(watchlock_lock_fencing_token(la), t1); /* asked once per hold */
+    /* held: b is told "busy", member by member */
+    int rc0 = watchlock_lock_acquire(lb, 0);
+    CHECK(rc0 == WATCHLOCK_ETIMEDOUT || rc0 == WATCHLOCK_ECONN);
+    /* b's first attempt may meet the restart window itself: ask again once settled */
+    WAIT_FOR(watchlock_client_stat(b, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 3 * LEASE);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(lb, 0), WATCHLOCK_ETIMEDOUT);
+    CHECK(strstr(watchlock_last_error(), "held by another owner") != NULL);
+    CHECK_INT(count_status(lb, WATCHLOCK_MEMBER_HELD), >=, 3);
+    /* a waiter is woken by the release, not by the lease's end */
+    CHECK_OK(watchlock_lock_release(la));
+    WAIT_FOR(key_exists(f.s[0], "five") + key_exists(f.s[1], "five") + key_exists(f.s[2], "five") +
+                     key_exists(f.s[3], "five") + key_exists(f.s[4], "five") ==
+                 0,
+             2000);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(key_exists(f.s[i], "five"), 0);
+    CHECK_OK(watchlock_lock_acquire(lb, 0));
+    int64_t t2 = watchlock_lock_fencing_token(lb);
+    CHECK_INT(t2, >, t1);
+    /* extend to the lease in use (a longer one would widen the restart
+     * window past these fresh servers' uptime) */
+    CHECK_OK(watchlock_lock_extend(lb, 0));
+    CHECK_INT(watchlock_lock_remaining_ms(lb), >, LEASE / 2);
+    /* a's wait ends with b's release, woken through any member */
+    int64_t w0 = now_ms();
+    CHECK_OK(watchlock_lock_release(lb));
+    CHECK_OK(watchlock_lock_acquire(la, 5000));
+    testing_note("waiter got in %lld ms after the release", (long long)(now_ms() - w0));
+    CHECK_INT(watchlock_lock_fencing_token(la), >, t2);
+    CHECK_OK(watchlock_lock_release(la));
+    watchlock_lock_free(la);
+    watchlock_lock_free(lb);
+    watchlock_client_close(a);
+    watchlock_client_close(b);
+    five_free(&f);
+}
+
+/* A client settled past the restart window (its first acquire waited it out). */
+static watchlock_client *settled(five *f)
+{
+    watchlock_client *c = open_q(f->urls, N);
+    watchlock_lock *l = lock_lease(c, "settle", LEASE);
+    CHECK_OK(watchlock_lock_acquire(l, 4 * LEASE));
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 3 * LEASE);
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT), 0);
+    return c;
+}
+
+/* ---- two frozen: still acquires, renews, releases ---- */
+
+static void two_stopped(void)
+{
+    five f;
+    five_start(&f);
+    watchlock_client *c = settled(&f);
+    CHECK_EQ(rh_pause(f.s[3]), 0);
+    CHECK_EQ(rh_pause(f.s[4]), 0);
+    watchlock_lock *l = lock_lease(c, "two", LEASE);
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    testing_note("acquire with 2 of 5 frozen: %lld ms", (long long)(now_ms() - t0));
+    CHECK_EQ(count_status(l, WATCHLOCK_MEMBER_GRANTED), 3);
+    CHECK(watchlock_lock_fencing_token(l) > 0);
+    /* renewed by the watchdog on the three for several leases */
+    WAIT_FOR(watchlock_lock_renewals(l) >= 6, 4 * LEASE);
+    CHECK_INT(watchlock_lock_renewals(l), >=, 6);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    for (int i = 0; i < 3; i++)
+        CHECK_INT(key_pttl(f.s[i], "two"), >, LEASE / 3);
+    CHECK_OK(watchlock_lock_release(l));
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(key_exists(f.s[i], "two"), 0);
+    CHECK_EQ(rh_resume(f.s[3]), 0);
+    CHECK_EQ(rh_resume(f.s[4]), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
+/* ---- three frozen: unreachable, nothing left behind ---- */
+
+static void three_stopped(void)
+{
+    five f;
+    five_start(&f);
+    watchlock_client *c = settled(&f);
+    for (int i = 2; i < N; i++)
+        CHECK_EQ(rh_pause(f.s[i]), 0);
+    watchlock_lock *l = lock_lease(c, "three", LEASE);
+    int64_t t0 = now_ms();
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(l, 3000), WATCHLOCK_ECONN);
+    int64_t took = now_ms() - t0;
+    testing_note("acquire with 3 of 5 frozen failed in %lld ms: %s", (long long)took, watchlock_last_error());
+    CHECK_INT(took, <, 3000);
+    CHECK(strstr(watchlock_last_error(), "unreachable") != NULL);
+    CHECK_EQ(count_status(l, WATCHLOCK_MEMBER_UNREACHABLE), 3);
+    /* the live ones' grants were given back */
+    WAIT_FOR(key_exists(f.s[0], "three") + key_exists(f.s[1], "three") == 0, 2000);
+    CHECK_EQ(key_exists(f.s[0], "three"), 0);
+    CHECK_EQ(key_exists(f.s[1], "three"), 0);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_UNLOCKED);
+    for (int i = 2; i < N; i++)
+        CHECK_EQ(rh_resume(f.s[i]), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
+/* ---- loss told before a majority's keys expire ---- */
+
+static int64_t lost_at;
+static int lost_reason;
+static void on_lost(watchlock_lock *l, int reason, void *arg)
+{
+    (void)l, (void)arg;
+    lost_reason = reason;
+    __atomic_store_n(&lost_at, now_ms(), __ATOMIC_SEQ_CST);
+}
+
+static void loss_before_majority_expires(void)
+{
+    five f;
+    five_start(&f);
+    watchlock_client *c = settled(&f);
+    watchlock_lock *l = lock_lease(c, "loss", LEASE);
+    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, NULL));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    WAIT_FOR(watchlock_lock_renewals(l) >= 1, 2 * LEASE);
+    /* The hold is on the three members that granted first (late grants
+     * are given back). Freeze two of them: renewals reach one, below the
+     * majority. Another owner can get a majority once one frozen key
+     * expires (the two other members are free): each ends at the latest at
+     * the PTTL read just before it froze. */
+    int64_t expiry[N];
+    int frozen[2], nf = 0;
+    for (int i = 0; i < N && nf < 2; i++) {
+        int64_t t = now_ms();
+        long long p = key_pttl(f.s[i], "loss");
+        if (p <= 0)
+            continue;
+        expiry[nf] = t + p;
+        frozen[nf++] = i;
+        CHECK_EQ(rh_pause(f.s[i]), 0);
+    }
+    CHECK_EQ(nf, 2);
+    WAIT_FOR(__atomic_load_n(&lost_at, __ATOMIC_SEQ_CST) != 0, 3 * LEASE);
+    int64_t at = __atomic_load_n(&lost_at, __ATOMIC_SEQ_CST);
+    CHECK(at != 0);
+    CHECK_EQ(lost_reason, WATCHLOCK_LOST_CONNECTION);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    int64_t first = expiry[0] < expiry[1] ? expiry[0] : expiry[1];
+    testing_note("told LOST %lld ms before the first frozen member's key expired", (long long)(first - at));
+    CHECK_INT(at, <, first);
+    CHECK_EQ(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    for (int i = 0; i < nf; i++)
+        CHECK_EQ(rh_resume(f.s[frozen[i]]), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
+/* ---- a member restarted empty is not counted for one lease ---- */
+
+static void restarted_member_kept_out(void)
+{
+    five f;
+    five_start(&f);
+    watchlock_client *a = settled(&f), *b = settled(&f);
+    /* a holds on members 0, 1, 2 only */
+    CHECK_EQ(rh_pause(f.s[3]), 0);
+    CHECK_EQ(rh_pause(f.s[4]), 0);
+    watchlock_lock *la = lock_lease(a, "rst", LEASE), *lb = lock_lease(b, "rst", LEASE);
+    CHECK_OK(watchlock_lock_set_auto_renew(la, 0)); /* its lease just runs: its key stays on member 0 */
+    CHECK_OK(watchlock_lock_acquire(la, 0));
+    int64_t ta = watchlock_lock_fencing_token(la);
+    CHECK(ta > 0);
+    CHECK_EQ(rh_resume(f.s[3]), 0);
+    CHECK_EQ(rh_resume(f.s[4]), 0);
+    /* 1 and 2 restart empty: a's keys there are gone */
+    int64_t back = now_ms(); /* they came back after this */
+    CHECK_EQ(rh_restart(f.s[1]), 0);
+    CHECK_EQ(rh_restart(f.s[2]), 0);
+    CHECK_EQ(key_exists(f.s[0], "rst"), 1);
+    /* members 1..4 would grant b: only the restart rule keeps b out */
+    int rc = watchlock_lock_acquire(lb, 0);
+    if (rc != WATCHLOCK_OK && count_status(lb, WATCHLOCK_MEMBER_RESTARTED) < 2)
+        rc = watchlock_lock_acquire(lb, 0); /* the first try met the connections the restart dropped */
+    CHECK_MSG(rc != WATCHLOCK_OK, "b acquired while a's key is on member 0 and 1, 2 restarted empty");
+    CHECK_EQ(count_status(lb, WATCHLOCK_MEMBER_RESTARTED), 2);
+    CHECK_EQ(watchlock_lock_member_status(lb, 0), WATCHLOCK_MEMBER_HELD);
+    CHECK_INT(watchlock_client_stat(b, WATCHLOCK_STAT_QUORUM_RESTARTS), >=, 2);
+    CHECK_EQ(watchlock_client_stat(b, WATCHLOCK_STAT_QUORUM_KEPT_OUT), 2);
+    CHECK_EQ(watchlock_client_member_state(b, 1), WATCHLOCK_MEMBER_RESTARTED);
+    watchlock_report *rep = NULL;
+    CHECK_OK(watchlock_client_check(&rep, b));
+    int restarted = 0;
+    for (size_t i = 0; i < watchlock_report_count(rep); i++)
+        restarted += watchlock_report_code(rep, i) == WATCHLOCK_CHECK_RESTARTED;
+    CHECK_EQ(restarted, 2);
+    watchlock_report_free(rep);
+    /* one lease after they came back, b gets in, with a higher token */
+    CHECK_OK(watchlock_lock_acquire(lb, 4 * LEASE));
+    CHECK_INT(now_ms() - back, >=, LEASE);
+    int64_t tb = watchlock_lock_fencing_token(lb);
+    CHECK_INT(tb, >, ta);
+    CHECK_OK(watchlock_lock_release(lb));
+    watchlock_lock_free(la);
+    watchlock_lock_free(lb);
+    watchlock_client_close(a);
+    watchlock_client_close(b);
+    five_free(&f);
+}
+
+/* ---- fencing across holders, restarts and a delayed member ---- */
+
+static void fencing_monotonic(void)
+{
+    five f;
+    five_start(&f);
+    /* member 4 behind a delay proxy */
+    ph_proxy *px = ph_start(rh_port(f.s[4]));
+    CHECK(px != NULL);
+    char purl[512];
+    snprintf(purl, sizeof purl, "%s?%s", ph_url(px), OPTS);
+    f.urls[4] = purl;
+    watchlock_client *a = settled(&f), *b = settled(&f);
+    CHECK_EQ(ph_cmd(px, "delay both 150"), 0);
+    watchlock_lock *ls[2] = {lock_lease(a, "fence", LEASE), lock_lease(b, "fence", LEASE)};
+    int64_t last = 0;
+    for (int round = 0; round < 8; round++) {
+        watchlock_lock *l = ls[round % 2];
+        CHECK_OK(watchlock_lock_acquire(l, 3 * LEASE));
+        int64_t t = watchlock_lock_fencing_token(l);
+        CHECK_INT(t, >, last);
+        last = t;
+        if (round == 3) {
+            /* two members restart empty while held: their counters are gone */
+            CHECK_EQ(rh_restart(f.s[0]), 0);
+            CHECK_EQ(rh_restart(f.s[1]), 0);
+        }
+        int rc = watchlock_lock_release(l);
+        CHECK(rc == WATCHLOCK_OK || rc == WATCHLOCK_ENOTOWNER);
+    }
+    /* the raise cannot be confirmed by a majority: unavailable, not a token */
+    watchlock_lock *l = ls[0];
+    CHECK_OK(watchlock_lock_acquire(l, 3 * LEASE));
+    CHECK_EQ(rh_pause(f.s[0]), 0);
+    CHECK_EQ(rh_pause(f.s[1]), 0);
+    CHECK_EQ(ph_cmd(px, "pause"), 0);
+    int64_t t0 = now_ms();
+    CHECK_EQ(watchlock_lock_fencing_token(l), -WATCHLOCK_EUNAVAIL);
+    CHECK_INT(now_ms() - t0, <=, LEASE);
+    CHECK_EQ(watchlock_lock_fencing_token(l), -WATCHLOCK_EUNAVAIL);
+    CHECK_INT(watchlock_client_stat(a, WATCHLOCK_STAT_QUORUM_FENCE_UNAVAILABLE), >=, 1);
+    CHECK_EQ(rh_resume(f.s[0]), 0);
+    CHECK_EQ(rh_resume(f.s[1]), 0);
+    CHECK_EQ(ph_cmd(px, "resume"), 0);
+    watchlock_lock_release(l);
+    watchlock_lock_free(ls[0]);
+    watchlock_lock_free(ls[1]);
+    watchlock_client_close(a);
+    watchlock_client_close(b);
+    ph_free(px);
+    five_free(&f);
+}
+
+/* ---- TLS, plain and Sentinel members in one quorum ---- */
+
+static void mixed_members(void)
+{
+    rh_options tls = {.tls = 1};
+    rh_server *t1 = rh_start(&tls), *t2 = rh_start(&tls), *p1 = rh_start(NULL), *p2 = rh_start(NULL);
+    CHECK(t1 && t2 && p1 && p2);
+    rh_sentinel_group *g = rh_sentinel_start(0);
+    CHECK(g != NULL);
+    const char *urls[5] = {rh_url(t1), rh_url(p1), rh_sentinel_url(g), rh_url(t2), rh_url(p2)};
+    watchlock_client *c = open_q(urls, 5);
+    CHECK(strstr(watchlock_client_member_label(c, 0), "127.0.0.1") != NULL);
+    watchlock_lock *l = lock_lease(c, "mixed", LEASE);
+    CHECK_OK(watchlock_lock_acquire(l, 4 * LEASE));
+    CHECK_INT(count_status(l, WATCHLOCK_MEMBER_GRANTED), >=, 3);
+    CHECK(watchlock_lock_fencing_token(l) > 0);
+    WAIT_FOR(watchlock_lock_renewals(l) >= 2, 3 * LEASE);
+    CHECK_INT(watchlock_lock_renewals(l), >=, 2);
+    int held;
+    int64_t rem, fence;
+    CHECK_OK(watchlock_client_inspect(c, "mixed", 5, &held, &rem, &fence));
+    CHECK_EQ(held, 1);
+    CHECK_INT(rem, >, 0);
+    CHECK_INT(fence, >=, watchlock_lock_fencing_token(l));
+    CHECK_EQ(rh_int(rh_sentinel_master(g), "EXISTS watchlock:{mixed}"), 1);
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_OK(watchlock_client_inspect(c, "mixed", 5, &held, &rem, &fence));
+    CHECK_EQ(held, 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    rh_sentinel_free(g);
+    rh_free(t1);
+    rh_free(t2);
+    rh_free(p1);
+    rh_free(p2);
+}
+
+static const test_case tests[] = {
+    {"open_refusals", open_refusals, 0},
+    {"acquire_release_five", acquire_release_five, 0},
+    {"two_stopped", two_stopped, 0},
+    {"three_stopped", three_stopped, 0},
+    {"loss_before_majority_expires", loss_before_majority_expires, 0},
+    {"restarted_member_kept_out", restarted_member_kept_out, 0},
+    {"fencing_monotonic", fencing_monotonic, 0},
+    {"mixed_members", mixed_members, 0},
+    {NULL, NULL, 0},
+};
+
+int main(int argc, char **argv)
+{
+    if (rh_tls_dir() == NULL)
+        return 1;
+    return testing_main(argc, argv, tests, TESTING_NO_SERVER);
+}
