@@ -398,6 +398,41 @@ static void fencing_monotonic(void)
     five_free(&f);
 }
 
+/* The raise is what keeps tokens increasing when members' counters
+ * differ: a's token is member 0's high counter; b's majority shares
+ * members 1 and 2 with a's, but not member 0. Without the raise on every
+ * member that granted a, b's token (from 1..4's counters) would be lower. */
+static void fencing_raise_needed(void)
+{
+    five f;
+    five_start(&f);
+    watchlock_client *a = settled(&f), *b = settled(&f);
+    CHECK(rh_ok(f.s[0], "SET watchlock:{raise}:fence 5000000000000000"));
+    CHECK_EQ(rh_pause(f.s[3]), 0);
+    CHECK_EQ(rh_pause(f.s[4]), 0);
+    watchlock_lock *la = lock_lease(a, "raise", LEASE), *lb = lock_lease(b, "raise", LEASE);
+    CHECK_OK(watchlock_lock_acquire(la, 0));
+    int64_t ta = watchlock_lock_fencing_token(la);
+    CHECK_EQ(ta, INT64_C(5000000000000001));
+    CHECK_OK(watchlock_lock_release(la));
+    CHECK_EQ(rh_resume(f.s[3]), 0);
+    CHECK_EQ(rh_resume(f.s[4]), 0);
+    CHECK_EQ(rh_pause(f.s[0]), 0);
+    CHECK_OK(watchlock_lock_acquire(lb, 2 * LEASE));
+    int s0 = watchlock_lock_member_status(lb, 0); /* frozen: decided without it, or timed out */
+    CHECK(s0 == WATCHLOCK_MEMBER_UNKNOWN || s0 == WATCHLOCK_MEMBER_UNREACHABLE);
+    int64_t tb = watchlock_lock_fencing_token(lb);
+    testing_note("a's token %lld, b's %lld", (long long)ta, (long long)tb);
+    CHECK_INT(tb, >, ta);
+    CHECK_OK(watchlock_lock_release(lb));
+    CHECK_EQ(rh_resume(f.s[0]), 0);
+    watchlock_lock_free(la);
+    watchlock_lock_free(lb);
+    watchlock_client_close(a);
+    watchlock_client_close(b);
+    five_free(&f);
+}
+
 /* ---- TLS, plain and Sentinel members in one quorum ---- */
 
 static void mixed_members(void)
@@ -443,6 +478,7 @@ static const test_case tests[] = {
     {"loss_before_majority_expires", loss_before_majority_expires, 0},
     {"restarted_member_kept_out", restarted_member_kept_out, 0},
     {"fencing_monotonic", fencing_monotonic, 0},
+    {"fencing_raise_needed", fencing_raise_needed, 0},
     {"mixed_members", mixed_members, 0},
     {NULL, NULL, 0},
 };
