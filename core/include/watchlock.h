@@ -72,7 +72,8 @@ enum {
     WATCHLOCK_EINTERNAL = 10, /* a bug or an unexpected system failure */
     WATCHLOCK_EPERM = 11,     /* the server's ACL denies a command, key or channel (NOPERM) */
     WATCHLOCK_EREPLICAS = 12, /* fewer than min_replicas replicas acknowledged an acquire/extend in time */
-    /* 13 is WATCHLOCK_EWRONGTYPE (issue 22) */
+    WATCHLOCK_EWRONGTYPE = 13, /* the name is in use as another lock kind (plain / fair / semaphore /
+                                  rwlock), or a semaphore's permit count does not match */
     WATCHLOCK_EUNAVAIL = 14   /* a value is not available: a quorum's fencing token whose raise no
                                  majority of the granting members confirmed within the hold's validity */
 };
@@ -722,6 +723,11 @@ WATCHLOCK_API int64_t watchlock_lock_list_fence(const watchlock_lock_list *list,
  * watchlock_owner_free(). */
 WATCHLOCK_API const watchlock_owner *watchlock_lock_list_owner(const watchlock_lock_list *list,
                                                                size_t i);
+/* Lock i's kind: WATCHLOCK_KIND_PLAIN, or for a name in use as a queued
+ * kind WATCHLOCK_KIND_FAIR, _SEMAPHORE or _RWLOCK (its holders, permits and
+ * queue: watchlock_client_name_info(); its remaining_ms is the longest
+ * holder's lease left). WATCHLOCK_KIND_NONE (-1) for NULL or i out of range. */
+WATCHLOCK_API int watchlock_lock_list_kind(const watchlock_lock_list *list, size_t i);
 /* Frees the list and the owner records it lends. NULL is accepted. */
 WATCHLOCK_API void watchlock_lock_list_free(watchlock_lock_list *list);
 
@@ -815,6 +821,118 @@ enum {
  * i out of range, or a plain client's lock: i == 0 then reads GRANTED or
  * HELD after an attempt). No I/O. */
 WATCHLOCK_API int watchlock_lock_member_status(const watchlock_lock *lock, size_t i);
+
+/* ---- queued lock kinds: fair lock, semaphore, read-write lock ------------
+ *
+ * One engine (docs/design.md, "Waiter queue and the lock family"): per name,
+ * in Redis under the name's hash tag, the holders, a FIFO queue of waiters
+ * (each with its own short liveness lease, renewed while it waits) and the
+ * permit count. A release, or a holder's expiry noticed by the next
+ * waiter's liveness renewal, grants the name inside the script to the
+ * oldest waiter(s) it can satisfy (direct hand-off: the waiter's identity
+ * and a fresh fencing token are written for it) and wakes only those, on a
+ * channel of their own. Nobody barges past a non-empty queue. Server time
+ * only. Every kind returns a watchlock_lock handle: every watchlock_lock_*
+ * call (set_lease, set_on_lost, set_max_hold, acquire, release, extend,
+ * state, fencing_token, remaining_ms, free, abandon ...) works on it, with
+ * the plain lock's conventions (reentrant per handle, watchdog renewal,
+ * loss reporting).
+ *
+ * Kinds on one name: a name in use (held or waited for) as one kind is
+ * refused to every other kind with WATCHLOCK_EWRONGTYPE and a last_error
+ * that names the kind in use; a semaphore whose permit count differs from
+ * the name's is refused the same way. A plain lock's acquire on a name in
+ * use as a queued kind fails with WATCHLOCK_EWRONGTYPE (it never barges
+ * past the queue). Queued kinds on a quorum (Redlock) client: EINVAL.
+ */
+enum {
+    WATCHLOCK_KIND_NONE = -1, /* watchlock_name_info_kind: the name is not in use */
+    WATCHLOCK_KIND_PLAIN = 0,
+    WATCHLOCK_KIND_FAIR = 1,
+    WATCHLOCK_KIND_SEMAPHORE = 2,
+    WATCHLOCK_KIND_READ = 3,  /* a read-write lock's read side */
+    WATCHLOCK_KIND_WRITE = 4, /* a read-write lock's write side */
+    WATCHLOCK_KIND_MULTI = 5,
+    WATCHLOCK_KIND_RWLOCK = 6 /* watchlock_name_info_kind: a name in use as a read-write lock */
+};
+
+/* A fair lock: FIFO, direct hand-off. Errors: as watchlock_lock_new(). */
+WATCHLOCK_API int watchlock_fair_lock_new(watchlock_lock **out, watchlock_client *client,
+                                          const void *name, size_t name_len);
+/*
+ * A semaphore of `permits` permits (1 .. 2^31); 0: use the count the name
+ * already has (acquire then fails with EWRONGTYPE when the name has none).
+ * The count is set by the first user of a name not in use; a handle whose
+ * count differs from the name's gets EWRONGTYPE at acquire.
+ */
+WATCHLOCK_API int watchlock_semaphore_new(watchlock_lock **out, watchlock_client *client,
+                                          const void *name, size_t name_len, int64_t permits);
+/*
+ * Takes k >= 1 permits (at most the count) as one hold, waiting as
+ * watchlock_lock_acquire() (which takes 1). FIFO with head-blocking: a
+ * waiter at the head that wants more permits than are free blocks the
+ * waiters behind it, so large requests are never starved. Reentrant per
+ * handle with the same k (another k while held: EINVAL).
+ */
+WATCHLOCK_API int watchlock_semaphore_acquire(watchlock_lock *sem, int64_t k, int64_t wait_ms);
+/*
+ * Admin: sets the permit count of semaphore `name` (1 .. 2^31). A name in
+ * use gets it at once (holders keep their permits; a larger count wakes the
+ * waiters it can satisfy); a name not in use keeps it for a day (each use
+ * refreshes that), so later handles with permits 0 use it.
+ * Errors: EINVAL, EWRONGTYPE (in use as another kind), ECONN ...
+ */
+WATCHLOCK_API int watchlock_client_set_permits(watchlock_client *client, const void *name,
+                                               size_t name_len, int64_t permits);
+/* The handle's kind (WATCHLOCK_KIND_*); -1 for NULL. */
+WATCHLOCK_API int watchlock_lock_kind(const watchlock_lock *lock);
+/* The permits a semaphore handle holds or last asked for (1 for other kinds). */
+WATCHLOCK_API int64_t watchlock_lock_permits(const watchlock_lock *lock);
+
+/*
+ * A read-write lock's side: write 0 the read side (many readers share the
+ * name), 1 the write side (exclusive). Phase-fair FIFO: a waiting writer
+ * blocks readers that arrive after it; the readers queued before the next
+ * writer enter together. Writers' fencing tokens strictly increase; a
+ * reader's fencing token is the last writer's (the name's counter when the
+ * read share began): a store can check that a reader's token is not below
+ * the newest write it has seen... see docs/design.md.
+ */
+WATCHLOCK_API int watchlock_rwlock_new(watchlock_lock **out, watchlock_client *client,
+                                       const void *name, size_t name_len, int write);
+/*
+ * Write -> read without a gap: the held write side becomes a read share of
+ * the same hold (same fencing token, kind READ from then on), and readers
+ * queued at the head enter at once. No upgrade: two readers upgrading at
+ * once would each wait for the other to leave (deadlock).
+ * Errors: EINVAL (not a held write side), ENOTOWNER (lost), ECONN ...
+ */
+WATCHLOCK_API int watchlock_rwlock_downgrade(watchlock_lock *write_side);
+
+/* What the server knows of a name, whatever its kind (one round trip). */
+typedef struct watchlock_name_info watchlock_name_info;
+/* Errors: EINVAL, ECONN, EAUTH, EPERM, ESERVER, ECLOSED, EFORKED, ENOMEM. */
+WATCHLOCK_API int watchlock_client_name_info(watchlock_name_info **out, watchlock_client *client,
+                                             const void *name, size_t name_len);
+/* WATCHLOCK_KIND_NONE, _PLAIN, _FAIR, _SEMAPHORE or _RWLOCK. */
+WATCHLOCK_API int watchlock_name_info_kind(const watchlock_name_info *info);
+/* Permits of the name (semaphore N; 1 for a fair or plain lock; 0 rwlock / none). */
+WATCHLOCK_API int64_t watchlock_name_info_permits(const watchlock_name_info *info);
+/* Permits now in use (semaphore), holders (fair, plain: 0 or 1), readers (rwlock). */
+WATCHLOCK_API int64_t watchlock_name_info_in_use(const watchlock_name_info *info);
+/* Holds now (each permit acquisition, reader share or writer is one). */
+WATCHLOCK_API int64_t watchlock_name_info_holders(const watchlock_name_info *info);
+/* 1 when a writer holds a read-write lock. */
+WATCHLOCK_API int watchlock_name_info_writer(const watchlock_name_info *info);
+/* Waiters in the queue, and how long the oldest of them has waited (ms). */
+WATCHLOCK_API int64_t watchlock_name_info_queue_length(const watchlock_name_info *info);
+WATCHLOCK_API int64_t watchlock_name_info_oldest_wait_ms(const watchlock_name_info *info);
+/* The name's fencing counter, as watchlock_client_inspect(). */
+WATCHLOCK_API int64_t watchlock_name_info_fence(const watchlock_name_info *info);
+/* Longest lease left among the holders (ms; -1 no expiry; 0 none). */
+WATCHLOCK_API int64_t watchlock_name_info_remaining_ms(const watchlock_name_info *info);
+/* NULL is accepted. */
+WATCHLOCK_API void watchlock_name_info_free(watchlock_name_info *info);
 
 #ifdef __cplusplus
 }

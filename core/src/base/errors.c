@@ -36,6 +36,7 @@ const char *watchlock_strerror(int status)
     case WATCHLOCK_EINTERNAL: return "internal error";
     case WATCHLOCK_EPERM: return "permission denied by ACL";
     case WATCHLOCK_EREPLICAS: return "not acknowledged by enough replicas";
+    case WATCHLOCK_EWRONGTYPE: return "the name is in use as another lock kind";
     case WATCHLOCK_EUNAVAIL: return "not available (e.g. a quorum fencing token whose raise was not confirmed)";
     default: return "unknown status";
     }

@@ -45,6 +45,7 @@ typedef struct list_entry {
     int64_t remaining_ms;
     int64_t fence;
     watchlock_owner *owner;
+    int kind; /* WATCHLOCK_KIND_PLAIN / FAIR / SEMAPHORE / RWLOCK */
 } list_entry;
 
 struct watchlock_lock_list {
@@ -184,7 +185,11 @@ static int list_add(watchlock_lock_list *list, const char *name, size_t name_len
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     memcpy(copy, name, name_len);
     copy[name_len] = '\0';
-    list->items[list->n++] = (list_entry){copy, name_len, got->remaining_ms, got->fence, got->owner};
+    int kind = got->state == 3   ? WATCHLOCK_KIND_FAIR
+               : got->state == 4 ? WATCHLOCK_KIND_SEMAPHORE
+               : got->state == 5 ? WATCHLOCK_KIND_RWLOCK
+                                 : WATCHLOCK_KIND_PLAIN;
+    list->items[list->n++] = (list_entry){copy, name_len, got->remaining_ms, got->fence, got->owner, kind};
     return WATCHLOCK_OK;
 }
 
@@ -295,7 +300,7 @@ static int inspect_page(wl_server *srv, wl_conn *ctx, page_key *keys, size_t n, 
                 size_t name_len = keys[i].name_len;
                 bool wanted = keys[i].name_key == NULL ||
                               (rc == WATCHLOCK_OK && digest_entry_name(&keys[i], &got, pat, pat_len, &name, &name_len));
-                if (rc == WATCHLOCK_OK && got.state == 1 && wanted) {
+                if (rc == WATCHLOCK_OK && (got.state == 1 || got.state >= 3) && wanted) {
                     rc = list_add(list, name, name_len, &got);
                     if (rc != WATCHLOCK_OK)
                         watchlock_owner_free(got.owner);
@@ -500,6 +505,12 @@ int64_t watchlock_lock_list_fence(const watchlock_lock_list *list, size_t i)
 {
     const list_entry *e = entry_at(list, i);
     return e ? e->fence : 0;
+}
+
+int watchlock_lock_list_kind(const watchlock_lock_list *list, size_t i)
+{
+    const list_entry *e = entry_at(list, i);
+    return e ? e->kind : WATCHLOCK_KIND_NONE;
 }
 
 const watchlock_owner *watchlock_lock_list_owner(const watchlock_lock_list *list, size_t i)

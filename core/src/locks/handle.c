@@ -97,6 +97,8 @@ void wl_lock_unref(watchlock_lock *l)
         return;
     watchlock_client *c = l->hold.client;
     pthread_mutex_destroy(&l->io_mu);
+    if (l->q != NULL)
+        wl_queued_free(l); /* gives hold.keys.lock back first */
     wl_keys_clear(&l->hold.keys);
     free(l->name);
     free(l->owner_label);
@@ -475,4 +477,46 @@ int watchlock_lock_forget_wait(watchlock_lock *l)
     if (rc == WATCHLOCK_OK)
         wl_wait_forget(l);
     return rc;
+}
+
+/* ---- queued kinds (the engine is queue.c's) ---- */
+
+int wl_queued_init(watchlock_lock *l, int kind, int64_t cap, int64_t k)
+{
+    wl_queued *q = calloc(1, sizeof *q);
+    char token[33];
+    if (q == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    if (wl_random_token(token) != 0) {
+        free(q);
+        return wl_fail(WATCHLOCK_EINTERNAL, "getrandom failed");
+    }
+    memcpy(q->id, token, 16);
+    q->id[16] = '\0';
+    int rc = wl_qkeys_make(&q->keys, &l->hold.keys, q->id);
+    if (rc != WATCHLOCK_OK) {
+        free(q);
+        return rc;
+    }
+    atomic_init(&q->kind, kind);
+    q->cap = cap;
+    q->k = k;
+    q->lock_key = l->hold.keys.lock;
+    q->lock_key_len = l->hold.keys.lock_len;
+    /* The hold is the handle's own key: renewals, extend and the hold
+     * layer's best-effort release act on it as on a plain lock's key. No
+     * other thread sees the handle yet. */
+    l->hold.keys.lock = q->keys.hold;
+    l->hold.keys.lock_len = q->keys.hold_len;
+    l->q = q;
+    return WATCHLOCK_OK;
+}
+
+void wl_queued_free(watchlock_lock *l)
+{
+    l->hold.keys.lock = l->q->lock_key; /* the block wl_keys_clear frees */
+    l->hold.keys.lock_len = l->q->lock_key_len;
+    wl_qkeys_clear(&l->q->keys);
+    free(l->q);
+    l->q = NULL;
 }

@@ -193,6 +193,33 @@ static int acquire_fast(watchlock_client *c, const char *const *argv, const size
     return WATCHLOCK_OK;
 }
 
+/* The acquire script met a key of another type: when the lock key is a
+ * queued kind's state (proto/qscripts.c: a hash with a "kind"), the name
+ * is in use as that kind, and a plain acquire never barges past its queue:
+ * EWRONGTYPE, naming the kind. Any other key keeps the server's error. */
+static int queued_kind_error(watchlock_lock *l, const char *what, int rc)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+    const char *argv[3] = {"HGET", l->hold.keys.lock, "kind"};
+    size_t lens[3] = {4, l->hold.keys.lock_len, 4};
+    const wl_cmd cmd = {3, argv, lens};
+    redisReply *r = NULL;
+    const char *kind = NULL;
+    if (wl_run_pipeline(&l->hold.client->server, 1, &cmd, &r, what, NULL) == WATCHLOCK_OK) {
+        if (r->type == REDIS_REPLY_STRING)
+            kind = strcmp(r->str, "fair") == 0  ? "a fair lock"
+                   : strcmp(r->str, "sem") == 0 ? "a semaphore"
+                   : strcmp(r->str, "rw") == 0  ? "a read-write lock"
+                                                : NULL;
+        freeReplyObject(r);
+    }
+    if (kind == NULL)
+        return wl_fail(rc, "%s", msg);
+    return wl_fail(WATCHLOCK_EWRONGTYPE, "%s: the name is in use as %s; a plain lock never barges past its queue "
+                                         "(use that kind's handle; see watchlock status)", what, kind);
+}
+
 /* One acquire round trip. OK: now held. ETIMEDOUT: someone else holds it,
  * *pttl_ms says for how long (-1 no expiry, -2 gone meanwhile). */
 static int attempt(watchlock_lock *l, int64_t *pttl_ms)
@@ -274,6 +301,8 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     if (rc == WATCHLOCK_OK && !acquired) {
         redisReply *r;
         rc = wl_run_script_keep(&c->server, WL_SCRIPT_ACQUIRE, nkeys, nargs, argv, lens, &r, what, keep, NULL);
+        if (rc == WATCHLOCK_ESERVER && strstr(watchlock_last_error(), "WRONGTYPE") != NULL)
+            rc = queued_kind_error(l, what, rc);
         if (rc == WATCHLOCK_OK) {
             if (!wl_reply_acquire(r, &acquired, &value)) {
                 wl_server_put(&c->server, wrote);
@@ -372,8 +401,13 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
+    if (l->hold.client->quorum != NULL && l->q != NULL) /* API.md: refused until implemented */
+        return wl_fail(WATCHLOCK_EINVAL, "queued lock kinds (fair lock, semaphore, read-write lock) are not "
+                                         "available on a quorum client");
     if (l->hold.client->quorum != NULL) /* Redlock: quorum_lock.c */
         return wl_quorum_acquire(l, wait_ms);
+    if (l->q != NULL) /* a queued kind (waiter.c) */
+        return wl_q_acquire(l, 0, wait_ms);
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
     if (held_now(l)) { /* reentrant: no round trip */

@@ -10,6 +10,17 @@
 
 #include <stddef.h>
 
+/* A queued kind's part of a handle (queue.c; NULL for the plain lock). */
+typedef struct wl_queued {
+    atomic_int kind; /* WATCHLOCK_KIND_FAIR / SEMAPHORE / READ / WRITE (a downgrade makes WRITE READ) */
+    int64_t cap;     /* the count this handle asks of the name (0: the name's) */
+    int64_t k;       /* permits asked for / held; client->mu */
+    char id[17];     /* the handle's id in the name's queue and holders (16 hex digits) */
+    wl_qkeys keys;
+    char *lock_key;  /* what hold.keys.lock pointed at before it became the hold key (restored at free) */
+    size_t lock_key_len;
+} wl_queued;
+
 /* The plain lock's handle: its hold (what the hold layer and the client's
  * close work on, hold/hold.h) first, then what only locks/ reads. */
 struct watchlock_lock {
@@ -33,6 +44,7 @@ struct watchlock_lock {
     char *owner_label;
     int64_t name_stored_us; /* a digested name: when an acquire last stored it (0 never); client->mu */
     struct wl_qlock *quorum; /* a quorum client's per-member state (quorum_lock.c), made at the first acquire */
+    wl_queued *q;           /* a queued kind's (queue.c), NULL for the plain lock; set at creation */
 };
 
 /* The handle whose hold is h (the plain lock's ops get their wl_hold *). */
@@ -62,6 +74,25 @@ void wl_abandoned_end(watchlock_client *c, watchlock_lock *l);
 /* The plain lock's release (release.c): a release that could not be
  * confirmed is finished by the next call on the handle. io_mu held. */
 int wl_lock_finish_pending_release(watchlock_lock *l);
+
+/* The waiter queue (queue.c). wl_queued_init makes a new handle a queued
+ * kind's: its hold key (watchlock:{N}:q:h:<id>) becomes hold.keys.lock, so
+ * the watchdog's renewals, extend and the hold layer's best-effort release
+ * act on it unchanged. wl_q_script runs the queue's release script (op
+ * "release", "leave" or "downgrade", qscripts.c) for this handle's hold;
+ * *result its integer reply. */
+int wl_queued_init(watchlock_lock *l, int kind, int64_t cap, int64_t k);
+void wl_queued_free(watchlock_lock *l);
+int wl_q_script(watchlock_lock *l, const char *op, int64_t *result, bool *resent);
+/* The queue's argument list shared by its scripts: its 6 keys into argv. */
+void wl_q_keys_argv(const watchlock_lock *l, const char **argv, size_t *lens);
+/* TTL the structure keeps after a call of this handle (ms). */
+int64_t wl_q_keep_ms(const watchlock_lock *l);
+int64_t wl_q_liveness_ms(int64_t lease_ms);
+/* The queued kinds' acquire (waiter.c): k permits (0: the handle's k),
+ * waiting as watchlock_lock_acquire. */
+int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms);
+#define WL_Q_FENCE_TTL_MS (INT64_C(24) * 3600 * 1000)
 
 /* Waiting (wait.c): the wait a timed-out acquire keeps on the handle. */
 void wl_wait_save(watchlock_lock *l, wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t until_us);

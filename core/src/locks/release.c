@@ -34,10 +34,14 @@ static int release_hold(watchlock_lock *l, bool retry)
     wl_what(what, sizeof what, "release", l->hold.quoted);
     redisReply *r = NULL;
     bool resent = false;
+    int64_t result = 0;
     int rc, quorum_result = 0;
     if (c->quorum != NULL) { /* Redlock: every member at once, a majority confirms (hold/quorum_round.c) */
         int64_t cap_ms = c->server.ep.command_timeout_ms, left_ms = (deadline - wl_now_us()) / 1000;
         rc = wl_quorum_release(c, &a, left_ms > 0 && left_ms < cap_ms ? left_ms : cap_ms, &quorum_result);
+        result = quorum_result;
+    } else if (l->q != NULL) { /* a queued kind: the queue's release, which grants to the head (queue.c) */
+        rc = wl_q_script(l, "release", &result, &resent);
     } else {
         rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what, NULL,
                                 &resent);
@@ -45,7 +49,7 @@ static int release_hold(watchlock_lock *l, bool retry)
     if (resent) /* stats.c: sent again on a fresh connection */
         wl_stats_release_retry(c);
     retry = retry || resent;
-    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline && c->quorum == NULL) {
+    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline && c->quorum == NULL && l->q == NULL) {
         retry = true;
         wl_stats_release_retry(c); /* stats.c */
         /* The release script once more, on a fresh connection whose
@@ -54,7 +58,6 @@ static int release_hold(watchlock_lock *l, bool retry)
         rc = cap_ms < 1 ? wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what)
                         : wl_release_fresh(&c->server, &a, 1, cap_ms, &r, what);
     }
-    int64_t result = quorum_result;
     if (r != NULL) {
         result = wl_reply_i64(r);
         freeReplyObject(r);

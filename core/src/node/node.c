@@ -356,7 +356,7 @@ void wl_script_head(int script, bool use_body, int64_t nkeys, char nk[24], const
 int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int nargs, const char *const *argv,
                      const size_t *argvlen)
 {
-    enum { MAX_ARGS = 12 }; /* the acquire script with an owner record takes 9 */
+    enum { MAX_ARGS = 24 }; /* the queue's acquire script (locks/waiter.c) takes 18 */
     const char *av[3 + MAX_ARGS];
     size_t al[3 + MAX_ARGS];
     char nk[24];

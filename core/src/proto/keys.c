@@ -166,3 +166,51 @@ int wl_key_slot(const void *key, size_t len)
     }
     return crc16(k, len) & (WL_CLUSTER_SLOTS - 1);
 }
+
+/* A queued kind's keys: the name's lock key (the tag and its closing '}')
+ * with the suffixes ":q:h", ":q:q", ":q:l", ":q:d", ":q:h:<id>" and
+ * ":q:c:<id>" — all after the tag, so injective as the others (no plain
+ * suffix starts with ":q:"), and in the name's slot. */
+int wl_qkeys_make(wl_qkeys *q, const wl_keys *keys, const char id[16])
+{
+    memset(q, 0, sizeof *q);
+    static const char *const sfx[] = {":q:h", ":q:q", ":q:l", ":q:d", ":q:h:", ":q:c:"};
+    size_t base = keys->lock_len, total = 0;
+    for (size_t i = 0; i < 6; i++) /* the four keys; the two prefixes, each followed by itself + id */
+        total += i < 4 ? base + strlen(sfx[i]) + 1 : 2 * (base + strlen(sfx[i])) + 16 + 2;
+    char *p = malloc(total);
+    if (p == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    q->block_ = p;
+    q->k[0] = keys->lock, q->len[0] = keys->lock_len;
+    q->k[1] = keys->fence, q->len[1] = keys->fence_len;
+    for (size_t i = 0; i < 6; i++) {
+        size_t sl = strlen(sfx[i]);
+        memcpy(p, keys->lock, base);
+        memcpy(p + base, sfx[i], sl);
+        size_t n = base + sl;
+        p[n] = '\0';
+        if (i < 4) {
+            q->k[2 + i] = p, q->len[2 + i] = n;
+            p += n + 1;
+            continue;
+        }
+        char *pre = p;
+        p += n + 1;
+        memcpy(p, pre, n);
+        memcpy(p + n, id, 16);
+        p[n + 16] = '\0';
+        if (i == 4)
+            q->hold_prefix = pre, q->hold_prefix_len = n, q->hold = p, q->hold_len = n + 16;
+        else
+            q->chan_prefix = pre, q->chan_prefix_len = n, q->chan = p, q->chan_len = n + 16;
+        p += n + 17;
+    }
+    return WATCHLOCK_OK;
+}
+
+void wl_qkeys_clear(wl_qkeys *q)
+{
+    free(q->block_);
+    memset(q, 0, sizeof *q);
+}

@@ -91,6 +91,21 @@ size_t wl_escape_byte(unsigned char ch, char *out);
 /* Cluster: the hash slot of a key (CRC16 of its hash tag, or of the key). */
 #define WL_CLUSTER_SLOTS 16384
 int wl_key_slot(const void *key, size_t len);
+/* A queued kind's keys (keys.c wl_qkeys_make; qscripts.c says what each
+ * holds): made from a name's wl_keys and a handle's id (16 hex digits). */
+#define WL_QKEY_COUNT 6 /* state, fence, holders, queue, live, data: KEYS of every queue script */
+typedef struct wl_qkeys {
+    const char *k[WL_QKEY_COUNT]; /* k[0] the state (the plain lock key), k[1] the fence */
+    size_t len[WL_QKEY_COUNT];
+    char *hold_prefix, *chan_prefix; /* watchlock:{N}:q:h: and watchlock:{N}:q:c: */
+    size_t hold_prefix_len, chan_prefix_len;
+    char *hold, *chan; /* this handle's hold key and wake-up channel */
+    size_t hold_len, chan_len;
+    char *block_; /* the one allocation */
+} wl_qkeys;
+int wl_qkeys_make(wl_qkeys *q, const wl_keys *keys, const char id[16]);
+void wl_qkeys_clear(wl_qkeys *q);
+extern const char wl_q_acquire_lua[], wl_q_release_lua[], wl_q_set_permits_lua[], wl_q_info_lua[];
 /* ---- scripts (scripts.c) ---- */
 enum {
     WL_SCRIPT_ACQUIRE,
@@ -99,6 +114,10 @@ enum {
     WL_SCRIPT_FORCE_RELEASE,
     WL_SCRIPT_INSPECT,
     WL_SCRIPT_INSPECT_OWNER, /* admin.c: inspect_owner and list */
+    WL_SCRIPT_Q_ACQUIRE,     /* the waiter queue (qscripts.c, locks/queue.c) */
+    WL_SCRIPT_Q_RELEASE,
+    WL_SCRIPT_Q_SET_PERMITS,
+    WL_SCRIPT_Q_INFO,
     WL_SCRIPT_COUNT
 };
 typedef struct wl_script {

@@ -107,8 +107,21 @@ static const char release_lua[] =
  * (docs/design.md, "Hold identity"). One MGET reads every key (a key of
  * another type reads as nil there: "not ours" for that entry only); one
  * redis.call per key instead of two halves the script's per-call overhead.
- * All keys live on one server (and, under Cluster, must share a slot). */
+ * All keys live on one server (and, under Cluster, must share a slot).
+ * A queued kind's hold key (watchlock:{N}:q:h:<id>, qscripts.c; a plain
+ * lock key ends with its tag's '}') also extends the TTL of its name's
+ * queue structure to twice the lease, so a holder that is only renewed
+ * keeps its name's state alive. */
 static const char renew_lua[] =
+    "local function qtouch(k, ms)\n"
+    "  local b = string.match(k, '^(.*):q:h:%x+$')\n"
+    "  if not b then return end\n"
+    "  local want = 2 * tonumber(ms) + 1000\n"
+    "  for _, s in ipairs({b, b .. ':q:h', b .. ':q:q', b .. ':q:l', b .. ':q:d'}) do\n"
+    "    local p = redis.call('PTTL', s)\n"
+    "    if p >= 0 and p < want then redis.call('PEXPIRE', s, want) end\n"
+    "  end\n"
+    "end\n"
     "local out, vs = {}, redis.call('MGET', unpack(KEYS))\n"
     "for i = 1, #KEYS do\n"
     "  local a = 3 * i\n"
@@ -117,6 +130,7 @@ static const char renew_lua[] =
     "  if v == id then\n"
     "    redis.call('PEXPIRE', KEYS[i], ARGV[a])\n"
     "    out[i] = 1\n"
+    "    if string.byte(KEYS[i], -1) ~= 125 then qtouch(KEYS[i], ARGV[a]) end\n"
     "  else\n"
     "    local p = string.match(id, '^.*%.')\n"
     "    if type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
@@ -126,6 +140,7 @@ static const char renew_lua[] =
     "      if e and e >= tonumber(ARGV[a - 1]) and e < to then\n"
     "        redis.call('SET', KEYS[i], id, 'PX', ARGV[a])\n"
     "        out[i] = 1\n"
+    "        if string.byte(KEYS[i], -1) ~= 125 then qtouch(KEYS[i], ARGV[a]) end\n"
     "      else\n"
     "        out[i] = 2\n"
     "      end\n"
@@ -149,7 +164,10 @@ static const char inspect_lua[] =
 /* KEYS: lock, fence, owner[, name]. -> {state, pttl, fence[, host, pid,
  * label]}, or with the name key (a digested long name) always 7 entries:
  * {state, pttl, fence, host|false, pid|false, label|false, name|false}:
- * state 0 no key, 1 a string (a hold), 2 a key of another type; the owner
+ * state 0 no key, 1 a string (a hold), 2 a key of another type, 3 / 4 / 5
+ * a name in use as a fair lock / semaphore / read-write lock (its queue's
+ * state hash, qscripts.c; pttl then the longest holder's lease left, at
+ * least 1, from the holders' scores); the owner
  * fields only when the owner record names the current hold (its token is
  * the lock value's "<token>." prefix), so the record an earlier hold left
  * behind is never shown. Reads only; every read that can meet another
@@ -160,7 +178,17 @@ static const char inspect_owner_lua[] =
     "if type(f) ~= 'string' then f = '0' end\n"
     "local s = 1\n"
     "if type(v) ~= 'string' then s = redis.call('EXISTS', KEYS[1]) * 2 end\n"
-    "local out = {s, redis.call('PTTL', KEYS[1]), f}\n"
+    "local pttl = redis.call('PTTL', KEYS[1])\n"
+    "if s == 2 then\n"
+    "  local k = redis.pcall('HGET', KEYS[1], 'kind')\n"
+    "  s = ({fair = 3, sem = 4, rw = 5})[k] or 2\n"
+    "  if s > 2 then\n"
+    "    local t = redis.call('TIME')\n"
+    "    local last = redis.call('ZRANGE', KEYS[1] .. ':q:h', -1, -1, 'WITHSCORES')\n"
+    "    pttl = last[2] and math.max(1, tonumber(last[2]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))) or 1\n"
+    "  end\n"
+    "end\n"
+    "local out = {s, pttl, f}\n"
     "if s == 1 then\n"
     "  local o = redis.pcall('HMGET', KEYS[3], 'token', 'host', 'pid', 'label')\n"
     "  if type(o) == 'table' and type(o[1]) == 'string' and #o[1] > 1 and\n"
@@ -182,6 +210,10 @@ wl_script wl_scripts[WL_SCRIPT_COUNT] = {
     [WL_SCRIPT_FORCE_RELEASE] = {force_release_lua, ""},
     [WL_SCRIPT_INSPECT] = {inspect_lua, ""},
     [WL_SCRIPT_INSPECT_OWNER] = {inspect_owner_lua, ""},
+    [WL_SCRIPT_Q_ACQUIRE] = {wl_q_acquire_lua, ""},
+    [WL_SCRIPT_Q_RELEASE] = {wl_q_release_lua, ""},
+    [WL_SCRIPT_Q_SET_PERMITS] = {wl_q_set_permits_lua, ""},
+    [WL_SCRIPT_Q_INFO] = {wl_q_info_lua, ""},
 };
 
 /* The scripts' SHA1s, as the server names them: learnt from SCRIPT LOAD

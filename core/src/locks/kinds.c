@@ -1,0 +1,179 @@
+/*
+ * kinds.c - the queued lock kinds on the waiter queue engine (queue.c,
+ * waiter.c): the fair lock (one permit), the semaphore (N permits, k per
+ * hold) and the read-write lock (a reader takes one share of a capacity no
+ * reader count reaches, a writer takes all of it; FIFO head-blocking makes
+ * it phase-fair). Each returns a watchlock_lock handle whose hold is a hold
+ * of the hold layer like the plain lock's.
+ */
+#include "locks/locks.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_PERMITS INT64_C(2147483648)
+/* The read-write lock's capacity: more readers than this never share a name. */
+#define RW_CAP INT64_C(1099511627776)
+
+static void q_unref(wl_hold *h)
+{
+    wl_lock_unref(wl_lock_of(h));
+}
+
+static void q_abandoned_end(watchlock_client *c, wl_hold *h)
+{
+    wl_abandoned_end(c, wl_lock_of(h));
+}
+
+static int q_release(wl_hold *h)
+{
+    return watchlock_lock_release(wl_lock_of(h));
+}
+
+static void *q_owner(wl_hold *h)
+{
+    return wl_lock_of(h);
+}
+
+static const wl_hold_ops queued_ops = {
+    .unref = q_unref, .abandoned_end = q_abandoned_end, .release = q_release, .owner = q_owner};
+
+static int queued_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, int kind,
+                      int64_t cap)
+{
+    int rc = wl_handle_new(out, c, name, name_len, &queued_ops);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    int64_t k = kind == WATCHLOCK_KIND_WRITE ? RW_CAP : 1;
+    if ((rc = wl_queued_init(*out, kind, cap, k)) != WATCHLOCK_OK) {
+        watchlock_lock_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int watchlock_fair_lock_new(watchlock_lock **out, watchlock_client *client, const void *name, size_t name_len)
+{
+    return queued_new(out, client, name, name_len, WATCHLOCK_KIND_FAIR, 1);
+}
+
+int watchlock_semaphore_new(watchlock_lock **out, watchlock_client *client, const void *name, size_t name_len,
+                            int64_t permits)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (permits < 0 || permits > MAX_PERMITS)
+        return wl_fail(WATCHLOCK_EINVAL, "semaphore: permits must be 0 (the name's) or 1 .. %" PRId64 ", got %" PRId64,
+                       MAX_PERMITS, permits);
+    return queued_new(out, client, name, name_len, WATCHLOCK_KIND_SEMAPHORE, permits);
+}
+
+int watchlock_rwlock_new(watchlock_lock **out, watchlock_client *client, const void *name, size_t name_len, int write)
+{
+    return queued_new(out, client, name, name_len, write ? WATCHLOCK_KIND_WRITE : WATCHLOCK_KIND_READ, RW_CAP);
+}
+
+int watchlock_semaphore_acquire(watchlock_lock *sem, int64_t k, int64_t wait_ms)
+{
+    int rc = wl_check_lock(sem);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (sem->q == NULL || atomic_load(&sem->q->kind) != WATCHLOCK_KIND_SEMAPHORE)
+        return wl_fail(WATCHLOCK_EINVAL, "semaphore acquire %s: not a semaphore handle", sem->hold.quoted);
+    if (k < 1)
+        return wl_fail(WATCHLOCK_EINVAL, "semaphore acquire %s: k must be >= 1, got %" PRId64, sem->hold.quoted, k);
+    return wl_q_acquire(sem, k, wait_ms);
+}
+
+int watchlock_lock_kind(const watchlock_lock *lock)
+{
+    if (lock == NULL)
+        return -1;
+    return lock->q == NULL ? WATCHLOCK_KIND_PLAIN : atomic_load(&lock->q->kind);
+}
+
+int64_t watchlock_lock_permits(const watchlock_lock *lock)
+{
+    if (lock == NULL || lock->q == NULL || atomic_load(&lock->q->kind) != WATCHLOCK_KIND_SEMAPHORE)
+        return 1;
+    pthread_mutex_lock(&lock->hold.client->mu);
+    int64_t k = lock->q->k;
+    pthread_mutex_unlock(&lock->hold.client->mu);
+    return k;
+}
+
+int watchlock_rwlock_downgrade(watchlock_lock *l)
+{
+    int rc = wl_check_lock(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (l->q == NULL || atomic_load(&l->q->kind) != WATCHLOCK_KIND_WRITE)
+        return wl_fail(WATCHLOCK_EINVAL, "downgrade %s: not a read-write lock's write side", l->hold.quoted);
+    watchlock_client *c = l->hold.client;
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    bool held = l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
+    pthread_mutex_unlock(&c->mu);
+    if (!held) {
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_ENOTOWNER, "downgrade %s: the write side is not held by this handle",
+                       l->hold.quoted);
+    }
+    int64_t result = 0;
+    rc = wl_q_script(l, "downgrade", &result, NULL);
+    if (rc == WATCHLOCK_OK && result == 1) {
+        pthread_mutex_lock(&c->mu);
+        l->q->k = 1;
+        atomic_store(&l->q->kind, WATCHLOCK_KIND_READ); /* the same hold, a read share from now on */
+        pthread_mutex_unlock(&c->mu);
+    } else if (rc == WATCHLOCK_OK) {
+        rc = wl_fail(WATCHLOCK_ENOTOWNER, "downgrade %s: the write side was lost", l->hold.quoted);
+    }
+    pthread_mutex_unlock(&l->io_mu);
+    return rc;
+}
+
+int watchlock_client_set_permits(watchlock_client *c, const void *name, size_t name_len, int64_t permits)
+{
+    if (permits < 1 || permits > MAX_PERMITS)
+        return wl_fail(WATCHLOCK_EINVAL, "set_permits: permits must be 1 .. %" PRId64 ", got %" PRId64, MAX_PERMITS,
+                       permits);
+    wl_keys keys;
+    int rc = wl_admin_keys(c, name, name_len, &keys);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    wl_qkeys q;
+    if ((rc = wl_qkeys_make(&q, &keys, "0000000000000000")) != WATCHLOCK_OK) {
+        wl_keys_clear(&keys);
+        return rc;
+    }
+    char n_s[24], fttl[24], keep[24], quoted[96], what[160];
+    wl_fmt_i64(n_s, permits);
+    wl_fmt_i64(fttl, WL_Q_FENCE_TTL_MS);
+    wl_fmt_i64(keep, WL_Q_FENCE_TTL_MS); /* a name not in use keeps its count a day */
+    const char *argv[WL_QKEY_COUNT + 6];
+    size_t lens[WL_QKEY_COUNT + 6];
+    for (int i = 0; i < WL_QKEY_COUNT; i++)
+        argv[i] = q.k[i], lens[i] = q.len[i];
+    const char *a[6] = {n_s, q.hold_prefix, q.chan_prefix, wl_publish_command(&c->server), fttl, keep};
+    for (int i = 0; i < 6; i++)
+        argv[WL_QKEY_COUNT + i] = a[i], lens[WL_QKEY_COUNT + i] = strlen(a[i]);
+    wl_quote_name(quoted, sizeof quoted, name, name_len);
+    wl_what(what, sizeof what, "set_permits", quoted);
+    redisReply *r;
+    rc = wl_run_script(&c->server, WL_SCRIPT_Q_SET_PERMITS, WL_QKEY_COUNT, 6, argv, lens, &r, what);
+    if (rc == WATCHLOCK_OK) {
+        int64_t code = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? wl_reply_i64(r->element[0]) : -99;
+        if (code == -3)
+            rc = wl_fail(WATCHLOCK_EWRONGTYPE, "%s: the name is in use as another lock kind (%.*s), not a semaphore",
+                         what, r->elements >= 2 ? (int)r->element[1]->len : 0,
+                         r->elements >= 2 && r->element[1]->str ? r->element[1]->str : "");
+        else if (code != 1)
+            rc = wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+        freeReplyObject(r);
+    }
+    wl_qkeys_clear(&q);
+    wl_keys_clear(&keys);
+    return rc;
+}

@@ -1,0 +1,77 @@
+/*
+ * queue.c - the waiter queue engine shared by the queued lock kinds (fair
+ * lock, semaphore, read-write lock: kinds.c). The state lives in Redis
+ * (proto/qscripts.c says which keys hold what); this file makes the
+ * scripts' arguments for a handle and runs the release script, whose ops
+ * are a hold's release, a waiter leaving the queue and a downgrade.
+ *
+ * A handle of a queued kind has an id (16 hex digits, made at creation);
+ * its hold key watchlock:{N}:q:h:<id> holds "<token>.<epoch>" like a plain
+ * lock's key, so the watchdog renews it in its batched rounds, and extend
+ * and the hold layer's best-effort release work on it unchanged.
+ */
+#include "locks/locks.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define LIVENESS_MIN_MS 300
+#define LIVENESS_MAX_MS 2000
+
+/* A waiter's liveness lease: the lease, within [300 ms, 2 s]. A waiter
+ * renews it every third of it, and that renewal is also when it learns of
+ * a grant a lost wake-up did not tell it about, and when a holder's expiry
+ * is noticed and handed on. */
+int64_t wl_q_liveness_ms(int64_t lease_ms)
+{
+    return lease_ms < LIVENESS_MIN_MS ? LIVENESS_MIN_MS : lease_ms > LIVENESS_MAX_MS ? LIVENESS_MAX_MS : lease_ms;
+}
+
+int64_t wl_q_keep_ms(const watchlock_lock *l)
+{
+    int64_t lease = l->hold.lease_ms, live = wl_q_liveness_ms(lease);
+    return 2 * (lease > live ? lease : live) + 1000;
+}
+
+void wl_q_keys_argv(const watchlock_lock *l, const char **argv, size_t *lens)
+{
+    for (int i = 0; i < WL_QKEY_COUNT; i++) {
+        argv[i] = l->q->keys.k[i];
+        lens[i] = l->q->keys.len[i];
+    }
+}
+
+int wl_q_script(watchlock_lock *l, const char *op, int64_t *result, bool *resent)
+{
+    watchlock_client *c = l->hold.client;
+    char ident[WL_IDENT_SIZE], fttl[24], keep[24];
+    pthread_mutex_lock(&c->mu);
+    /* leave names the waiter's identity ("<token>.1"), the others the hold
+     * whatever its epoch ("<token>.") */
+    size_t ident_len = wl_ident(&l->hold, strcmp(op, "leave") == 0 ? 1 : -1, ident);
+    int64_t keep_ms = wl_q_keep_ms(l);
+    pthread_mutex_unlock(&c->mu);
+    wl_fmt_i64(fttl, WL_Q_FENCE_TTL_MS);
+    wl_fmt_i64(keep, keep_ms);
+    const char *argv[WL_QKEY_COUNT + 8];
+    size_t lens[WL_QKEY_COUNT + 8];
+    wl_q_keys_argv(l, argv, lens);
+    const char *a[8] = {op, l->q->id, ident, l->q->keys.hold_prefix, l->q->keys.chan_prefix,
+                        wl_publish_command(&c->server), fttl, keep};
+    size_t al[8] = {strlen(op), 16, ident_len, l->q->keys.hold_prefix_len, l->q->keys.chan_prefix_len,
+                    strlen(a[5]), strlen(fttl), strlen(keep)};
+    memcpy(argv + WL_QKEY_COUNT, a, sizeof a);
+    memcpy(lens + WL_QKEY_COUNT, al, sizeof al);
+    char what[160];
+    wl_what(what, sizeof what, op, l->hold.quoted);
+    redisReply *r = NULL;
+    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_Q_RELEASE, WL_QKEY_COUNT, 8, argv, lens, &r, what, NULL,
+                                resent);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    bool ok = r->type == REDIS_REPLY_INTEGER;
+    *result = ok ? r->integer : 0;
+    freeReplyObject(r);
+    return ok ? WATCHLOCK_OK : wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+}

@@ -1,0 +1,294 @@
+/*
+ * waiter.c - acquire for the queued kinds (fair lock, semaphore, read-write
+ * lock): one call of the queue's acquire script per attempt, which takes the
+ * name at once when the queue is empty and enough permits are free, or
+ * queues the handle (FIFO) with a liveness lease. While it waits, the
+ * handle's thread calls the script again every third of the liveness lease
+ * (renewing it; the same call purges dead holders and waiters, grants what
+ * is free to the head of the queue, and tells this waiter whether it has
+ * been granted), and sooner when the grant's wake-up arrives on the
+ * waiter's own channel. A grant is made inside whatever script frees the
+ * permits (direct hand-off): the waiter's hold key holds its identity and
+ * a fresh fencing token is recorded for it; the waiter's call that learns
+ * of it sets the full lease, so the local deadline counts from that call's
+ * send. A waiter that gives up (timeout, client closed) leaves the queue at
+ * once (a grant made meanwhile is given back).
+ */
+#include "locks/locks.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static bool held_now(const watchlock_lock *l)
+{
+    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
+}
+
+static const char *kind_word(const char *kind)
+{
+    return strcmp(kind, "fair") == 0  ? "a fair lock"
+           : strcmp(kind, "sem") == 0 ? "a semaphore"
+           : strcmp(kind, "rw") == 0  ? "a read-write lock"
+           : strcmp(kind, "plain") == 0 ? "a plain lock"
+                                         : "a key of another type";
+}
+
+static const char *my_kind(const watchlock_lock *l)
+{
+    int k = atomic_load(&l->q->kind);
+    return k == WATCHLOCK_KIND_FAIR ? "fair" : k == WATCHLOCK_KIND_SEMAPHORE ? "sem" : "rw";
+}
+
+/* The hold begins (client->mu held): as the plain lock's acquire does. */
+static int begin_hold(watchlock_client *c, watchlock_lock *l, int64_t fence, int64_t sent, int64_t lease)
+{
+    l->token_used = true;
+    l->hold.state = WATCHLOCK_HELD;
+    l->hold.hold_count = 1;
+    l->hold.hold_gen++;
+    l->hold.epoch = l->hold.epoch_to = 1;
+    l->hold.epoch_ms = lease;
+    l->hold.fence = fence;
+    l->hold.renewals = 0;
+    l->hold.lost_reason = WATCHLOCK_LOST_NONE;
+    l->hold.stop_reason = WATCHLOCK_LOST_NONE;
+    l->hold.renew_failing = false;
+    l->hold.renew_inflight = false;
+    l->hold.releasing = false;
+    l->hold.acquired_us = l->hold.confirmed_us = sent;
+    c->held++;
+    wl_set_deadline(c, &l->hold, sent + lease * 1000 - wl_margin_us(c, lease));
+    if (l->hold.state == WATCHLOCK_HELD)
+        wl_watchdog_schedule(c, &l->hold);
+    int rc = wl_watchdog_ensure_started(c);
+    return rc == WATCHLOCK_OK ? wl_timer_ensure_started(c) : rc;
+}
+
+/* One call of the acquire script. OK: held. ETIMEDOUT: not held (queued
+ * when live_ms > 0). */
+static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
+{
+    watchlock_client *c = l->hold.client;
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    if (held_now(l)) { /* another thread got this handle meanwhile */
+        l->hold.hold_count++;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return WATCHLOCK_OK;
+    }
+    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing) /* past its deadline, not yet marked */
+        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
+    int64_t lease = l->hold.lease_ms;
+    /* A new hold gets a new token; a waiter keeps its token across its
+     * calls (the queue knows it by it), as a failed plain attempt does. */
+    if (l->token_used || l->token_lease_ms != lease) {
+        if (wl_random_token(l->hold.token) != 0) {
+            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(&l->io_mu);
+            return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
+        }
+        l->token_used = false;
+        l->token_lease_ms = lease;
+    }
+    l->q->k = k;
+    char ident[WL_IDENT_SIZE];
+    size_t ident_len = wl_ident(&l->hold, 1, ident);
+    pthread_mutex_unlock(&c->mu);
+
+    char cap_s[24], k_s[24], lease_s[24], live_s[24], fttl_s[24];
+    wl_fmt_i64(cap_s, l->q->cap);
+    wl_fmt_i64(k_s, k);
+    wl_fmt_i64(lease_s, lease);
+    wl_fmt_i64(live_s, live_ms);
+    wl_fmt_i64(fttl_s, WL_Q_FENCE_TTL_MS);
+    const char *kind = my_kind(l);
+    bool reader = atomic_load(&l->q->kind) == WATCHLOCK_KIND_READ;
+    const char *argv[WL_QKEY_COUNT + 12];
+    size_t lens[WL_QKEY_COUNT + 12];
+    wl_q_keys_argv(l, argv, lens);
+    const char *a[12] = {kind,  cap_s, l->q->id, k_s, ident, lease_s, live_s, l->q->keys.hold_prefix,
+                         l->q->keys.chan_prefix, wl_publish_command(&c->server), fttl_s, reader ? "1" : "0"};
+    size_t al[12];
+    for (int i = 0; i < 12; i++)
+        al[i] = strlen(a[i]);
+    al[2] = 16;
+    al[4] = ident_len;
+    memcpy(argv + WL_QKEY_COUNT, a, sizeof a);
+    memcpy(lens + WL_QKEY_COUNT, al, sizeof al);
+    char what[160];
+    wl_what(what, sizeof what, "acquire", l->hold.quoted);
+    int64_t sent = wl_now_us();
+    redisReply *r;
+    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_Q_ACQUIRE, WL_QKEY_COUNT, 12, argv, lens, &r, what, NULL, NULL);
+    if (rc == WATCHLOCK_ESERVER && strstr(watchlock_last_error(), "WRONGTYPE") != NULL)
+        rc = wl_fail(WATCHLOCK_EWRONGTYPE, "%s: a key of the name holds another type", what);
+    if (rc != WATCHLOCK_OK) {
+        pthread_mutex_unlock(&l->io_mu);
+        return rc;
+    }
+    int64_t code = -99, value = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER)
+        code = r->element[0]->integer;
+    if (r->elements >= 2)
+        value = wl_reply_i64(r->element[1]);
+    char other[32] = "", other_cap[24] = "";
+    if (code == -3 && r->elements >= 3) {
+        snprintf(other, sizeof other, "%.*s", (int)r->element[1]->len, r->element[1]->str ? r->element[1]->str : "");
+        snprintf(other_cap, sizeof other_cap, "%.*s", (int)r->element[2]->len,
+                 r->element[2]->str ? r->element[2]->str : "");
+    }
+    freeReplyObject(r);
+    if (code != 1) {
+        pthread_mutex_unlock(&l->io_mu);
+        if (code == 0)
+            return WATCHLOCK_ETIMEDOUT;
+        if (code == -3 && strcmp(other, kind) == 0)
+            return wl_fail(WATCHLOCK_EWRONGTYPE,
+                           "%s: the semaphore has %s permits, this handle was made for %" PRId64
+                           " (use permits 0 for the name's count, or watchlock_client_set_permits to change it)",
+                           what, other_cap, l->q->cap);
+        if (code == -3)
+            return wl_fail(WATCHLOCK_EWRONGTYPE, "%s: the name is in use as %s, this handle is %s", what,
+                           kind_word(other), kind_word(kind));
+        if (code == -4)
+            return wl_fail(WATCHLOCK_EWRONGTYPE,
+                           "%s: the name is not in use as a semaphore, so it has no permit count: give the handle "
+                           "one (permits > 0) or set it with watchlock_client_set_permits",
+                           what);
+        if (code == -5)
+            return wl_fail(WATCHLOCK_EINVAL, "%s: asks for %" PRId64 " permits, the semaphore has %" PRId64, what, k,
+                           value);
+        return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->closed)) {
+        l->token_used = true;
+        pthread_mutex_unlock(&c->mu);
+        int64_t res;
+        wl_q_script(l, "release", &res, NULL); /* closed while in flight: give it back (best effort) */
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_ECLOSED, "%s: client closed", what);
+    }
+    if (wl_now_us() >= sent + lease * 1000 - wl_margin_us(c, lease)) {
+        l->token_used = true;
+        pthread_mutex_unlock(&c->mu);
+        int64_t res;
+        wl_q_script(l, "release", &res, NULL);
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_ECONN, "%s: the server's reply came past the local deadline of a %" PRId64
+                                        " ms lease; the hold was given back", what, lease);
+    }
+    rc = begin_hold(c, l, value, sent, lease);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&l->io_mu);
+    return rc;
+}
+
+/* The waiter gives up: out of the queue now (a grant made meanwhile is
+ * given back). Best effort: a waiter that cannot say so leaves when its
+ * liveness lease ends. */
+static void leave(watchlock_lock *l)
+{
+    int64_t res;
+    pthread_mutex_lock(&l->io_mu);
+    wl_q_script(l, "leave", &res, NULL);
+    pthread_mutex_unlock(&l->io_mu);
+}
+
+int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
+{
+    int rc = wl_check_lock(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    watchlock_client *c = l->hold.client;
+    pthread_mutex_lock(&c->mu);
+    if (k == 0)
+        k = l->q->k;
+    if (held_now(l)) { /* reentrant: no round trip */
+        if (k != l->q->k) {
+            pthread_mutex_unlock(&c->mu);
+            return wl_fail(WATCHLOCK_EINVAL, "acquire %s: this handle holds %" PRId64 " permits, not %" PRId64,
+                           l->hold.quoted, l->q->k, k);
+        }
+        l->hold.hold_count++;
+        pthread_mutex_unlock(&c->mu);
+        return WATCHLOCK_OK;
+    }
+    bool releasing = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
+    rc = wl_renew_check(&l->hold);
+    int64_t live_ms = wl_q_liveness_ms(l->hold.lease_ms);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    if (k < 1 || (l->q->cap > 0 && k > l->q->cap))
+        return wl_fail(WATCHLOCK_EINVAL, "acquire %s: permits must be 1 .. %" PRId64 ", got %" PRId64,
+                       l->hold.quoted, l->q->cap > 0 ? l->q->cap : INT64_C(2147483648), k);
+    if (releasing && (rc = wl_lock_finish_pending_release(l)) != WATCHLOCK_OK)
+        return rc;
+    wl_wait_forget(l);
+
+    int64_t t0_us = wl_now_us();
+    int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
+    wl_subscriber *sub = NULL;
+    wl_sub_entry *entry = NULL;
+    bool queued = false;
+    if (wait_ms == 0) {
+        rc = attempt(l, k, 0);
+        goto out;
+    }
+    /* Subscribed to the waiter's own channel before the first call, so a
+     * grant made right after it wakes us. */
+    char what[160];
+    wl_what(what, sizeof what, "acquire", l->hold.quoted);
+    if ((rc = wl_client_join(c, l->q->keys.chan, l->q->keys.chan_len, what, &sub, &entry)) != WATCHLOCK_OK)
+        return rc;
+    bool live;
+    int64_t ready_by = wl_now_us() + live_ms * 1000 / 3;
+    uint64_t gen = wl_sub_ready(sub, entry, until >= 0 && until < ready_by ? until : ready_by, &live);
+    for (;;) {
+        if (atomic_load(&c->closed)) {
+            rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
+            break; /* the liveness lease takes it out of the queue */
+        }
+        gen = wl_sub_generation(sub, entry);
+        rc = attempt(l, k, live_ms);
+        if (rc != WATCHLOCK_ETIMEDOUT)
+            break;
+        queued = true;
+        int64_t now = wl_now_us();
+        if (until >= 0 && now >= until) {
+            leave(l);
+            rc = WATCHLOCK_ETIMEDOUT;
+            break;
+        }
+        int64_t at = now + live_ms * 1000 / 3;
+        if (until >= 0 && until < at)
+            at = until;
+        wl_sub_wait(sub, entry, gen, at);
+        if (wl_sub_moved(sub, entry)) { /* Cluster: the channel's slot moved; follow it */
+            wl_redirect rd;
+            bool redirected = wl_sub_take_redirect(sub, &rd);
+            wl_sub_leave(sub, entry);
+            entry = NULL;
+            if (redirected)
+                wl_server_moved(&c->server, rd.slot, rd.host, rd.port);
+            else
+                wl_server_refresh(&c->server, true);
+            if ((rc = wl_client_join(c, l->q->keys.chan, l->q->keys.chan_len, what, &sub, &entry)) != WATCHLOCK_OK) {
+                leave(l);
+                sub = NULL;
+                break;
+            }
+        }
+    }
+    if (entry != NULL)
+        wl_sub_leave(sub, entry);
+out:
+    wl_stats_acquire(c, rc, queued, false, t0_us);
+    if (rc == WATCHLOCK_ETIMEDOUT)
+        return wl_fail(rc, "%s %s: no permit%s free for this handle%s", kind_word(my_kind(l)), l->hold.quoted,
+                       k > 1 ? "s" : "", wait_ms == 0 ? "" : " in time (it left the queue)");
+    return rc;
+}

@@ -1,0 +1,272 @@
+/*
+ * qscripts.c - the scripts of the waiter queue (docs/design.md, "Waiter
+ * queue and the lock family"), shared by the fair lock, the semaphore and
+ * the read-write lock (locks/queue.c). scripts.c lists them with the others.
+ *
+ * KEYS, always in this order, all under the name's hash tag (keys.c):
+ *   1 state   watchlock:{N}        a hash: kind ("fair" | "sem" | "rw"), cap
+ *             (permits), used (permits held), seq (arrival counter), fixed
+ *             (1: the count was set by watchlock_client_set_permits). It is
+ *             the plain lock's key: a plain acquire on a queued name meets a
+ *             hash and fails (WRONGTYPE), a queued kind on a plain-held name
+ *             meets a string and is refused: never both at once.
+ *   2 fence   watchlock:{N}:fence  the fencing counter the plain lock uses
+ *   3 holders watchlock:{N}:q:h    ZSET hold id -> its lease's end (server ms,
+ *             a lower bound: renewals extend the hold's own key only)
+ *   4 queue   watchlock:{N}:q:q    ZSET waiter id -> arrival number (FIFO)
+ *   5 live    watchlock:{N}:q:l    ZSET waiter id -> liveness lease's end (ms)
+ *   6 data    watchlock:{N}:q:d    hash: <id> -> permits asked for or held;
+ *             "w:<id>" -> "<ident> <lease ms> <reader 0|1> <liveness ms>
+ *             <enqueued ms>" for
+ *             a waiter; "g:<id>" -> the fencing token of its current hold
+ * plus, built inside the scripts from ARGV prefixes (same tag, same slot):
+ *   watchlock:{N}:q:h:<id>  a hold's own key: "<token>.<epoch>" with PX lease,
+ *             renewed and extended by the plain renew script (scripts.c), so
+ *             queued holds ride in the watchdog's batched rounds unchanged;
+ *   watchlock:{N}:q:c:<id>  the waiter's own wake-up channel.
+ * A grant sets the waiter's hold key for the waiter's liveness lease only
+ * (so a waiter that died before it learnt of its grant costs at most that);
+ * the waiter's next call, which learns of the grant, sets the full lease.
+ * A holder is live while its own key exists: a holders entry whose score has
+ * passed is re-read (PTTL of its key) and moved, or dropped with its permits;
+ * each script looks at most PURGE entries, so every operation is O(log N)
+ * in the queue and holders (no loop over all of them). Server time only.
+ * The structure keys carry a TTL of twice the longest lease or liveness
+ * that touched them (never shortened; the renew script extends it with every
+ * renewal of a queued hold), so a name whose users all died disappears.
+ */
+#include "proto/proto.h"
+
+#define Q_COMMON                                                                                               \
+    "local t = redis.call('TIME')\n"                                                                           \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                 \
+    "local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                               \
+    "local cap, used = 0, 0\n"                                                                                 \
+    "local HP, CP, PUB, FTTL\n"                                                                                \
+    "local function fence(incr)\n"                                                                             \
+    "  local n\n"                                                                                              \
+    "  if incr then n = redis.call('INCR', KEYS[2]) else n = tonumber(redis.call('GET', KEYS[2]) or '0') end\n" \
+    "  if n < 1000000000000000 then\n"                                                                         \
+    "    n = now_us\n"                                                                                         \
+    "    redis.call('SET', KEYS[2], string.format('%.0f', n), 'PX', FTTL)\n"                                   \
+    "  end\n"                                                                                                  \
+    "  return n\n"                                                                                             \
+    "end\n"                                                                                                    \
+    "local function drop_holder(h)\n"                                                                          \
+    "  if redis.call('ZREM', KEYS[3], h) == 1 then\n"                                                          \
+    "    used = used - tonumber(redis.call('HGET', KEYS[6], h) or '0')\n"                                      \
+    "  end\n"                                                                                                  \
+    "  redis.call('HDEL', KEYS[6], h, 'g:' .. h)\n"                                                            \
+    "end\n"                                                                                                    \
+    "local function drop_waiter(h)\n"                                                                          \
+    "  redis.call('ZREM', KEYS[4], h)\n"                                                                       \
+    "  redis.call('ZREM', KEYS[5], h)\n"                                                                       \
+    "  redis.call('HDEL', KEYS[6], 'w:' .. h)\n"                                                               \
+    "  if not redis.call('ZSCORE', KEYS[3], h) then redis.call('HDEL', KEYS[6], h) end\n"                      \
+    "end\n"                                                                                                    \
+    "local function purge()\n"                                                                                 \
+    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
+    "    local p = redis.call('PTTL', HP .. h)\n"                                                              \
+    "    if p > 0 then redis.call('ZADD', KEYS[3], now + p, h)\n"                                              \
+    "    elseif p == -1 then redis.call('ZADD', KEYS[3], now + 1000, h)\n"                                     \
+    "    else drop_holder(h) end\n"                                                                            \
+    "  end\n"                                                                                                  \
+    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
+    "    drop_waiter(h)\n"                                                                                     \
+    "  end\n"                                                                                                  \
+    "end\n"                                                                                                    \
+    "local function grant(h, k, ident, lease, rd)\n"                                                           \
+    "  local f = fence(rd ~= '1')\n"                                                                           \
+    "  redis.call('SET', HP .. h, ident, 'PX', lease)\n"                                                       \
+    "  redis.call('ZADD', KEYS[3], now + tonumber(lease), h)\n"                                                \
+    "  redis.call('HSET', KEYS[6], h, k, 'g:' .. h, string.format('%.0f', f))\n"                              \
+    "  used = used + k\n"                                                                                      \
+    "  return f\n"                                                                                             \
+    "end\n"                                                                                                    \
+    "local function grant_head()\n"                                                                            \
+    "  for i = 1, 128 do\n"                                                                                    \
+    "    local h = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n"                                                   \
+    "    if not h then return end\n"                                                                           \
+    "    local k = tonumber(redis.call('HGET', KEYS[6], h) or '1')\n"                                          \
+    "    if used + k > cap then return end\n"                                                                  \
+    "    local w = redis.call('HGET', KEYS[6], 'w:' .. h)\n"                                                   \
+    "    drop_waiter(h)\n"                                                                                     \
+    "    if w then\n"                                                                                          \
+    "      local ident, lease, rd, live = string.match(w, '^(%S+) (%d+) (%d) (%d+)')\n"                      \
+    "      grant(h, k, ident, math.min(tonumber(lease), tonumber(live)), rd)\n"                                \
+    "      redis.pcall(PUB, CP .. h, '')\n"                                                                    \
+    "    end\n"                                                                                                \
+    "  end\n"                                                                                                  \
+    "end\n"                                                                                                    \
+    "local function finish(want)\n"                                                                           \
+    "  if redis.call('ZCARD', KEYS[3]) == 0 then used = 0 end\n"                                               \
+    "  if used == 0 and redis.call('ZCARD', KEYS[4]) == 0 and redis.call('HGET', KEYS[1], 'fixed') ~= '1' then\n" \
+    "    redis.call('DEL', KEYS[1], KEYS[5], KEYS[6])\n"                                                       \
+    "    return\n"                                                                                             \
+    "  end\n"                                                                                                  \
+    "  redis.call('HSET', KEYS[1], 'used', string.format('%.0f', used))\n"                                    \
+    "  for i = 1, 6 do\n"                                                                                      \
+    "    if i ~= 2 then\n"                                                                                     \
+    "      local p = redis.call('PTTL', KEYS[i])\n"                                                            \
+    "      if p == -1 or (p >= 0 and p < want) then redis.call('PEXPIRE', KEYS[i], want) end\n"                \
+    "    end\n"                                                                                                \
+    "  end\n"                                                                                                  \
+    "end\n"                                                                                                    \
+    "local function load_state()\n"                                                                            \
+    "  local st = redis.call('HMGET', KEYS[1], 'cap', 'used')\n"                                               \
+    "  cap, used = tonumber(st[1] or '0'), tonumber(st[2] or '0')\n"                                           \
+    "end\n"
+
+/* Acquire, and a waiter's liveness renewal (the same call: it enqueues once).
+ * ARGV: 1 kind, 2 cap (0: the name's), 3 id, 4 k, 5 ident "<token>.1",
+ * 6 lease ms, 7 liveness ms (0: try once, never queue), 8 hold key prefix,
+ * 9 channel prefix, 10 publish command, 11 fence TTL ms, 12 reader (0|1).
+ * -> {1, fence} held (the hold's key holds ident with the full lease, set or
+ * refreshed by this call); {0, position} queued (position 0: not queued, a
+ * try); {-3, kind, cap} the name is another kind / another count;
+ * {-4} a semaphore with count 0 on a name that has none; {-5, cap} k > cap. */
+const char wl_q_acquire_lua[] =
+    Q_COMMON
+    "HP, CP, PUB, FTTL = ARGV[8], ARGV[9], ARGV[10], ARGV[11]\n"
+    "local ty = redis.call('TYPE', KEYS[1])['ok']\n"
+    "if ty == 'string' then return {-3, 'plain', '1'} end\n"
+    "if ty == 'hash' then\n"
+    "  local st = redis.call('HMGET', KEYS[1], 'kind', 'cap')\n"
+    "  if st[1] ~= ARGV[1] or (ARGV[2] ~= '0' and st[2] ~= ARGV[2]) then return {-3, st[1] or '?', st[2] or '0'} end\n"
+    "elseif ty == 'none' then\n"
+    "  if ARGV[2] == '0' then return {-4} end\n"
+    "  redis.call('HSET', KEYS[1], 'kind', ARGV[1], 'cap', ARGV[2], 'used', 0, 'seq', 0)\n"
+    "else return {-3, ty, '0'} end\n"
+    "load_state()\n"
+    "local h, k, ident, lease, live = ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])\n"
+    "if k > cap then return {-5, cap} end\n"
+    "local want = 2 * math.max(lease, live) + 1000\n"
+    "purge()\n"
+    "local mine = redis.call('GET', HP .. h)\n"
+    "if mine == ident and redis.call('ZSCORE', KEYS[3], h) then\n"
+    "  redis.call('PEXPIRE', HP .. h, lease)\n"
+    "  redis.call('ZADD', KEYS[3], now + lease, h)\n"
+    "  drop_waiter(h)\n"
+    "  local f = redis.call('HGET', KEYS[6], 'g:' .. h)\n"
+    "  finish(want)\n"
+    "  return {1, tonumber(f)}\n"
+    "end\n"
+    "if redis.call('ZSCORE', KEYS[3], h) then drop_holder(h) end\n"
+    "if mine then redis.call('DEL', HP .. h) end\n"
+    "local pos = redis.call('ZRANK', KEYS[4], h)\n"
+    "if not pos then\n"
+    "  if redis.call('ZCARD', KEYS[4]) == 0 and used + k <= cap then\n"
+    "    local f = grant(h, k, ident, ARGV[6], ARGV[12])\n"
+    "    finish(want)\n"
+    "    return {1, f}\n"
+    "  end\n"
+    "  if live == 0 then\n"
+    "    grant_head()\n"
+    "    finish(want)\n"
+    "    return {0, 0}\n"
+    "  end\n"
+    "  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)\n"
+    "  redis.call('ZADD', KEYS[4], seq, h)\n"
+    "  redis.call('HSET', KEYS[6], h, k, 'w:' .. h, ident .. ' ' .. ARGV[6] .. ' ' .. ARGV[12] .. ' ' .. ARGV[7] .. ' ' .. now)\n"
+    "end\n"
+    "redis.call('ZADD', KEYS[5], now + live, h)\n"
+    "grant_head()\n"
+    "finish(want)\n"
+    "if redis.call('GET', HP .. h) == ident then\n"
+    "  redis.call('PEXPIRE', HP .. h, lease)\n"
+    "  redis.call('ZADD', KEYS[3], now + lease, h)\n"
+    "  return {1, tonumber(redis.call('HGET', KEYS[6], 'g:' .. h))}\n"
+    "end\n"
+    "return {0, (redis.call('ZRANK', KEYS[4], h) or 0) + 1}\n";
+
+/* Release of a hold, a waiter giving up, or a downgrade (write -> read).
+ * ARGV: 1 op ("release" | "leave" | "downgrade"), 2 id, 3 the hold's
+ * prefix "<token>." (release, downgrade) or ident (leave), 4 hold key
+ * prefix, 5 channel prefix, 6 publish command, 7 fence TTL ms, 8 TTL to
+ * keep the structure for (ms).
+ * -> release: 1 released, 0 no hold (expired), -1 another hold's key;
+ *    leave: 1 left the queue, 2 it had been granted meanwhile and was given
+ *    back, 0 not queued; downgrade: 1 done, 0 not a held write side.
+ * Then grants to the head of the queue what is free now. */
+const char wl_q_release_lua[] =
+    Q_COMMON
+    "HP, CP, PUB, FTTL = ARGV[4], ARGV[5], ARGV[6], ARGV[7]\n"
+    "if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then\n"
+    "  local v = redis.call('GET', ARGV[4] .. ARGV[2])\n"
+    "  if v and string.sub(v, 1, #ARGV[3]) == ARGV[3] then redis.call('DEL', ARGV[4] .. ARGV[2]) end\n"
+    "  return 0\n"
+    "end\n"
+    "load_state()\n"
+    "local op, h, p = ARGV[1], ARGV[2], ARGV[3]\n"
+    "local v = redis.call('GET', HP .. h)\n"
+    "local ours = v and string.sub(v, 1, #p) == p\n"
+    "local r = 0\n"
+    "if op == 'leave' then\n"
+    "  if redis.call('ZSCORE', KEYS[4], h) then r = 1 end\n"
+    "  drop_waiter(h)\n"
+    "  if ours then r = 2; redis.call('DEL', HP .. h); drop_holder(h) end\n"
+    "elseif op == 'release' then\n"
+    "  if ours then r = 1; redis.call('DEL', HP .. h) elseif v then r = -1 end\n"
+    "  if r ~= -1 then drop_holder(h) end\n"
+    "elseif op == 'downgrade' then\n"
+    "  local k = tonumber(redis.call('HGET', KEYS[6], h) or '0')\n"
+    "  if ours and k > 1 and redis.call('ZSCORE', KEYS[3], h) then\n"
+    "    redis.call('HSET', KEYS[6], h, 1)\n"
+    "    used = used - k + 1\n"
+    "    r = 1\n"
+    "  end\n"
+    "end\n"
+    "purge()\n"
+    "grant_head()\n"
+    "finish(tonumber(ARGV[8]))\n"
+    "return r\n";
+
+/* Admin: sets a semaphore's count. ARGV: 1 count, 2 hold key prefix,
+ * 3 channel prefix, 4 publish command, 5 fence TTL ms, 6 TTL of a name not
+ * in use (ms). -> {1} done, {-3, kind} another kind. A larger count wakes
+ * the waiters it can satisfy. */
+const char wl_q_set_permits_lua[] =
+    Q_COMMON
+    "HP, CP, PUB, FTTL = ARGV[2], ARGV[3], ARGV[4], ARGV[5]\n"
+    "local ty = redis.call('TYPE', KEYS[1])['ok']\n"
+    "if ty == 'string' then return {-3, 'plain'} end\n"
+    "if ty == 'hash' then\n"
+    "  local kind = redis.call('HGET', KEYS[1], 'kind')\n"
+    "  if kind ~= 'sem' then return {-3, kind or '?'} end\n"
+    "elseif ty == 'none' then\n"
+    "  redis.call('HSET', KEYS[1], 'kind', 'sem', 'used', 0, 'seq', 0)\n"
+    "else return {-3, ty} end\n"
+    "redis.call('HSET', KEYS[1], 'cap', ARGV[1], 'fixed', 1)\n"
+    "load_state()\n"
+    "purge()\n"
+    "grant_head()\n"
+    "finish(tonumber(ARGV[6]))\n"
+    "return {1}\n";
+
+/* Admin: what a name is used as. KEYS 1..6 as above.
+ * -> {type, kind, cap, used, holders, queue length, oldest wait ms, fence,
+ *    remaining ms}: type "none" | "string" (a plain lock: remaining is its
+ *    PTTL) | "hash" (a queued kind) | another type. Reads only. */
+const char wl_q_info_lua[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local ty = redis.call('TYPE', KEYS[1])['ok']\n"
+    "local f = redis.pcall('GET', KEYS[2])\n"
+    "if type(f) ~= 'string' then f = '0' end\n"
+    "if ty ~= 'hash' then\n"
+    "  return {ty, '', 0, 0, 0, 0, 0, f, redis.call('PTTL', KEYS[1])}\n"
+    "end\n"
+    "local st = redis.call('HMGET', KEYS[1], 'kind', 'cap', 'used')\n"
+    "local nq = redis.call('ZCARD', KEYS[4])\n"
+    "local oldest = 0\n"
+    "local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n"
+    "if head then\n"
+    "  local w = redis.call('HGET', KEYS[6], 'w:' .. head)\n"
+    "  local at = w and tonumber(string.match(w, '(%d+)$'))\n"
+    "  if at then oldest = math.max(0, now - at) end\n"
+    "end\n"
+    "local rem = 0\n"
+    "local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')\n"
+    "if last[2] then rem = math.max(0, tonumber(last[2]) - now) end\n"
+    "return {ty, st[1] or '', tonumber(st[2] or '0'), tonumber(st[3] or '0'), redis.call('ZCARD', KEYS[3]), nq,\n"
+    "        oldest, f, rem}\n";
