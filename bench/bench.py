@@ -1591,6 +1591,8 @@ def main() -> int:
     load_before = machine_load()
     log(f"  {fmt_load(load_before)}")
     PIN["cpu"] = None if args.no_pin else pin_cpu()
+    if "redlock" in only:  # (h)'s masters age during the set-up (wave_scenarios.MASTER_MIN_AGE_S)
+        wave_scenarios.start_masters()
 
     status: dict = {}  # library -> "skipped: why" or "FAILED: why" (one line); absent = available
     setup_c(status)

@@ -213,6 +213,16 @@ static int unsupported(const char *what)
     return WLBENCH_UNSUPPORTED;
 }
 
+/* A library whose header declares a kind but whose engine has not landed
+ * answers EINVAL "... not implemented ...": the same as not having it. */
+static int not_implemented(int rc, const char *what)
+{
+    if (rc == WATCHLOCK_EINVAL && watchlock_last_error() != NULL &&
+        strstr(watchlock_last_error(), "not implemented") != NULL)
+        return unsupported(what);
+    return rc;
+}
+
 /* One URL: a plain client; several separated by spaces: a quorum. Returns
  * a watchlock status, or WLBENCH_UNSUPPORTED (reported) without quorums. */
 static int open_client(watchlock_client **out, const char *urls)
@@ -235,16 +245,6 @@ static int open_client(watchlock_client **out, const char *urls)
     (void)out;
     return unsupported("watchlock_client_open_quorum");
 #endif
-}
-
-/* A library whose header declares a kind but whose engine has not landed
- * answers EINVAL "... not implemented ...": the same as not having it. */
-static int not_implemented(int rc, const char *what)
-{
-    if (rc == WATCHLOCK_EINVAL && watchlock_last_error() != NULL &&
-        strstr(watchlock_last_error(), "not implemented") != NULL)
-        return unsupported(what);
-    return rc;
 }
 
 static int new_lock_kind(watchlock_lock **out, watchlock_client *client, const char *name, size_t len);
