@@ -231,8 +231,11 @@ typedef struct round_entry {
 int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
 void wl_renew_round_close(watchlock_client *c); /* the watchdog's connections */
 /* The same with es[i].node set by the caller (a quorum's members, grouped
- * by node->cluster_index): nothing routed or redirected. */
-int wl_renew_round_nodes(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
+ * by node->cluster_index): nothing routed or redirected. decided (may be
+ * NULL), asked as replies come in: true ends the round's first pass, the
+ * nodes still pending dropped (their entries FAILED). */
+int wl_renew_round_nodes(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms,
+                         bool (*decided)(void *arg, const round_entry *es, size_t n), void *arg);
 
 /* Quorum (quorum_round.c): the majority verdict (WL_WRITE_*) of one write's
  * answers res[0..n) from the members, judged with the restart rule at `at`. */

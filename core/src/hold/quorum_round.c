@@ -54,6 +54,39 @@ static int cmp_hold(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+typedef struct round_ctx {
+    wl_quorum *q;
+    const by_hold *idx;
+    size_t n;
+    int *res; /* n * N scratch */
+} round_ctx;
+
+/* Whether every hold of the round has its verdict already (a majority
+ * renewed it, or it can no longer reach one): the round need not wait for
+ * the members that have not answered (a frozen one would hold it up to
+ * the command timeout, past short leases' deadlines). */
+static bool round_decided(void *arg, const round_entry *all, size_t total)
+{
+    round_ctx *x = arg;
+    size_t N = x->q->n;
+    for (size_t j = 0; j < x->n * N; j++)
+        x->res[j] = WL_WRITE_FAILED;
+    for (size_t j = 0; j < total; j++) {
+        by_hold key = {all[j].hold, 0};
+        const by_hold *f = bsearch(&key, x->idx, x->n, sizeof *x->idx, cmp_hold);
+        size_t k = (size_t)all[j].node->cluster_index;
+        if (f != NULL && k < N)
+            x->res[f->i * N + k] = all[j].result;
+    }
+    int64_t now = wl_now_us();
+    for (size_t i = 0; i < x->n; i++) {
+        int v = wl_quorum_verdict(x->q, x->res + i * N, now);
+        if (v != WL_WRITE_OK && v != WL_WRITE_NOT_OWNER)
+            return false;
+    }
+    return true;
+}
+
 int wl_quorum_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
 {
     wl_quorum *q = c->quorum;
@@ -78,7 +111,10 @@ int wl_quorum_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_
         }
     }
     qsort(idx, n, sizeof *idx, cmp_hold);
-    int trips = wl_renew_round_nodes(c, all, n * N, cap_ms);
+    int *scratch = malloc(total * sizeof *scratch);
+    round_ctx ctx = {q, idx, n, scratch};
+    int trips = wl_renew_round_nodes(c, all, n * N, cap_ms, scratch != NULL ? round_decided : NULL, &ctx);
+    free(scratch);
     for (size_t j = 0; j < n * N; j++)
         res[j] = WL_WRITE_FAILED;
     for (size_t j = 0; j < n * N; j++) {

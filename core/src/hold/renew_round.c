@@ -197,7 +197,17 @@ static bool drain(watchlock_client *c, node_round *g, round_entry *es, bool use_
 }
 
 /* One pass over every node at once. Returns whether anything was sent. */
-static bool run_pass(watchlock_client *c, node_round *gs, size_t ng, round_entry *es, int64_t t_ms, bool use_eval)
+/* A quorum's round may end before every member answered: once each hold's
+ * verdict is decided (quorum_round.c), the members still pending are
+ * dropped (their renewals count as failed). NULL for other rounds. */
+typedef struct round_stop {
+    bool (*fn)(void *arg, const round_entry *es, size_t n);
+    void *arg;
+    size_t n;
+} round_stop;
+
+static bool run_pass(watchlock_client *c, node_round *gs, size_t ng, round_entry *es, int64_t t_ms, bool use_eval,
+                     const round_stop *stop)
 {
     bool any = false;
     for (size_t k = 0; k < ng; k++)
@@ -251,6 +261,12 @@ static bool run_pass(watchlock_client *c, node_round *gs, size_t ng, round_entry
                 g->failed = true;
             else if (!drain(c, g, es, use_eval))
                 g->failed = true;
+        }
+        if (stop != NULL && stop->fn(stop->arg, es, stop->n)) {
+            for (size_t k = 0; k < ng; k++)
+                if (!gs[k].failed && gs[k].replies_left > 0)
+                    fail_node(&gs[k], "not needed: the round is decided");
+            break;
         }
     }
     free(pfd);
@@ -316,7 +332,8 @@ static void renew_alone(watchlock_client *c, round_entry *e)
 
 /* preset: es[i].node is set by the caller (a quorum's members, quorum_round.c):
  * grouped by node (cluster_index), never routed nor redirected. */
-static int renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms, bool preset)
+static int renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms, bool preset,
+                       const round_stop *stop)
 {
     if (cap_ms < 1)
         cap_ms = 1;
@@ -353,9 +370,9 @@ static int renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t c
         i = j;
     }
     int trips = 0;
-    if (run_pass(c, gs, ng, es, t, false))
+    if (run_pass(c, gs, ng, es, t, false, stop))
         trips++;
-    if (run_pass(c, gs, ng, es, t, true))
+    if (run_pass(c, gs, ng, es, t, true, stop))
         trips++;
     bool any_failed = false;
     for (size_t k = 0; k < ng; k++)
@@ -379,12 +396,14 @@ static int renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t c
 
 int wl_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
 {
-    return renew_round(c, es, n, cap_ms, false);
+    return renew_round(c, es, n, cap_ms, false, NULL);
 }
 
-int wl_renew_round_nodes(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms)
+int wl_renew_round_nodes(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms,
+                         bool (*decided)(void *arg, const round_entry *es, size_t n), void *arg)
 {
-    return renew_round(c, es, n, cap_ms, true);
+    round_stop stop = {decided, arg, n};
+    return renew_round(c, es, n, cap_ms, true, decided != NULL ? &stop : NULL);
 }
 
 void wl_renew_round_close(watchlock_client *c)

@@ -125,6 +125,17 @@ int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn)
     if (rc == WATCHLOCK_OK)
         apply_info(q, i, r);
     freeReplyObject(r);
+    /* Every member gets the scripts now (the process learnt their SHA1s
+     * from one server only): a renewal round that met NOSCRIPT on the
+     * members that answer would have to wait for the frozen ones before
+     * its second pass. Best effort: EVAL still follows a NOSCRIPT. */
+    for (int k = 0; rc == WATCHLOCK_OK && k < WL_SCRIPT_COUNT; k++) {
+        const char *load[3] = {"SCRIPT", "LOAD", wl_scripts[k].body};
+        redisReply *lr = wl_conn_command(conn, 3, load, NULL);
+        if (lr == NULL)
+            return wl_conn_error(q->m[i].srv, conn, "SCRIPT LOAD failed");
+        freeReplyObject(lr);
+    }
     return rc;
 }
 
@@ -251,6 +262,8 @@ typedef struct mcall {
     wl_conn *conn;
     int kinds[KQ];
     int head, tail;
+    bool reused;  /* conn came from the pool */
+    bool got_any; /* a reply was read on it */
 } mcall;
 
 static bool push_script(mcall *mc, const wl_qscript *s, bool use_body)
@@ -334,9 +347,9 @@ static void take(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, redisReply *
     }
 }
 
-/* The members still pending once the call is decided: the give-back
- * behind, and their connections to the drain. */
-static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms)
+/* The members still pending once the call is decided (or out of time):
+ * the give-back behind, and their connections to the drain. */
+static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bool timed_out)
 {
     for (size_t i = 0; i < q->n; i++) {
         mcall *mc = &ms[i];
@@ -353,9 +366,65 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms)
         }
         bool done;
         wl_conn_write_some(mc->conn, &done);
-        wl_qdrain_add(q->drain, q->m[i].srv, mc->conn, left, call->after != NULL ? grant_at + 0 : -1, cap_ms);
+        /* A timed-out member (frozen, or a slow link) may still run what
+         * was written to it: the give-back behind it runs there too. */
+        wl_qdrain_add(q->drain, q->m[i].srv, mc->conn, left, call->after != NULL ? grant_at : -1, cap_ms);
         mc->conn = NULL;
+        if (timed_out) {
+            call->state[i] = WL_QM_FAILED;
+            atomic_store(&q->m[i].unreachable, true);
+        }
     }
+}
+
+/* Writes the call to member i: a pooled connection, or a fresh one (INFO
+ * first: the restart rule). */
+static void start_member(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, bool fresh)
+{
+    wl_server *srv = q->m[i].srv;
+    mc->head = mc->tail = 0;
+    mc->got_any = false;
+    int rc = fresh ? wl_server_connect(srv, 0, &mc->conn) : wl_server_get(srv, &mc->conn, &mc->reused);
+    if (fresh)
+        mc->reused = false;
+    if (rc != WATCHLOCK_OK) {
+        member_failed(q, call, mc, i, "connect failed");
+        return;
+    }
+    const char *info[2] = {"INFO", "server"};
+    if (!mc->reused && wl_conn_append(mc->conn, 2, info, NULL) == 0)
+        mc->kinds[mc->tail++ % KQ] = K_INFO;
+    if (!push_script(mc, &call->s, false)) {
+        member_failed(q, call, mc, i, "out of memory");
+        return;
+    }
+    mc->kinds[mc->tail++ % KQ] = K_SCRIPT;
+    if (call->wait_replicas && srv->ep.min_replicas > 0) {
+        call->acked[i] = false;
+        if (!push_wait(mc, srv)) {
+            member_failed(q, call, mc, i, "out of memory");
+            return;
+        }
+    }
+    bool done;
+    if (wl_conn_write_some(mc->conn, &done) != 0)
+        member_failed(q, call, mc, i, "write failed");
+}
+
+/* A pooled connection that fails at once with EOF/reset, before any reply
+ * (the member restarted, or closed it while idle): once more on a fresh
+ * connection, as the single-server path does. Everything a call sends is
+ * safe to send again (an acquire finds its own identity, releases and
+ * raises are idempotent). False when that does not apply. */
+static bool retry_fresh(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i)
+{
+    if (mc->conn == NULL || !mc->reused || mc->got_any ||
+        (wl_conn_err(mc->conn) != WL_CERR_EOF && wl_conn_err(mc->conn) != WL_CERR_RESET))
+        return false;
+    wl_server_put(q->m[i].srv, mc->conn); /* failed: freed */
+    mc->conn = NULL;
+    start_member(q, call, mc, i, true);
+    return true;
 }
 
 size_t wl_quorum_call(wl_quorum *q, wl_qcall *call, int64_t cap_ms)
@@ -369,38 +438,14 @@ size_t wl_quorum_call(wl_quorum *q, wl_qcall *call, int64_t cap_ms)
         call->state[i] = call->skip[i] ? WL_QM_SKIPPED : WL_QM_PENDING;
         call->reply[i] = NULL;
         call->acked[i] = true;
-        if (call->skip[i])
-            continue;
-        mcall *mc = &ms[i];
-        wl_server *srv = q->m[i].srv;
-        bool reused;
-        if (wl_server_get(srv, &mc->conn, &reused) != WATCHLOCK_OK) {
-            member_failed(q, call, mc, i, "connect failed");
-            continue;
-        }
-        const char *info[2] = {"INFO", "server"};
-        if (!reused && wl_conn_append(mc->conn, 2, info, NULL) == 0)
-            mc->kinds[mc->tail++ % KQ] = K_INFO;
-        if (!push_script(mc, &call->s, false)) {
-            member_failed(q, call, mc, i, "out of memory");
-            continue;
-        }
-        mc->kinds[mc->tail++ % KQ] = K_SCRIPT;
-        if (call->wait_replicas && srv->ep.min_replicas > 0) {
-            call->acked[i] = false;
-            if (!push_wait(mc, srv)) {
-                member_failed(q, call, mc, i, "out of memory");
-                continue;
-            }
-        }
-        bool done;
-        if (wl_conn_write_some(mc->conn, &done) != 0)
-            member_failed(q, call, mc, i, "write failed");
+        if (!call->skip[i])
+            start_member(q, call, &ms[i], i, false);
     }
     int64_t deadline = call->sent_us + cap_ms * 1000;
     struct pollfd pfd[WL_QMAX];
     size_t who[WL_QMAX], replied = 0;
-    bool decided = false;
+    bool decided = false, timed_out = false;
+    size_t settled = 0; /* members no longer pending when decided() was last asked */
     for (;;) {
         size_t np = 0;
         for (size_t i = 0; i < q->n && !decided; i++) {
@@ -411,40 +456,54 @@ size_t wl_quorum_call(wl_quorum *q, wl_qcall *call, int64_t cap_ms)
             redisReply *r;
             int got = 0;
             if (wl_conn_write_some(mc->conn, &done) != 0) {
-                member_failed(q, call, mc, i, "write failed");
+                if (!retry_fresh(q, call, mc, i))
+                    member_failed(q, call, mc, i, "write failed");
                 continue;
             }
-            while (mc->conn != NULL && (got = wl_conn_next_reply(mc->conn, &r)) > 0)
+            while (mc->conn != NULL && (got = wl_conn_next_reply(mc->conn, &r)) > 0) {
+                mc->got_any = true;
                 take(q, call, mc, i, r);
+            }
             if (got < 0) {
                 member_failed(q, call, mc, i, "protocol error");
                 continue;
             }
-            if (call->state[i] != WL_QM_PENDING) {
-                replied += call->state[i] == WL_QM_REPLIED;
-                if (call->decided != NULL && call->decided(call->arg, call))
-                    decided = true;
+            if (call->state[i] != WL_QM_PENDING)
                 continue;
-            }
             pfd[np] = (struct pollfd){.fd = wl_conn_fd(mc->conn),
                                       .events = (short)(POLLIN | (wl_conn_wants_write(mc->conn) ? POLLOUT : 0))};
             who[np++] = i;
         }
-        if (decided || np == 0)
-            break;
+        size_t now_settled = 0;
+        for (size_t i = 0; i < q->n; i++)
+            now_settled += call->state[i] != WL_QM_PENDING && call->state[i] != WL_QM_SKIPPED;
+        if (!decided && now_settled != settled && call->decided != NULL) {
+            settled = now_settled;
+            decided = call->decided(call->arg, call);
+        }
+        if (decided || np == 0) {
+            if (!decided && now_settled < q->n) /* a member failed and was retried: go round once more */
+                for (size_t i = 0; i < q->n; i++)
+                    np += call->state[i] == WL_QM_PENDING;
+            if (decided || np == 0)
+                break;
+            continue;
+        }
         int64_t left = deadline - wl_now_us();
         int got = left > 0 ? poll(pfd, np, (int)((left + 999) / 1000)) : 0;
         if (got <= 0 && wl_now_us() >= deadline) {
-            for (size_t p = 0; p < np; p++)
-                member_failed(q, call, &ms[who[p]], who[p], "timed out");
+            timed_out = true; /* the members still pending: unreachable, their replies left to the drain */
             break;
         }
         for (size_t p = 0; got > 0 && p < np; p++)
-            if (pfd[p].revents != 0 && wl_conn_read_some(ms[who[p]].conn) != 0)
+            if (pfd[p].revents != 0 && wl_conn_read_some(ms[who[p]].conn) != 0 &&
+                !retry_fresh(q, call, &ms[who[p]], who[p]))
                 member_failed(q, call, &ms[who[p]], who[p], "read failed");
     }
-    if (decided)
-        hand_off(q, call, ms, cap_ms);
+    for (size_t i = 0; i < q->n; i++)
+        replied += call->state[i] == WL_QM_REPLIED;
+    if (decided || timed_out)
+        hand_off(q, call, ms, cap_ms, timed_out);
     return replied;
 }
 
