@@ -884,6 +884,19 @@ WATCHLOCK_API int watchlock_semaphore_acquire(watchlock_lock *sem, int64_t k, in
  */
 WATCHLOCK_API int watchlock_client_set_permits(watchlock_client *client, const void *name,
                                                size_t name_len, int64_t permits);
+/*
+ * A queued kind's acquire that times out leaves the queue at once (a grant
+ * made meanwhile is given back). A caller that waits in slices (several
+ * acquire calls for one wait, as the Python binding does to stay
+ * interruptible) sets this on the handle (on 1): a timed-out acquire then
+ * keeps the handle's place in the queue for up to one liveness lease
+ * (0.3-2 s), the next acquire with a wait resumes it, and
+ * watchlock_lock_forget_wait() (or an acquire with wait 0) gives it up at
+ * once (one round trip). No effect on the plain lock (whose timed-out wait
+ * is always kept, see watchlock_lock_acquire()). Errors: EINVAL, ECLOSED,
+ * EFORKED.
+ */
+WATCHLOCK_API int watchlock_lock_set_wait_slices(watchlock_lock *lock, int on);
 /* The handle's kind (WATCHLOCK_KIND_*); -1 for NULL. */
 WATCHLOCK_API int watchlock_lock_kind(const watchlock_lock *lock);
 /* The permits a semaphore handle holds or last asked for (1 for other kinds). */

@@ -53,4 +53,48 @@ static inline void q_kill_child(pid_t pid)
     }
 }
 
+/* What a forked child does (each test file has its bodies). */
+typedef struct q_args {
+    const char *name;
+    int64_t lease, n, k;
+    int write, tag;
+} q_args;
+typedef struct q_child {
+    pid_t pid;
+    int gate; /* the parent writes one byte: go */
+} q_child;
+
+/* Forks a child that waits for q_go() and then runs body(args) and exits 0.
+ * Tests fork their children before their own client starts threads: a
+ * child forked from a process with threads running trips ThreadSanitizer
+ * ("dup thread with used id") once it starts its own. */
+static inline q_child q_fork(void (*body)(const q_args *), q_args args)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(p[1]);
+        char b;
+        ssize_t n;
+        while ((n = read(p[0], &b, 1)) < 0 && errno == EINTR) {
+        }
+        if (n != 1)
+            _exit(1); /* the parent ended first */
+        body(&args);
+        _exit(0);
+    }
+    close(p[0]);
+    return (q_child){pid, p[1]};
+}
+
+static inline void q_go(q_child *ch)
+{
+    CHECK(write(ch->gate, "g", 1) == 1);
+    close(ch->gate);
+    ch->gate = -1;
+}
+
 #endif

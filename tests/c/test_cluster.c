@@ -1077,7 +1077,80 @@ static void test_fair_queue_on_the_names_slot(void)
     watchlock_client_close(a);
 }
 
+/* Issue 22: a fair lock's queue across a slot migration. A holder and a
+ * waiter blocked in acquire on a name whose slot moves (all its keys in one
+ * MIGRATE, then SETSLOT NODE everywhere): the holder stays HELD (its
+ * renewals follow MOVED), the waiter's liveness calls and sharded wake-up
+ * channel follow the slot, and the release on the new node hands over. */
+static void test_fair_queue_across_slot_migration(void)
+{
+    int src = 2, dst = 0, other = 1;
+    char name[80], key[100];
+    for (int i = 0;; i++) {
+        CHECK_MSG(i < 1000, "no name served by master %d", src);
+        snprintf(name, sizeof name, "c-cluster:fairmove:%d:%d", (int)getpid(), i);
+        snprintf(key, sizeof key, "watchlock:{%s}", name);
+        if (owner_of(key) == src)
+            break;
+    }
+    watchlock_client *a = open_client(cluster_url()), *b = open_client(cluster_url());
+    watchlock_lock *holder = NULL;
+    waiter w = {.rc = -1};
+    CHECK_OK(watchlock_fair_lock_new(&holder, a, name, strlen(name)));
+    CHECK_OK(watchlock_lock_set_lease(holder, 1500));
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    CHECK_OK(watchlock_fair_lock_new(&w.lock, b, name, strlen(name)));
+    CHECK_OK(watchlock_lock_set_lease(w.lock, 30000));
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, wait_for_lock, &w) == 0);
+    WAIT_FOR(rh_int(cluster.masters[src], "ZCARD %s:q:q", key) == 1, 10000);
+    CHECK_EQ(rh_int(cluster.masters[src], "ZCARD %s:q:q", key), 1);
+
+    int slot = (int)key_slot(key, strlen(key));
+    char src_id[64], dst_id[64];
+    node_id(src, src_id, sizeof src_id);
+    node_id(dst, dst_id, sizeof dst_id);
+    CHECK(rh_ok(cluster.masters[dst], "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id));
+    CHECK(rh_ok(cluster.masters[src], "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id));
+    redisReply *keys = rh_command(cluster.masters[src], "CLUSTER GETKEYSINSLOT %d 100", slot);
+    CHECK(keys != NULL && keys->type == REDIS_REPLY_ARRAY && keys->elements > 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", rh_port(cluster.masters[dst]));
+    const char *argv[40];
+    int argc = 0;
+    const char *head[] = {"MIGRATE", "127.0.0.1", port, "", "0", "5000", "KEYS"};
+    for (size_t k = 0; k < sizeof head / sizeof *head; k++)
+        argv[argc++] = head[k];
+    for (size_t k = 0; k < keys->elements && argc < 40; k++)
+        argv[argc++] = keys->element[k]->str;
+    redisReply *m = rh_command_argv(cluster.masters[src], argc, argv, NULL);
+    CHECK_MSG(m != NULL && m->type == REDIS_REPLY_STATUS, "MIGRATE: %s", m && m->str ? m->str : "no reply");
+    freeReplyObject(m);
+    freeReplyObject(keys);
+    CHECK(rh_ok(cluster.masters[dst], "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    CHECK(rh_ok(cluster.masters[src], "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    CHECK(rh_ok(cluster.masters[other], "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    sleep_ms(2000); /* more than a lease: the holder is renewed, the waiter renews its liveness, on dst */
+    CHECK_EQ(watchlock_lock_state(holder), WATCHLOCK_HELD);
+    CHECK_EQ(w.rc, -1); /* still waiting */
+    CHECK_EQ(rh_int(cluster.masters[dst], "ZCARD %s:q:q", key), 1);
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_release(holder));
+    pthread_join(th, NULL);
+    CHECK_OK(w.rc);
+    testing_note("after the slot moved, the waiter got the lock %lld ms after the release",
+                 (long long)(w.done_ms - t0));
+    CHECK_INT(w.done_ms - t0, <, 3000);
+    CHECK_EQ(watchlock_lock_state(w.lock), WATCHLOCK_HELD);
+    CHECK_OK(watchlock_lock_release(w.lock));
+    watchlock_lock_free(w.lock);
+    watchlock_lock_free(holder);
+    watchlock_client_close(b);
+    watchlock_client_close(a);
+}
+
 static const test_case tests[] = {
+    {"fair_queue_across_slot_migration", test_fair_queue_across_slot_migration, 0},
     {"fair_queue_on_the_names_slot", test_fair_queue_on_the_names_slot, 0},
     {"acquire_release_over_masters", test_acquire_release_over_masters, 0},
     {"renewals_on_all_masters", test_renewals_on_all_masters, 0},

@@ -9,6 +9,8 @@
  */
 #include "queue_helpers.h"
 
+#include <stdatomic.h>
+
 static watchlock_lock *fair(watchlock_client *c, const char *name, int64_t lease)
 {
     watchlock_lock *l = NULL;
@@ -55,34 +57,35 @@ static void test_basics(void)
 /* 20 processes queue one after the other (each enqueued before the next
  * starts) while the parent holds the name; each, once it has the lock,
  * appends its number to a list. The list must be 0..19. */
+static void fifo_body(const q_args *a)
+{
+    watchlock_client *cc = open_client(test_url(""));
+    watchlock_lock *w = fair(cc, a->name, a->lease);
+    CHECK_OK(watchlock_lock_acquire(w, 60000));
+    CHECK(rh_int(test_server(), "RPUSH %s-order %d", a->name, a->tag) > 0);
+    CHECK_OK(watchlock_lock_release(w));
+    watchlock_lock_free(w);
+    watchlock_client_close(cc);
+}
+
 static void test_fifo_20_processes(void)
 {
     enum { N = 20 };
+    q_child ch[N];
+    for (int i = 0; i < N; i++)
+        ch[i] = q_fork(fifo_body, (q_args){.name = "f-fifo", .lease = 5000, .tag = i});
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *l = fair(c, "f-fifo", 5000);
     CHECK_OK(watchlock_lock_acquire(l, 0));
-    pid_t pids[N];
     for (int i = 0; i < N; i++) {
-        fflush(stdout);
-        pids[i] = fork();
-        CHECK(pids[i] >= 0);
-        if (pids[i] == 0) {
-            watchlock_client *cc = open_client(test_url(""));
-            watchlock_lock *w = fair(cc, "f-fifo", 5000);
-            CHECK_OK(watchlock_lock_acquire(w, 60000));
-            CHECK(rh_int(test_server(), "RPUSH f-fifo-order %d", i) > 0);
-            CHECK_OK(watchlock_lock_release(w));
-            watchlock_lock_free(w);
-            watchlock_client_close(cc);
-            _exit(0);
-        }
+        q_go(&ch[i]);
         WAIT_FOR(q_info(c, "f-fifo", Q_LEN) == i + 1, 20000);
         CHECK_EQ(q_info(c, "f-fifo", Q_LEN), i + 1);
     }
     CHECK_INT(q_info(c, "f-fifo", Q_OLDEST), >, 0);
     CHECK_OK(watchlock_lock_release(l));
     for (int i = 0; i < N; i++)
-        q_wait_child(pids[i], "fifo waiter");
+        q_wait_child(ch[i].pid, "fifo waiter");
     redisReply *r = rh_command(test_server(), "LRANGE f-fifo-order 0 -1");
     CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == N);
     for (int i = 0; i < N; i++)
@@ -95,27 +98,29 @@ static void test_fifo_20_processes(void)
 /* A greedy releaser re-acquires at once after each release: with a waiter
  * queued, the name is handed to the waiter inside the release, so the
  * releaser's immediate try always fails. */
+static void barge_body(const q_args *a)
+{
+    (void)a; /* the waiter: takes the lock 30 times, each time queued behind the greedy holder */
+    watchlock_client *cc = open_client(test_url(""));
+    watchlock_lock *w = fair(cc, "f-barge", 5000);
+    for (int i = 0; i < 30; i++) {
+        CHECK_OK(watchlock_lock_acquire(w, 20000));
+        CHECK(rh_int(test_server(), "INCR f-barge-turns") > 0);
+        CHECK_OK(watchlock_lock_release(w));
+        /* wait until the greedy one holds again before queueing */
+        WAIT_FOR(rh_int(test_server(), "INCRBY f-barge-greedy 0") > i, 20000);
+    }
+}
+
 static void test_no_barging(void)
 {
+    q_child ch = q_fork(barge_body, (q_args){0});
     watchlock_client *c1 = open_client(test_url(""));
     watchlock_lock *greedy = fair(c1, "f-barge", 5000);
     CHECK(rh_ok(test_server(), "SET f-barge-greedy 0"));
     CHECK_OK(watchlock_lock_acquire(greedy, 0));
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) { /* the waiter: takes the lock 30 times, each time queued behind the greedy holder */
-        watchlock_client *cc = open_client(test_url(""));
-        watchlock_lock *w = fair(cc, "f-barge", 5000);
-        for (int i = 0; i < 30; i++) {
-            CHECK_OK(watchlock_lock_acquire(w, 20000));
-            CHECK(rh_int(test_server(), "INCR f-barge-turns") > 0);
-            CHECK_OK(watchlock_lock_release(w));
-            /* wait until the greedy one holds again before queueing */
-            WAIT_FOR(rh_int(test_server(), "INCRBY f-barge-greedy 0") > i, 20000);
-        }
-        _exit(0);
-    }
+    q_go(&ch);
+    pid_t pid = ch.pid;
     int barged = 0;
     for (int i = 0; i < 30; i++) {
         WAIT_FOR(q_info(c1, "f-barge", Q_LEN) == 1, 20000);
@@ -174,31 +179,27 @@ static void test_handoff_on_expiry(void)
     watchlock_client_close(c);
 }
 
-static pid_t spawn_waiter(const char *name, int64_t lease, int tag)
+static void waiter_body(const q_args *a)
 {
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        watchlock_client *cc = open_client(test_url(""));
-        watchlock_lock *w = fair(cc, name, lease);
-        CHECK_OK(watchlock_lock_acquire(w, 60000));
-        CHECK(rh_int(test_server(), "RPUSH %s-got %d", name, tag) > 0);
-        CHECK_OK(watchlock_lock_release(w));
-        _exit(0);
-    }
-    return pid;
+    watchlock_client *cc = open_client(test_url(""));
+    watchlock_lock *w = fair(cc, a->name, a->lease);
+    CHECK_OK(watchlock_lock_acquire(w, 60000));
+    CHECK(rh_int(test_server(), "RPUSH %s-got %d", a->name, a->tag) > 0);
+    CHECK_OK(watchlock_lock_release(w));
 }
 
 /* A queued waiter SIGKILLed leaves the queue within its liveness lease. */
 static void test_sigkill_queued_waiter(void)
 {
+    q_child ca = q_fork(waiter_body, (q_args){.name = "f-killq", .lease = 1000, .tag = 1});
+    q_child cb = q_fork(waiter_body, (q_args){.name = "f-killq", .lease = 1000, .tag = 2});
+    pid_t a = ca.pid, b = cb.pid;
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *l = fair(c, "f-killq", 5000);
     CHECK_OK(watchlock_lock_acquire(l, 0));
-    pid_t a = spawn_waiter("f-killq", 1000, 1);
+    q_go(&ca);
     WAIT_FOR(q_info(c, "f-killq", Q_LEN) == 1, 20000);
-    pid_t b = spawn_waiter("f-killq", 1000, 2);
+    q_go(&cb);
     WAIT_FOR(q_info(c, "f-killq", Q_LEN) == 2, 20000);
     CHECK_EQ(q_info(c, "f-killq", Q_LEN), 2);
     int64_t t0 = now_ms();
@@ -221,12 +222,16 @@ static void test_sigkill_queued_waiter(void)
  * the lock. */
 static void test_sigkill_granted_before_learning(void)
 {
+    /* a: a long lease: a grant it never learns of must not cost it */
+    q_child ca = q_fork(waiter_body, (q_args){.name = "f-killg", .lease = 30000, .tag = 1});
+    q_child cb = q_fork(waiter_body, (q_args){.name = "f-killg", .lease = 1000, .tag = 2});
+    pid_t a = ca.pid, b = cb.pid;
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *l = fair(c, "f-killg", 5000);
     CHECK_OK(watchlock_lock_acquire(l, 0));
-    pid_t a = spawn_waiter("f-killg", 30000, 1); /* a long lease: a grant must not cost it */
+    q_go(&ca);
     WAIT_FOR(q_info(c, "f-killg", Q_LEN) == 1, 20000);
-    pid_t b = spawn_waiter("f-killg", 1000, 2);
+    q_go(&cb);
     WAIT_FOR(q_info(c, "f-killg", Q_LEN) == 2, 20000);
     CHECK(kill(a, SIGSTOP) == 0);
     CHECK_OK(watchlock_lock_release(l)); /* grants to a, which cannot learn of it */
@@ -299,6 +304,71 @@ static void test_timeout_leaves_queue(void)
     watchlock_client_close(c);
 }
 
+/* A handle that waits in slices (watchlock_lock_set_wait_slices, as the
+ * Python binding does) keeps its place between its acquire calls, and
+ * watchlock_lock_forget_wait() gives it up at once. */
+static void test_wait_slices_keep_place(void)
+{
+    q_child ch = q_fork(waiter_body, (q_args){.name = "f-slices", .lease = 5000, .tag = 2});
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *a = fair(c, "f-slices", 5000), *b = fair(c, "f-slices", 5000);
+    CHECK_OK(watchlock_lock_set_wait_slices(b, 1));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_STATUS(watchlock_lock_acquire(b, 100), WATCHLOCK_ETIMEDOUT);
+    CHECK_EQ(q_info(c, "f-slices", Q_LEN), 1); /* kept */
+    q_go(&ch);
+    WAIT_FOR(q_info(c, "f-slices", Q_LEN) == 2, 20000);
+    CHECK_STATUS(watchlock_lock_acquire(b, 100), WATCHLOCK_ETIMEDOUT);
+    CHECK_EQ(q_info(c, "f-slices", Q_LEN), 2);
+    CHECK_OK(watchlock_lock_release(a)); /* b is still first, between its slices */
+    CHECK_OK(watchlock_lock_acquire(b, 100));
+    CHECK_EQ(rh_int(test_server(), "LLEN f-slices-got"), 0);
+    CHECK_OK(watchlock_lock_release(b));
+    q_wait_child(ch.pid, "second waiter");
+    /* forget_wait leaves at once */
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    CHECK_STATUS(watchlock_lock_acquire(b, 100), WATCHLOCK_ETIMEDOUT);
+    CHECK_EQ(q_info(c, "f-slices", Q_LEN), 1);
+    CHECK_OK(watchlock_lock_forget_wait(b));
+    CHECK_EQ(q_info(c, "f-slices", Q_LEN), 0);
+    CHECK_OK(watchlock_lock_release(a));
+    CHECK_EQ(q_info(c, "f-slices", Q_HOLDERS), 0);
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(c);
+}
+
+static atomic_int force_lost;
+
+static void on_force_lost(watchlock_lock *l, int reason, void *data)
+{
+    (void)l, (void)data;
+    atomic_store(&force_lost, reason);
+}
+
+/* Admin force-release of a name in use as a fair lock: the holder learns
+ * it at its next renewal (LOST_TAKEN), the queue is cleared, the name is
+ * free for the next acquire: never two holders. */
+static void test_force_release(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *a = fair(c, "f-force", 900), *b = fair(c, "f-force", 5000);
+    CHECK_OK(watchlock_lock_set_on_lost(a, on_force_lost, NULL));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    int released = 0;
+    CHECK_OK(watchlock_client_force_release(c, "f-force", 7, &released));
+    CHECK_EQ(released, 1);
+    CHECK_EQ(q_info(c, "f-force", Q_KIND), WATCHLOCK_KIND_NONE);
+    WAIT_FOR(atomic_load(&force_lost) != 0, 5000);
+    CHECK_EQ(atomic_load(&force_lost), WATCHLOCK_LOST_TAKEN);
+    CHECK_OK(watchlock_lock_acquire(b, 0));
+    CHECK_EQ(q_info(c, "f-force", Q_HOLDERS), 1);
+    CHECK_OK(watchlock_lock_release(b));
+    watchlock_lock_free(a);
+    watchlock_lock_free(b);
+    watchlock_client_close(c);
+}
+
 /* Kinds on one name (issue 22.5): refused with EWRONGTYPE, never mixed. */
 static void test_kinds_on_one_name(void)
 {
@@ -329,13 +399,15 @@ static void test_kinds_on_one_name(void)
  * permits and queue; inspect sees the name in use. */
 static void test_admin_view(void)
 {
+    q_child ch = q_fork(waiter_body, (q_args){.name = "adm-fair", .lease = 5000, .tag = 1});
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *f = fair(c, "adm-fair", 5000), *s = NULL, *p = new_lock(c, "adm-plain");
     CHECK_OK(watchlock_semaphore_new(&s, c, "adm-sem", 7, 5));
     CHECK_OK(watchlock_lock_acquire(f, 0));
     CHECK_OK(watchlock_semaphore_acquire(s, 2, 0));
     CHECK_OK(watchlock_lock_acquire(p, 0));
-    pid_t w = spawn_waiter("adm-fair", 5000, 1);
+    q_go(&ch);
+    pid_t w = ch.pid;
     WAIT_FOR(q_info(c, "adm-fair", Q_LEN) == 1, 20000);
     sleep_ms(50);
     watchlock_name_info *info = NULL;
@@ -390,6 +462,8 @@ static const test_case tests[] = {
     {"sigkill_granted_before_learning", test_sigkill_granted_before_learning, 0},
     {"sigstop_past_lease", test_sigstop_past_lease, 0},
     {"timeout_leaves_queue", test_timeout_leaves_queue, 0},
+    {"wait_slices_keep_place", test_wait_slices_keep_place, 0},
+    {"force_release", test_force_release, 0},
     {"kinds_on_one_name", test_kinds_on_one_name, 0},
     {"admin_view", test_admin_view, 0},
     {NULL, NULL, 0}};

@@ -24,21 +24,19 @@ static long long got(const char *name)
 
 /* A child that takes the read (write 0) or write side of name, pushes its
  * tag, holds until <name>-go-<tag> exists, and releases. */
-static pid_t side(const char *name, int write, int tag, int64_t lease)
+static void side_body(const q_args *a)
 {
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        watchlock_client *c = open_client(test_url(""));
-        watchlock_lock *l = rw(c, name, write, lease);
-        CHECK_OK(watchlock_lock_acquire(l, 60000));
-        CHECK(rh_int(test_server(), "RPUSH %s-got %d", name, tag) > 0);
-        WAIT_FOR(rh_int(test_server(), "EXISTS %s-go-%d", name, tag) == 1, 60000);
-        CHECK_OK(watchlock_lock_release(l));
-        _exit(0);
-    }
-    return pid;
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = rw(c, a->name, a->write, a->lease);
+    CHECK_OK(watchlock_lock_acquire(l, 60000));
+    CHECK(rh_int(test_server(), "RPUSH %s-got %d", a->name, a->tag) > 0);
+    WAIT_FOR(rh_int(test_server(), "EXISTS %s-go-%d", a->name, a->tag) == 1, 60000);
+    CHECK_OK(watchlock_lock_release(l));
+}
+
+static q_child side(const char *name, int write, int tag, int64_t lease)
+{
+    return q_fork(side_body, (q_args){.name = name, .write = write, .tag = tag, .lease = lease});
 }
 
 static void go(const char *name, int tag)
@@ -88,13 +86,18 @@ static void test_readers_overlap_writer_excludes(void)
  * new reader fails; W2 enters when both readers left, R3 after W2. */
 static void test_phase_order(void)
 {
+    pid_t p[4];
+    q_child ch[4];
+    int writes[4] = {0, 0, 1, 0};
+    for (int i = 0; i < 4; i++) {
+        ch[i] = side("rw-phase", writes[i], i + 1, 5000);
+        p[i] = ch[i].pid;
+    }
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *w1 = rw(c, "rw-phase", 1, 5000);
     CHECK_OK(watchlock_lock_acquire(w1, 0));
-    pid_t p[4];
-    int writes[4] = {0, 0, 1, 0};
     for (int i = 0; i < 4; i++) {
-        p[i] = side("rw-phase", writes[i], i + 1, 5000);
+        q_go(&ch[i]);
         WAIT_FOR(q_info(c, "rw-phase", Q_LEN) == i + 1, 20000);
         CHECK_EQ(q_info(c, "rw-phase", Q_LEN), i + 1);
     }
@@ -217,10 +220,12 @@ static void test_sigkill_writer(void)
  * its liveness lease, and a reader that arrived after it gets in. */
 static void test_sigkill_queued_writer(void)
 {
+    q_child ch = side("rw-kq", 1, 1, 1000);
+    pid_t wpid = ch.pid;
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *r1 = rw(c, "rw-kq", 0, 5000), *r2 = rw(c, "rw-kq", 0, 5000);
     CHECK_OK(watchlock_lock_acquire(r1, 0));
-    pid_t wpid = side("rw-kq", 1, 1, 1000);
+    q_go(&ch);
     WAIT_FOR(q_info(c, "rw-kq", Q_LEN) == 1, 20000);
     CHECK_STATUS(watchlock_lock_acquire(r2, 0), WATCHLOCK_ETIMEDOUT); /* behind the waiting writer */
     int64_t t0 = now_ms();
@@ -242,13 +247,15 @@ static void test_sigkill_queued_writer(void)
  * wait. */
 static void test_downgrade(void)
 {
+    q_child ch = side("rw-down", 0, 1, 5000);
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *w = rw(c, "rw-down", 1, 5000), *w2 = rw(c, "rw-down", 1, 5000), *r = rw(c, "rw-down", 0, 5000);
     CHECK_STATUS(watchlock_rwlock_downgrade(r), WATCHLOCK_EINVAL);
     CHECK_STATUS(watchlock_rwlock_downgrade(w), WATCHLOCK_ENOTOWNER);
     CHECK_OK(watchlock_lock_acquire(w, 0));
     int64_t f = watchlock_lock_fencing_token(w);
-    pid_t rp = side("rw-down", 0, 1, 5000);
+    q_go(&ch);
+    pid_t rp = ch.pid;
     WAIT_FOR(q_info(c, "rw-down", Q_LEN) == 1, 20000);
     CHECK_OK(watchlock_rwlock_downgrade(w));
     CHECK_EQ(watchlock_lock_kind(w), WATCHLOCK_KIND_READ);

@@ -24,6 +24,9 @@ static void test_basics(void)
     CHECK_OK(watchlock_semaphore_acquire(a, 2, 0));
     CHECK_EQ(watchlock_lock_permits(a), 2);
     CHECK_OK(watchlock_semaphore_acquire(a, 2, 0)); /* reentrant with the same k */
+    CHECK_OK(watchlock_lock_acquire(a, 0));         /* and with the plain call: what it holds */
+    CHECK_EQ(watchlock_lock_hold_count(a), 3);
+    CHECK_OK(watchlock_lock_release(a));
     CHECK_STATUS(watchlock_semaphore_acquire(a, 1, 0), WATCHLOCK_EINVAL); /* another k while held */
     CHECK_OK(watchlock_lock_acquire(d, 0));        /* permits 0: the name's count (3) */
     CHECK_EQ(q_info(c, "s-basic", Q_IN_USE), 3);
@@ -42,9 +45,14 @@ static void test_basics(void)
     CHECK_OK(watchlock_lock_release(a));
     CHECK_OK(watchlock_lock_release(d));
     CHECK_EQ(q_info(c, "s-basic", Q_IN_USE), 0);
+
     CHECK_STATUS(watchlock_client_set_permits(c2, "s-basic", 7, 0), WATCHLOCK_EINVAL);
     /* a name with a count set by set_permits keeps it: a handle with 0 uses it */
     CHECK_OK(watchlock_semaphore_acquire(d, 4, 0));
+    CHECK_OK(watchlock_lock_release(d));
+    CHECK_OK(watchlock_lock_acquire(d, 0)); /* a new hold by the plain call: 1 permit, not the last k */
+    CHECK_EQ(watchlock_lock_permits(d), 1);
+    CHECK_EQ(q_info(c, "s-basic", Q_IN_USE), 1);
     CHECK_OK(watchlock_lock_release(d));
     /* a name not in use has no count: permits 0 is refused clearly */
     watchlock_lock *z = sem(c, "s-none", 0, 5000);
@@ -99,23 +107,21 @@ static void test_permits_never_exceeded(void)
     CHECK_INT(mx, >=, 2);
 }
 
-/* A child that takes k permits of "s-<name>" (count n), pushes its tag,
- * and holds until the key <name>-go-<tag> exists. */
-static pid_t holder(const char *name, int64_t n, int64_t k, int tag)
+/* A child that takes k permits of name (count n), pushes its tag, and
+ * holds until the key <name>-go-<tag> exists. */
+static void holder_body(const q_args *a)
 {
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        watchlock_client *c = open_client(test_url(""));
-        watchlock_lock *l = sem(c, name, n, 5000);
-        CHECK_OK(watchlock_semaphore_acquire(l, k, 60000));
-        CHECK(rh_int(test_server(), "RPUSH %s-got %d", name, tag) > 0);
-        WAIT_FOR(rh_int(test_server(), "EXISTS %s-go-%d", name, tag) == 1, 60000);
-        CHECK_OK(watchlock_lock_release(l));
-        _exit(0);
-    }
-    return pid;
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = sem(c, a->name, a->n, 5000);
+    CHECK_OK(watchlock_semaphore_acquire(l, a->k, 60000));
+    CHECK(rh_int(test_server(), "RPUSH %s-got %d", a->name, a->tag) > 0);
+    WAIT_FOR(rh_int(test_server(), "EXISTS %s-go-%d", a->name, a->tag) == 1, 60000);
+    CHECK_OK(watchlock_lock_release(l));
+}
+
+static q_child holder(const char *name, int64_t n, int64_t k, int tag)
+{
+    return q_fork(holder_body, (q_args){.name = name, .n = n, .k = k, .tag = tag});
 }
 
 static long long got(const char *name)
@@ -128,12 +134,14 @@ static long long got(const char *name)
  * exactly the waiters it can satisfy. */
 static void test_large_request_blocks_later(void)
 {
+    q_child cbig = holder("s-head", 3, 3, 1), csmall = holder("s-head", 3, 1, 2);
+    pid_t big = cbig.pid, small = csmall.pid;
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *a = sem(c, "s-head", 3, 5000);
     CHECK_OK(watchlock_semaphore_acquire(a, 2, 0));
-    pid_t big = holder("s-head", 3, 3, 1);
+    q_go(&cbig);
     WAIT_FOR(q_info(c, "s-head", Q_LEN) == 1, 20000);
-    pid_t small = holder("s-head", 3, 1, 2);
+    q_go(&csmall);
     WAIT_FOR(q_info(c, "s-head", Q_LEN) == 2, 20000);
     CHECK_EQ(q_info(c, "s-head", Q_LEN), 2);
     /* one permit is free, but the small request waits behind the big one, and so does a try */
@@ -159,13 +167,18 @@ static void test_large_request_blocks_later(void)
  * the first two (3 permits) and leaves the third waiting (1 free < 2). */
 static void test_release_wakes_exactly(void)
 {
+    pid_t w[3];
+    q_child ch[3];
+    int64_t ks[3] = {1, 2, 2};
+    for (int i = 0; i < 3; i++) {
+        ch[i] = holder("s-exact", 4, ks[i], i + 1);
+        w[i] = ch[i].pid;
+    }
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *a = sem(c, "s-exact", 4, 5000);
     CHECK_OK(watchlock_semaphore_acquire(a, 4, 0));
-    pid_t w[3];
-    int64_t ks[3] = {1, 2, 2};
     for (int i = 0; i < 3; i++) {
-        w[i] = holder("s-exact", 4, ks[i], i + 1);
+        q_go(&ch[i]);
         WAIT_FOR(q_info(c, "s-exact", Q_LEN) == i + 1, 20000);
     }
     CHECK_EQ(q_info(c, "s-exact", Q_LEN), 3);

@@ -9,6 +9,8 @@
  */
 #include "testing.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_acquire_through_sentinel(void)
@@ -70,7 +72,96 @@ static void test_min_replicas_without_replicas(void)
     rh_free(srv);
 }
 
+typedef struct fair_waiter {
+    watchlock_lock *lock;
+    int rc;
+    int64_t done_ms;
+} fair_waiter;
+
+static void *fair_wait(void *arg)
+{
+    fair_waiter *w = arg;
+    w->rc = watchlock_lock_acquire(w->lock, 40000);
+    w->done_ms = now_ms();
+    return NULL;
+}
+
+static int64_t queue_len(rh_server *srv, const char *key)
+{
+    return rh_int(srv, "ZCARD %s", key);
+}
+
+static int is_master(rh_server *srv)
+{
+    redisReply *r = rh_command(srv, "ROLE");
+    int m = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->str != NULL &&
+            strcmp(r->element[0]->str, "master") == 0;
+    if (r != NULL)
+        freeReplyObject(r);
+    return m;
+}
+
+/* Issue 22: a fair lock's queue across a SENTINEL FAILOVER. The queue (a
+ * waiter blocked in acquire) is replicated to the replica; after the
+ * failover the waiter's liveness calls and wake-up channel follow the new
+ * master, and the holder's release there hands the lock over. */
+static void test_fair_queue_across_failover(void)
+{
+    rh_sentinel_group *g = rh_sentinel_start(0);
+    CHECK_MSG(g != NULL, "could not start a sentinel group");
+    rh_server *master = rh_sentinel_master(g), *replica = rh_sentinel_replica(g);
+    watchlock_client *a = open_client(rh_sentinel_url(g)), *b = open_client(rh_sentinel_url(g));
+    watchlock_lock *holder = NULL;
+    fair_waiter w = {.rc = -1};
+    CHECK_OK(watchlock_fair_lock_new(&holder, a, "sentinel-fair", 13));
+    CHECK_OK(watchlock_lock_set_lease(holder, 30000));
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    CHECK_OK(watchlock_fair_lock_new(&w.lock, b, "sentinel-fair", 13));
+    CHECK_OK(watchlock_lock_set_lease(w.lock, 30000));
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, fair_wait, &w) == 0);
+    const char *qkey = "watchlock:{sentinel-fair}:q:q";
+    WAIT_FOR(queue_len(master, qkey) == 1 && queue_len(replica, qkey) == 1, 10000);
+    CHECK_EQ(queue_len(replica, qkey), 1);
+    /* SENTINEL FAILOVER on the first sentinel, retried while it is not ready */
+    const char *url = rh_sentinel_url(g), *colon = strchr(url + strlen("redis-sentinel://"), ':');
+    CHECK(colon != NULL);
+    rh_server *sentinel = rh_attach(atoi(colon + 1));
+    CHECK(sentinel != NULL);
+    const char *slash = strrchr(url, '/');
+    int64_t end = now_ms() + 30000;
+    int ok = 0;
+    while (!ok && now_ms() < end) {
+        redisReply *r = rh_command(sentinel, "SENTINEL FAILOVER %s", slash + 1);
+        ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+        if (r != NULL)
+            freeReplyObject(r);
+        if (!ok)
+            sleep_ms(200);
+    }
+    CHECK_MSG(ok, "SENTINEL FAILOVER was refused for 30 s");
+    WAIT_FOR(is_master(replica), 30000);
+    CHECK(is_master(replica));
+    sleep_ms(1000); /* the waiter renews its liveness on the new master meanwhile */
+    CHECK_EQ(queue_len(replica, qkey), 1);
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_release(holder));
+    pthread_join(th, NULL);
+    CHECK_OK(w.rc);
+    testing_note("after the failover the waiter got the lock %lld ms after the release", (long long)(w.done_ms - t0));
+    CHECK_INT(w.done_ms - t0, <, 5000);
+    CHECK_EQ(watchlock_lock_state(w.lock), WATCHLOCK_HELD);
+    CHECK_OK(watchlock_lock_release(w.lock));
+    watchlock_lock_free(w.lock);
+    watchlock_lock_free(holder);
+    watchlock_client_close(b);
+    watchlock_client_close(a);
+    rh_free(sentinel);
+    rh_sentinel_free(g);
+}
+
 static const test_case tests[] = {
+    {"fair_queue_across_failover", test_fair_queue_across_failover, 120},
     {"acquire_through_sentinel", test_acquire_through_sentinel, 0},
     {"min_replicas_without_replicas", test_min_replicas_without_replicas, 0},
     {NULL, NULL, 0}};

@@ -471,14 +471,6 @@ int watchlock_lock_last_lost_reason(const watchlock_lock *l)
 }
 
 /* issue 25.2: public, for bindings that stop a sliced wait for good. */
-int watchlock_lock_forget_wait(watchlock_lock *l)
-{
-    int rc = wl_check_lock(l);
-    if (rc == WATCHLOCK_OK)
-        wl_wait_forget(l);
-    return rc;
-}
-
 /* ---- queued kinds (the engine is queue.c's) ---- */
 
 int wl_queued_init(watchlock_lock *l, int kind, int64_t cap, int64_t k)

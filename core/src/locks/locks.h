@@ -18,6 +18,8 @@ typedef struct wl_queued {
     char id[17];     /* the handle's id in the name's queue and holders (16 hex digits) */
     wl_qkeys keys;
     char *lock_key;  /* what hold.keys.lock pointed at before it became the hold key (restored at free) */
+    atomic_bool keep_place; /* watchlock_lock_set_wait_slices: a timed-out acquire keeps its place */
+    atomic_bool queued;     /* a kept place: the handle may still be in the name's queue */
     size_t lock_key_len;
 } wl_queued;
 

@@ -197,6 +197,25 @@ static void leave(watchlock_lock *l)
     pthread_mutex_unlock(&l->io_mu);
 }
 
+int watchlock_lock_set_wait_slices(watchlock_lock *l, int on)
+{
+    int rc = wl_check_lock(l);
+    if (rc == WATCHLOCK_OK && l->q != NULL)
+        atomic_store(&l->q->keep_place, on != 0);
+    return rc;
+}
+
+int watchlock_lock_forget_wait(watchlock_lock *l)
+{
+    int rc = wl_check_lock(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    wl_wait_forget(l);
+    if (l->q != NULL && atomic_exchange(&l->q->queued, false))
+        leave(l); /* a queued kind's kept place: one round trip */
+    return WATCHLOCK_OK;
+}
+
 int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
 {
     int rc = wl_check_lock(l);
@@ -204,8 +223,10 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
         return rc;
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
+    /* k 0 (watchlock_lock_acquire): what a held handle holds (reentrant),
+     * else 1 permit for a semaphore, the kind's share for the others */
     if (k == 0)
-        k = l->q->k;
+        k = held_now(l) || atomic_load(&l->q->kind) != WATCHLOCK_KIND_SEMAPHORE ? l->q->k : 1;
     if (held_now(l)) { /* reentrant: no round trip */
         if (k != l->q->k) {
             pthread_mutex_unlock(&c->mu);
@@ -231,6 +252,10 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
 
     int64_t t0_us = wl_now_us();
     int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
+    /* A kept place (the previous slice timed out): a try ends the wait */
+    bool kept = atomic_exchange(&l->q->queued, false);
+    if (kept && wait_ms == 0)
+        leave(l);
     wl_subscriber *sub = NULL;
     wl_sub_entry *entry = NULL;
     bool queued = false;
@@ -259,7 +284,10 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
         queued = true;
         int64_t now = wl_now_us();
         if (until >= 0 && now >= until) {
-            leave(l);
+            if (atomic_load(&l->q->keep_place))
+                atomic_store(&l->q->queued, true); /* the next slice resumes it; forget_wait leaves */
+            else
+                leave(l);
             rc = WATCHLOCK_ETIMEDOUT;
             break;
         }

@@ -150,8 +150,17 @@ static const char renew_lua[] =
     "return out\n";
 
 /* KEYS: lock. ARGV: channel, publish command. -> number of keys deleted;
- * wakes waiters. */
+ * wakes waiters. A name in use as a queued kind (its lock key is the
+ * queue's state hash, qscripts.c) loses its whole queue: every holder's
+ * key (the holders learn it at their next renewal, LOST_TAKEN), the
+ * holders, the queue and the waiters' data; waiters queue again at their
+ * next call. O(holders): an admin call. */
 static const char force_release_lua[] =
+    "if redis.call('TYPE', KEYS[1])['ok'] == 'hash' and redis.call('HEXISTS', KEYS[1], 'kind') == 1 then\n"
+    "  local b = KEYS[1]\n"
+    "  for _, h in ipairs(redis.call('ZRANGE', b .. ':q:h', 0, -1)) do redis.call('DEL', b .. ':q:h:' .. h) end\n"
+    "  redis.call('DEL', b .. ':q:h', b .. ':q:q', b .. ':q:l', b .. ':q:d')\n"
+    "end\n"
     "local n = redis.call('DEL', KEYS[1])\n"
     "redis.pcall(ARGV[2], ARGV[1], '')\n"
     "return n\n";
