@@ -224,3 +224,41 @@ static int wl_lua_lock_name(lua_State *L)
 /* The watchdog thread must never run Lua code: no callbacks. */
 %ignore watchlock_lock_set_on_lost;
 %ignore watchlock_lost_fn;
+
+/* ---- a quorum's member URLs: a table (sequence) of strings (issue 21) ------- */
+/* core.client_open_quorum({ "redis://a", "redis://b", ... }) -> status, client.
+ * The strings are borrowed from the table, which outlives the call. */
+%typemap(in, checkfn="lua_istable") (const char *const *urls, size_t n)
+%{
+    {
+        size_t n_ = (size_t)lua_rawlen(L, $input), i_;
+        $1 = ($1_ltype)calloc(n_ > 0 ? n_ : 1, sizeof(char *));
+        if ($1 == NULL) {
+            SWIG_Lua_pushferrstring(L, "%s: out of memory", "$symname");
+            SWIG_fail;
+        }
+        $2 = n_;
+        for (i_ = 0; i_ < n_; i_++) {
+            size_t len_ = 0;
+            const char *s_;
+            lua_rawgeti(L, $input, (int)(i_ + 1));
+            if (lua_type(L, -1) != LUA_TSTRING) {
+                SWIG_Lua_pushferrstring(L, "%s: urls[%d] must be a string, got %s", "$symname",
+                                        (int)(i_ + 1), luaL_typename(L, -1));
+                free((void *)$1);
+                $1 = NULL;
+                SWIG_fail;
+            }
+            s_ = lua_tolstring(L, -1, &len_);
+            lua_pop(L, 1); /* still referenced by the table */
+            if (len_ != strlen(s_)) {
+                SWIG_Lua_pushferrstring(L, "%s: urls[%d] contains a NUL byte", "$symname", (int)(i_ + 1));
+                free((void *)$1);
+                $1 = NULL;
+                SWIG_fail;
+            }
+            ((const char **)$1)[i_] = s_;
+        }
+    }
+%}
+%typemap(freearg) (const char *const *urls, size_t n) %{ free((void *)$1); %}

@@ -159,3 +159,54 @@ WL_OUT_INT(uint64_t, lock_id, PyLong_FromUnsignedLongLong)
 %typemap(out) uint64_t {
     $result = PyLong_FromUnsignedLongLong((unsigned long long)$1);
 }
+
+/* ---- a quorum's member URLs: a list or tuple of str (issue 21) ------------ */
+/* watchlock_client_open_quorum(out, urls, n): `status, client =
+ * client_open_quorum(["redis://a", "redis://b", ...])`. The strings are
+ * borrowed from the sequence (UTF-8), which outlives the call; a NUL byte
+ * in a URL is refused here, as C would cut the URL at it. */
+%typemap(in) (const char *const *urls, size_t n) (PyObject *seq_ = NULL) {
+    if (!PyList_Check($input) && !PyTuple_Check($input)) {
+        PyErr_Format(PyExc_TypeError, "urls must be a list or tuple of str, not %.100s",
+                     Py_TYPE($input)->tp_name);
+        SWIG_fail;
+    }
+    seq_ = PySequence_Fast($input, "urls must be a list or tuple of str");
+    if (seq_ == NULL)
+        SWIG_fail;
+    {
+        Py_ssize_t n_ = PySequence_Fast_GET_SIZE(seq_), i_;
+        $1 = ($1_ltype)calloc((size_t)(n_ > 0 ? n_ : 1), sizeof(char *));
+        if ($1 == NULL) {
+            PyErr_NoMemory();
+            SWIG_fail;
+        }
+        $2 = (size_t)n_;
+        for (i_ = 0; i_ < n_; i_++) {
+            PyObject *item_ = PySequence_Fast_GET_ITEM(seq_, i_);
+            Py_ssize_t len_ = 0;
+            const char *s_;
+            if (!PyUnicode_Check(item_)) {
+                PyErr_Format(PyExc_TypeError, "urls[%zd] must be a str, not %.100s", i_,
+                             Py_TYPE(item_)->tp_name);
+                SWIG_fail;
+            }
+            s_ = PyUnicode_AsUTF8AndSize(item_, &len_);
+            if (s_ == NULL)
+                SWIG_fail;
+            if ((size_t)len_ != strlen(s_)) {
+                PyErr_Format(PyExc_ValueError, "urls[%zd] contains a NUL byte", i_);
+                SWIG_fail;
+            }
+            ((const char **)$1)[i_] = s_;
+        }
+    }
+}
+%typemap(freearg) (const char *const *urls, size_t n) {
+    free((void *)$1);
+    Py_XDECREF(seq_$argnum);
+}
+
+/* Trivial getters of the quorum (no I/O). */
+%nothread watchlock_client_member_count;
+%nothread watchlock_lock_member_status;

@@ -18,7 +18,8 @@ void cli_help_status(void)
           "lock.\n"
           "\n"
           "Options:\n"
-          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379);\n"
+          "                  repeat it for a Redlock quorum of independent masters\n"
           "  -j, --json      one JSON object on stdout:\n"
           "                  {\"name\": ..., \"held\": true|false, \"remaining_ms\": N,\n"
           "                   \"fencing_token\": N, \"owner\": {\"host\": ..., \"pid\": N,\n"
@@ -51,7 +52,8 @@ void cli_help_list(void)
           "taken or released meanwhile may or may not be listed.\n"
           "\n"
           "Options:\n"
-          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379);\n"
+          "                  repeat it for a Redlock quorum of independent masters\n"
           "  -j, --json      one JSON array on stdout, one object per lock as in\n"
           "                  'watchlock status --json'\n"
           "  -q, --quiet     no message when nothing is held\n"
@@ -82,7 +84,8 @@ void cli_help_release(void)
           "\n"
           "Options:\n"
           "  -f, --force     required: confirms that the holder may be cut off\n"
-          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379);\n"
+          "                  repeat it for a Redlock quorum of independent masters\n"
           "  -q, --quiet     print nothing on success\n"
           "  -h, --help      show this help\n"
           "\n"
@@ -154,7 +157,6 @@ int cli_cmd_status(int argc, char **argv)
     int done = cli_admin_options("status", argc, argv, CLI_OPT_JSON, cli_help_status, &opts);
     if (done >= 0)
         return done;
-    const char *url = opts.url;
     int json = opts.json;
     if (optind >= argc)
         return cli_usage_error("status", "missing lock NAME");
@@ -163,9 +165,11 @@ int cli_cmd_status(int argc, char **argv)
     const char *name = argv[optind];
     if (!*name)
         return cli_usage_error("status", "the lock NAME must not be empty");
+    if (opts.urls.n > 1)
+        return cli_quorum_status(&opts.urls, name, json);
 
     watchlock_client *client = NULL;
-    int rc = cli_open_client(&client, cli_pick_url(url));
+    int rc = cli_open_client_urls(&client, &opts.urls);
     if (rc != 0)
         return rc;
 
@@ -220,15 +224,16 @@ int cli_cmd_list(int argc, char **argv)
     int done = cli_admin_options("list", argc, argv, CLI_OPT_JSON | CLI_OPT_QUIET, cli_help_list, &opts);
     if (done >= 0)
         return done;
-    const char *url = opts.url;
     int json = opts.json;
     if (optind + 1 < argc)
         return cli_usage_error("list", "too many arguments: expected at most one PATTERN (quote it: '%s*')",
                                argv[optind]);
     const char *pattern = optind < argc ? argv[optind] : "*";
+    if (opts.urls.n > 1)
+        return cli_quorum_list(&opts.urls, pattern, json);
 
     watchlock_client *client = NULL;
-    int rc = cli_open_client(&client, cli_pick_url(url));
+    int rc = cli_open_client_urls(&client, &opts.urls);
     if (rc != 0)
         return rc;
     watchlock_lock_list *list = NULL;
@@ -291,7 +296,6 @@ int cli_cmd_release(int argc, char **argv)
     int done = cli_admin_options("release", argc, argv, CLI_OPT_FORCE | CLI_OPT_QUIET, cli_help_release, &opts);
     if (done >= 0)
         return done;
-    const char *url = opts.url;
     int force = opts.force;
     if (optind >= argc)
         return cli_usage_error("release", "missing lock NAME");
@@ -307,7 +311,7 @@ int cli_cmd_release(int argc, char **argv)
                                name);
 
     watchlock_client *client = NULL;
-    int rc = cli_open_client(&client, cli_pick_url(url));
+    int rc = cli_open_client_urls(&client, &opts.urls);
     if (rc != 0)
         return rc;
     int released = 0;

@@ -91,7 +91,10 @@ void cli_help_run(void)
           "\n"
           "Options:\n"
           "  -u, --url URL           Redis server (default: $WATCHLOCK_URL, else\n"
-          "                          redis://127.0.0.1:6379)\n"
+          "                          redis://127.0.0.1:6379); repeat it for a Redlock\n"
+          "                          quorum of independent masters: held while a\n"
+          "                          majority grants it, exit 75 only when a majority\n"
+          "                          is held by others, 69 when it cannot be reached\n"
           "  -t, --ttl DURATION      lease: how long the lock outlives a crashed or frozen\n"
           "                          watchlock (default 30s); renewed every TTL/3\n"
           "      --renew-interval DURATION|FRACTION\n"
@@ -193,7 +196,7 @@ struct lock_opt {
 };
 
 struct run_opts {
-    const char *url;
+    struct cli_urls urls; /* --url, repeated: several = a Redlock quorum (issue 21) */
     struct lock_opt ttl, renew_interval, max_renewals, max_hold;
     int renew_num, renew_den; /* --renew-interval as a fraction of the TTL (den 0: a duration) */
     const char *stats_json;   /* --stats-json FILE (stats.c) */
@@ -1083,7 +1086,8 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         }
         switch (c) {
         case 'u':
-            o->url = optarg;
+            if ((rc = cli_urls_add(&o->urls, "run", optarg)) != 0)
+                return rc;
             break;
         case 't':
             if ((rc = parse_lock_duration("--ttl", optarg, &o->ttl)) != 0)
@@ -1551,9 +1555,11 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
     int rc;
 
     /* From here on, the client's threads inherit the blocked mask. */
-    const char *url = cli_pick_url(o->url);
+    struct cli_urls urls = o->urls;
+    if ((rc = cli_urls_resolve(&urls, "run")) != 0)
+        return rc;
     watchlock_client *client = NULL;
-    if ((rc = cli_open_client(&client, url)) != 0)
+    if ((rc = cli_open_client_urls(&client, &urls)) != 0)
         return rc;
 
     watchlock_lock *lock = NULL;
@@ -1588,6 +1594,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
             cli_info("lock '%s' still held by another owner after %s; not running '%s'", o->name,
                      waitbuf, o->what);
         }
+        cli_quorum_report_acquire(client, lock, o->name, 0);
         watchlock_lock_free(lock);
         cli_stats_report(client, o->stats_json); /* stats.c: --verbose, --stats-json */
         watchlock_client_close(client);
@@ -1597,12 +1604,24 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
         char what[256];
         snprintf(what, sizeof what, "cannot acquire lock '%s'", o->name);
         int code = cli_fail(st_code, what);
+        cli_quorum_report_acquire(client, lock, o->name, 1);
         watchlock_lock_free(lock);
         watchlock_client_close(client);
         return code;
     }
 
     int64_t fence = watchlock_lock_fencing_token(lock);
+    if (fence < 0) {
+        /* A quorum could not confirm the token's raise within the hold's
+         * validity: a token that might not increase is never handed to
+         * COMMAND, so COMMAND does not run (issue 21.6). */
+        cli_error("lock '%s': fencing token unavailable (%s); not running '%s'", o->name,
+                  watchlock_strerror((int)-fence), o->what);
+        watchlock_lock_release(lock);
+        watchlock_lock_free(lock);
+        watchlock_client_close(client);
+        return CLI_EXIT_UNAVAILABLE;
+    }
     {
         char ttlbuf[32];
         cli_format_duration(ttlbuf, sizeof ttlbuf, watchlock_lock_lease(lock));

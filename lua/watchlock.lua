@@ -283,17 +283,45 @@ end
 -- "rediss://...?cacert=FILE" (TLS), "redis-sentinel://h1:26379,h2:26379/MASTER",
 -- "redis-cluster://h1:7000,h2:7001"
 -- or "unix:///path.sock"; default: $WATCHLOCK_URL, else redis://127.0.0.1:6379.
+-- A table of URLs ({ "redis://a", "redis://b", "redis://c" }) opens a Redlock
+-- quorum of independent masters (each any single-master URL); one URL is the
+-- plain client, two are refused. $WATCHLOCK_URL may hold several URLs
+-- separated by spaces.
 function M.connect(url)
   run_hooks()
   if url == nil then
     url = os.getenv("WATCHLOCK_URL")
-    if url == nil or url == "" then
+    if url == nil or url:find("^%s*$") then
       url = "redis://127.0.0.1:6379"
+    elseif url:find("%S%s+%S") then
+      local urls = {}
+      for u in url:gmatch("%S+") do
+        urls[#urls + 1] = u
+      end
+      url = urls
+    else
+      url = url:match("^%s*(.-)%s*$")
     end
-  elseif type(url) ~= "string" then
-    raise("connect: url must be a string or nil, got " .. type(url), 2)
+  elseif type(url) ~= "string" and type(url) ~= "table" then
+    raise("connect: url must be a string, a table of strings or nil, got " .. type(url), 2)
   end
-  local status, handle = core.client_open(url)
+  local status, handle
+  if type(url) == "table" then
+    local urls = {}
+    for i = 1, #url do
+      if type(url[i]) ~= "string" then
+        raise(("connect: url[%d] must be a string, got %s"):format(i, type(url[i])), 2)
+      end
+      urls[i] = url[i]
+    end
+    if #urls == 0 then
+      raise("connect: the table of URLs is empty", 2)
+    end
+    url = urls
+    status, handle = core.client_open_quorum(urls)
+  else
+    status, handle = core.client_open(url)
+  end
   if status ~= OK then
     local code = status
     local msg = detail(code)
@@ -302,7 +330,9 @@ function M.connect(url)
     end
     return nil, msg
   end
-  return setmetatable({ _handle = handle, url = url, _watched = setmetatable({}, { __mode = "v" }) }, Client)
+  local urls = type(url) == "table" and url or { url }
+  url = table.concat(urls, " ")
+  return setmetatable({ _handle = handle, url = url, urls = urls, _watched = setmetatable({}, { __mode = "v" }) }, Client)
 end
 
 --- client:close(): releases the client's held locks (best effort) and closes
@@ -747,9 +777,32 @@ end
 -- An integer on Lua 5.3+; on LuaJIT (doubles only) the exact decimal
 -- string, so that it prints, concatenates and travels as the integer it is.
 -- tonumber(token) is exact on both (tokens are far below 2^53).
+-- On a quorum client the first call of a hold raises the token on the
+-- members that granted it (one round trip); nil, message when that could
+-- not be confirmed within the hold's validity (no token may be used).
 function Lock:fencing_token()
   local handle = check_lock(self, "fencing_token", 2)
-  return core.lock_fencing_token(handle)
+  local token = core.lock_fencing_token(handle)
+  if tonumber(token) < 0 then
+    return nil, "fencing token unavailable: " .. core.strerror(-tonumber(token))
+  end
+  return token
+end
+
+--- lock:members() -> { "granted" | "held" | "unreachable" | "restarted" | "unknown", ... }
+-- On a quorum client (connect({...})): what each member answered to this
+-- lock's last acquire, in the order of the URLs ("held": by another
+-- owner; "restarted": counted out by the restart rule). One entry
+-- ("granted", ...) on a plain client. After a failed acquire it says why:
+-- "timeout" only when a majority is held by others, else unreachable.
+local MEMBER_VERDICTS = { [0] = "unknown", "granted", "held", "unreachable", "restarted" }
+function Lock:members()
+  local handle = check_lock(self, "members", 2, true)
+  local out = {}
+  for i = 0, core.client_member_count(self._client._handle) - 1 do
+    out[#out + 1] = MEMBER_VERDICTS[core.lock_member_status(handle, i)] or "unknown"
+  end
+  return out
 end
 
 --- lock:remaining() -> seconds of validity left by the local deadline (0 when not held)

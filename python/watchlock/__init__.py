@@ -19,8 +19,8 @@ from ._client import CheckCode, CheckFinding, Client, ListedLock, LockInfo, Owne
 from ._lock import Lock, LockOptions, OnLost
 from ._stats import Histogram
 from ._util import Duration, LostReason
-from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
-                         InternalError, InvalidArgument, LockError, LockLostError, LockNotOwnedError, LockTimeout,
+from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, FencingTokenUnavailable,
+                         ForkedError, InternalError, InvalidArgument, LockError, LockLostError, LockNotOwnedError, LockTimeout,
                          OutOfMemoryError, PermissionDeniedError, ReplicationError, ServerError)
 
 __version__: str = _native.version_string()
@@ -32,5 +32,5 @@ __all__ = [
     "Duration", "LockOptions", "OnLost", "Histogram",
     "Error", "LockError", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "PermissionDeniedError", "ReplicationError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
-    "OutOfMemoryError", "InternalError", "__version__",
+    "OutOfMemoryError", "InternalError", "FencingTokenUnavailable", "__version__",
 ]

@@ -10,7 +10,7 @@ import os
 import re
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
 from . import _native, _util
 from ._lock import Lock, LockOptions, check_options
@@ -99,17 +99,49 @@ class Client(HasRuntime):
     environment variable, else ``redis://127.0.0.1:6379``. Connects once to
     check the server (ConnectionError, AuthenticationError otherwise).
 
+    A list or tuple of URLs opens a Redlock quorum of independent masters
+    (each any single-master URL above, with its own password and TLS):
+    ``Client(["redis://a:6379", "redis://b:6379", "redis://c:6379"])``. A lock
+    is held while a majority grants it; a failed acquire raises LockTimeout
+    only when a majority is held by others, ConnectionError when a majority
+    cannot be reached (``Lock.members`` says what each member answered).
+    One URL is the plain client; two are refused (InvalidArgument): no
+    majority survives the loss of either. ``WATCHLOCK_URL`` may hold several
+    URLs separated by spaces.
+
     Thread-safe. One Client per process and server is enough: it runs one
     watchdog thread for all its locks. ``close()`` (or ``with Client() as c:``)
     releases what its locks hold. A Client cannot be used in a forked child
     (ForkedError): open a new one there.
     """
 
-    def __init__(self, url: Optional[str] = None) -> None:
+    def __init__(self, url: Union[None, str, Sequence[str]] = None) -> None:
         if url is None:
-            url = os.environ.get("WATCHLOCK_URL") or DEFAULT_URL
+            env = os.environ.get("WATCHLOCK_URL", "")
+            # several URLs separated by spaces: a quorum, as the CLI reads it
+            url = env.split() if len(env.split()) > 1 else (env.strip() or DEFAULT_URL)
+        if isinstance(url, (list, tuple)):
+            urls = list(url)
+            for i, u in enumerate(urls):
+                if not isinstance(u, str):
+                    raise TypeError(f"url[{i}] must be a str, not {type(u).__name__}")
+            if not urls:
+                raise InvalidArgument("a quorum needs at least one URL (the list is empty)")
+            redacted = " ".join(redact_url(u) for u in urls)
+            for u in urls:
+                if "\0" in u:
+                    raise InvalidArgument(f"malformed URL {redact_url(u)!r}: it contains a NUL byte")
+            if len(urls) == 1:
+                st, h = _native.client_open(urls[0])
+            else:
+                st, h = _native.client_open_quorum(urls)
+            if st != OK:
+                _util.raise_status(st, f"cannot open watchlock client for {redacted}")
+            self._runtime = Runtime(h, redacted)
+            _live_clients.add(self)
+            return
         if not isinstance(url, str):
-            raise TypeError(f"url must be a str, not {type(url).__name__}")
+            raise TypeError(f"url must be a str or a list of str, not {type(url).__name__}")
         redacted = redact_url(url)
         if "\0" in url:  # C would silently cut the URL at the NUL
             raise InvalidArgument(f"malformed URL {redacted!r}: it contains a NUL byte")

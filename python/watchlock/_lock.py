@@ -37,7 +37,8 @@ import threading
 import time
 import types
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
+from typing import (TYPE_CHECKING, Any, Callable, Coroutine, Iterable, List, NoReturn, Optional, Tuple, Type,
+                    TypedDict, Union)
 
 from . import _async, _native, _util
 from ._runtime import Runtime
@@ -57,9 +58,13 @@ _lock_hold_count: Callable[[Optional[_native.LockHandle]], int] = _c.lock_hold_c
 _lock_state: Callable[[Optional[_native.LockHandle]], int] = _c.lock_state
 _LOST_NONE = _native.WATCHLOCK_LOST_NONE
 _MAX_NAME = _native.WATCHLOCK_MAX_NAME
+#: watchlock_lock_member_status() codes as Lock.members shows them.
+MEMBER_VERDICTS = {_native.WATCHLOCK_MEMBER_UNKNOWN: "unknown", _native.WATCHLOCK_MEMBER_GRANTED: "granted",
+                   _native.WATCHLOCK_MEMBER_HELD: "held", _native.WATCHLOCK_MEMBER_UNREACHABLE: "unreachable",
+                   _native.WATCHLOCK_MEMBER_RESTARTED: "restarted"}
 _new_mu = threading.Lock()  # makes lazy handles one at a time: one Lock, one owner
 _mu = threading.Lock()      # every Lock's guard state (_owner, _acquiring, _cond)
-from .exceptions import Error, InvalidArgument, LockLostError, LockTimeout
+from .exceptions import Error, FencingTokenUnavailable, InvalidArgument, LockLostError, LockTimeout
 from ._renew import RenewOption, renew_option, set_renew
 
 if TYPE_CHECKING:
@@ -274,8 +279,31 @@ class Lock:
     def fencing_token(self) -> int:
         """Fencing token of the current (or last) hold; 0 before the first.
         Strictly increases per name across all holders: pass it to the
-        storage you protect so it can refuse writes from a stale holder."""
-        return _native.lock_fencing_token(self._h) if self._hnd is not None else 0
+        storage you protect so it can refuse writes from a stale holder.
+        On a quorum client the first read of a hold raises the token on the
+        members that granted it (one round trip); FencingTokenUnavailable
+        when that could not be confirmed within the hold's validity."""
+        if self._hnd is None:
+            return 0
+        token = _native.lock_fencing_token(self._hnd)
+        if token < 0:
+            raise FencingTokenUnavailable(
+                f"fencing token of lock {fmt_name(self._name)} unavailable: {_native.strerror(-token)}",
+                lock_name=self._name, status=-token)
+        return token
+
+    @property
+    def members(self) -> List[str]:
+        """On a quorum client (``Client([url, ...])``): what each member
+        answered to this lock's last acquire, in the order of the URLs:
+        "granted", "held" (by another owner), "unreachable", "restarted"
+        (counted out by the restart rule for one lease) or "unknown". One
+        entry on a plain client; [] before the first acquire."""
+        if self._hnd is None:
+            return []
+        h = self._hnd
+        n = _native.client_member_count(self._runtime.handle())
+        return [MEMBER_VERDICTS.get(_native.lock_member_status(h, i), "unknown") for i in range(n)]
 
     @property
     def remaining(self) -> float:
@@ -387,7 +415,19 @@ class Lock:
             # thread still waiting stays parked, as Python stops daemon
             # threads at exit, instead of failing noisily.
             threading.Event().wait()
-        raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
+        try:
+            raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
+        except Error as e:
+            e.members = self._member_verdicts()
+            raise
+
+    def _member_verdicts(self) -> Optional[List[str]]:
+        """Lock.members for an exception: None on a plain client or when unreadable."""
+        try:
+            members = self.members
+        except Error:
+            return None
+        return members if len(members) > 1 else None
 
     def _free_guard(self) -> None:  # with self._mu
         self._owner = None
@@ -464,8 +504,10 @@ class Lock:
         return self
 
     def _timeout_error(self) -> LockTimeout:
-        return LockTimeout(f"lock {fmt_name(self._name)} not acquired within {self._blocking_ms / 1000:g} s",
-                           lock_name=self._name, status=ETIMEDOUT)
+        e = LockTimeout(f"lock {fmt_name(self._name)} not acquired within {self._blocking_ms / 1000:g} s",
+                        lock_name=self._name, status=ETIMEDOUT)
+        e.members = self._member_verdicts()
+        return e
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[types.TracebackType]) -> None:
@@ -552,7 +594,7 @@ class Lock:
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                         tb: Optional[types.TracebackType]) -> None:
         interrupted = (isinstance(exc, asyncio.CancelledError) and self._interrupted != 0
-                       and self._interrupted == self.fencing_token)
+                       and self._interrupted == _native.lock_fencing_token(self._h))  # raw: may be < 0
         try:
             await _async.run(self._runtime, lambda: self._exit(None if interrupted else exc))
         except LockLostError as lost:
