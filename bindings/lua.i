@@ -104,6 +104,9 @@ static int wl_lua_to_i64(lua_State *L, int idx, const char *fn, int argnum, int6
 %nodefaultdtor watchlock_lock;
 %nodefaultctor watchlock_report;
 %nodefaultdtor watchlock_report;
+%nodefaultctor watchlock_name_info;
+%nodefaultdtor watchlock_name_info;
+struct watchlock_name_info {};
 struct watchlock_client {};
 struct watchlock_lock {};
 struct watchlock_report {};
@@ -119,12 +122,19 @@ struct watchlock_report {};
     ~watchlock_report() { watchlock_report_free($self); }
 }
 %ignore watchlock_report_free;
+/* The same for a name's info (client:name_info() copies it into a table). */
+%extend watchlock_name_info {
+    ~watchlock_name_info() { watchlock_name_info_free($self); }
+}
+%ignore watchlock_name_info_free;
 
 %typemap(in, numinputs=0) watchlock_client **out (watchlock_client *tmp = NULL),
                           watchlock_lock **out (watchlock_lock *tmp = NULL),
-                          watchlock_report **out (watchlock_report *tmp = NULL)
+                          watchlock_report **out (watchlock_report *tmp = NULL),
+                          watchlock_name_info **out (watchlock_name_info *tmp = NULL)
     %{ $1 = &tmp; %}
-%typemap(argout) watchlock_client **out, watchlock_lock **out, watchlock_report **out
+%typemap(argout) watchlock_client **out, watchlock_lock **out, watchlock_report **out,
+                 watchlock_name_info **out
     %{ SWIG_NewPointerObj(L, tmp$argnum, $*descriptor, 1); SWIG_arg++; %}
 
 /* client_close(c) / lock_free(l) / lock_abandon(l): disown the userdata and
@@ -199,7 +209,8 @@ static int wl_lua_lock_name(lua_State *L)
         SWIG_fail;
 %}
 %typemap(out) int64_t %{ wl_lua_push_i64(L, $1); SWIG_arg++; %}
-%typemap(out) int64_t watchlock_lock_fencing_token, int64_t watchlock_lock_list_fence
+%typemap(out) int64_t watchlock_lock_fencing_token, int64_t watchlock_lock_list_fence,
+                      int64_t watchlock_name_info_fence
     %{ wl_lua_push_token(L, $1); SWIG_arg++; %}
 %typemap(out) uint64_t %{ wl_lua_push_i64(L, (int64_t)$1); SWIG_arg++; %}
 

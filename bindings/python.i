@@ -68,6 +68,18 @@
 %nothread watchlock_lock_list_fence;
 %nothread watchlock_lock_list_owner;
 %nothread watchlock_lock_list_free;
+%nothread watchlock_lock_kind;
+%nothread watchlock_lock_permits;
+%nothread watchlock_name_info_kind;
+%nothread watchlock_name_info_permits;
+%nothread watchlock_name_info_in_use;
+%nothread watchlock_name_info_holders;
+%nothread watchlock_name_info_writer;
+%nothread watchlock_name_info_queue_length;
+%nothread watchlock_name_info_oldest_wait_ms;
+%nothread watchlock_name_info_fence;
+%nothread watchlock_name_info_remaining_ms;
+%nothread watchlock_name_info_free;
 
 /* ---- binary-safe lock names: str (encoded as UTF-8) or bytes ------------- */
 %typemap(in) (const void *name, size_t name_len) {
@@ -115,6 +127,9 @@ WL_OUT_HANDLE(watchlock_report)
  * them at once). A NULL owner (none recorded) comes back as None. */
 WL_OUT_HANDLE(watchlock_owner)
 WL_OUT_HANDLE(watchlock_lock_list)
+/* What the server knows of a name (queued kinds): read with the
+ * name_info_* accessors, then name_info_free (Client.inspect copies it). */
+WL_OUT_HANDLE(watchlock_name_info)
 
 /* list patterns are binary-safe like names */
 %apply (const void *name, size_t name_len) { (const void *pattern, size_t pattern_len) };

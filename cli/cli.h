@@ -22,7 +22,8 @@ enum {
     CLI_EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error (a bug) or out of memory */
     CLI_EXIT_OSERR = 71,       /* EX_OSERR: fork, pipe or signal setup failed */
     CLI_EXIT_TEMPFAIL = 75,    /* EX_TEMPFAIL: lock not obtained within --wait */
-    CLI_EXIT_PROTOCOL = 76,    /* EX_PROTOCOL: Redis answered with an error (WRONGTYPE: the
+    CLI_EXIT_PROTOCOL = 76,    /* EX_PROTOCOL: Redis answered with an error, or NAME is another
+                                  lock kind (--fair, --permits N, -s) or --permits count (WRONGTYPE: the
                                   lock's key holds another type) */
     CLI_EXIT_NOPERM = 77,      /* EX_NOPERM: the server's ACL denies a command the lock needs */
     CLI_EXIT_LOCK_LOST = 79,   /* the lock was lost while COMMAND ran */

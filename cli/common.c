@@ -153,6 +153,7 @@ int cli_exit_code_for(int status)
     case WATCHLOCK_EREPLICAS:
         return CLI_EXIT_UNAVAILABLE; /* could not talk to Redis (as it should) at all, or too few replicas */
     case WATCHLOCK_ESERVER:
+    case WATCHLOCK_EWRONGTYPE: /* the name is another lock kind, or another permit count */
         return CLI_EXIT_PROTOCOL;    /* it answered, with an error: e.g. WRONGTYPE */
     case WATCHLOCK_EPERM:
         return CLI_EXIT_NOPERM;      /* its ACL denies a command, key or channel we need */

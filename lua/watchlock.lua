@@ -55,6 +55,7 @@ local EREPLICAS = core.WATCHLOCK_EREPLICAS
 local ESERVER = core.WATCHLOCK_ESERVER
 local ECLOSED = core.WATCHLOCK_ECLOSED
 local EFORKED = core.WATCHLOCK_EFORKED
+local EWRONGTYPE = core.WATCHLOCK_EWRONGTYPE or 13
 
 local STATE_NAMES = {
   [core.WATCHLOCK_UNLOCKED] = "unlocked",
@@ -89,6 +90,8 @@ local function fail(status, what, level)
     return nil, "not owner"
   elseif status == ECONN or status == EAUTH or status == EPERM or status == ESERVER or status == EREPLICAS then
     return nil, detail(status)
+  elseif status == EWRONGTYPE then
+    return nil, "wrong type: " .. detail(status)
   elseif status == ECLOSED then
     raise(what .. ": the client is closed", level)
   elseif status == EFORKED then
@@ -527,13 +530,15 @@ end
 
 -- client:lock's work; `level` counts from the caller of new_lock, so that
 -- a guarded function of wrap() raises at its own caller's line as well.
-local function new_lock(self, name, opts, level)
+-- `make(client_handle, name)` -> status, handle: the core's constructor of
+-- another lock kind (fair, semaphore, read or write side); nil: a plain lock.
+local function new_lock(self, name, opts, level, make, allowed)
   local handle = check_client(self, "lock", level)
   check_name(name, "lock", level)
-  opts = check_opts(opts, "lock", level, LOCK_OPTIONS)
+  opts = check_opts(opts, "lock", level, allowed or LOCK_OPTIONS)
   local ms = read_lock_options(opts, "lock", level)
 
-  local status, lh = core.lock_new(handle, name)
+  local status, lh = (make or core.lock_new)(handle, name)
   if status ~= OK then
     fail(status, "lock", level)
   end
@@ -569,6 +574,137 @@ function Client:lock(name, opts)
   run_hooks()
   local lock = new_lock(self, name, opts, 3)
   return lock -- not a tail call: errors name the caller's line
+end
+
+-- The core's function `fn`, or an error naming it when this build lacks it.
+local function core_fn(fn, level)
+  local f = core[fn]
+  if f == nil then
+    raise("this build of the watchlock core has no " .. fn .. "()", level + 1)
+  end
+  return f
+end
+
+--- client:fair_lock(name, [opts]) -> lock
+-- A fair lock: FIFO by arrival with direct hand-off (a release, or the
+-- holder's expiry, grants it to the oldest live waiter; nobody barges in).
+-- The options and methods of client:lock(); a name in use as another kind
+-- gives nil, "wrong type: ..." at acquire.
+function Client:fair_lock(name, opts)
+  run_hooks()
+  local make = core_fn("fair_lock_new", 2)
+  local lock = new_lock(self, name, opts, 3, make)
+  lock._kind = "fair"
+  return lock
+end
+
+local SEMAPHORE_OPTIONS = { permits = true }
+for k in pairs(LOCK_OPTIONS) do SEMAPHORE_OPTIONS[k] = true end
+
+--- client:semaphore(name, [opts]) -> lock
+-- A semaphore with leased permits: opts.permits = N (set by the first user
+-- of the name; nil or 0: the name's existing count; another count than the
+-- name's gives nil, "wrong type: ..." at acquire), and the options of
+-- client:lock(). sem:acquire([wait], [k]) takes k permits (default 1) as
+-- one hold; sem:release() gives them back.
+function Client:semaphore(name, opts)
+  run_hooks()
+  local permits = type(opts) == "table" and opts.permits or 0
+  if type(permits) ~= "number" or permits ~= floor(permits) or permits < 0 then
+    raise("semaphore: permits must be a whole number >= 1 (0 = the name's count), got " .. tostring(permits), 2)
+  end
+  local sem_new = core_fn("semaphore_new", 2)
+  local lock = new_lock(self, name, opts, 3, function(h, n) return sem_new(h, n, permits) end,
+                        SEMAPHORE_OPTIONS)
+  lock._kind, lock._permits = "semaphore", permits
+  return lock
+end
+
+local RWLock = {}
+RWLock.__index = RWLock
+
+--- client:rwlock(name) -> rw
+-- A read-write lock: rw:read_lock([opts]) and rw:write_lock([opts]) make
+-- locks of its two sides (many readers or one writer, phase-fair: a
+-- waiting writer blocks readers that come after it). write:downgrade()
+-- turns a held write lock into a read share without a gap.
+function Client:rwlock(name)
+  run_hooks()
+  check_client(self, "rwlock", 2)
+  check_name(name, "rwlock", 2)
+  return setmetatable({ _client = self, name = name }, RWLock)
+end
+
+local function rw_side(self, opts, write, level)
+  if getmetatable(self) ~= RWLock then
+    raise("expected a read-write lock as self (rw:" .. (write == 1 and "write_lock" or "read_lock") .. "(...))",
+          level)
+  end
+  local rw_new = core_fn("rwlock_new", level)
+  local lock = new_lock(self._client, self.name, opts, level + 1, function(h, n) return rw_new(h, n, write) end)
+  lock._kind = write == 1 and "write" or "read"
+  return lock
+end
+
+function RWLock:read_lock(opts)
+  local lock = rw_side(self, opts, 0, 2)
+  return lock
+end
+
+function RWLock:write_lock(opts)
+  local lock = rw_side(self, opts, 1, 2)
+  return lock
+end
+
+RWLock.__tostring = function(self)
+  return ("watchlock.RWLock(%q)"):format(self.name)
+end
+
+local NAME_KINDS = {
+  [core.WATCHLOCK_KIND_PLAIN or 0] = "lock", [core.WATCHLOCK_KIND_FAIR or 1] = "fair",
+  [core.WATCHLOCK_KIND_SEMAPHORE or 2] = "semaphore", [core.WATCHLOCK_KIND_RWLOCK or 6] = "rwlock",
+}
+
+--- client:name_info(name) -> table | nil, message
+-- What the server knows of a name whatever its kind (one round trip):
+-- { kind = nil (not in use) | "lock" | "fair" | "semaphore" | "rwlock",
+--   permits, in_use (permits in use, holders, or readers), holders,
+--   writer (boolean), queue_length, oldest_wait (seconds), fence,
+--   remaining (seconds, nil = no expiry) }.
+function Client:name_info(name)
+  local handle = check_client(self, "name_info", 2)
+  check_name(name, "name_info", 2)
+  local status, info = core_fn("client_name_info", 2)(handle, name)
+  if status ~= OK then
+    return fail(status, "name_info", 2)
+  end
+  local remaining = core.name_info_remaining_ms(info)
+  return {
+    kind = NAME_KINDS[core.name_info_kind(info)],
+    permits = core.name_info_permits(info),
+    in_use = core.name_info_in_use(info),
+    holders = core.name_info_holders(info),
+    writer = core.name_info_writer(info) ~= 0,
+    queue_length = core.name_info_queue_length(info),
+    oldest_wait = core.name_info_oldest_wait_ms(info) / 1000,
+    fence = core.name_info_fence(info),
+    remaining = remaining >= 0 and remaining / 1000 or nil,
+  }
+end
+
+--- client:set_permits(name, n) -> true | nil, message
+-- Admin: changes the permit count of semaphore `name`.
+function Client:set_permits(name, n)
+  local handle = check_client(self, "set_permits", 2)
+  check_name(name, "set_permits", 2)
+  if type(n) ~= "number" or n ~= floor(n) or n < 1 then
+    raise("set_permits: n must be a whole number >= 1, got " .. tostring(n), 2)
+  end
+  local status = core_fn("client_set_permits", 2)(handle, name, n)
+  if status ~= OK then
+    return fail(status, "set_permits", 2)
+  end
+  return true
 end
 
 --- client:inspect(name) -> { held = bool, remaining = seconds|nil, fence = token } | nil, message
@@ -693,17 +829,54 @@ end
 -- waits up to that many seconds. Reentrant: acquiring a held lock counts
 -- one more hold (release once per acquire). Errors: "timeout", connection
 -- messages.
-function Lock:acquire(wait)
+-- A semaphore's acquire takes k (default 1): the permits to take.
+function Lock:acquire(wait, k)
   local handle = check_lock(self, "acquire", 2, true)
   local ms = self._wait_ms or -1
   if wait ~= nil then
     ms = wait_ms(wait, "acquire", 2)
   end
-  local status = core.lock_acquire(handle, ms)
+  local status
+  if k ~= nil or self._kind == "semaphore" then
+    if self._kind ~= "semaphore" then
+      raise("acquire: k (a number of permits) is for semaphores (client:semaphore)", 2)
+    end
+    k = k or 1
+    if type(k) ~= "number" or k ~= floor(k) or k < 1 then
+      raise("acquire: k must be a whole number >= 1, got " .. tostring(k), 2)
+    end
+    status = core.semaphore_acquire(handle, k, ms)
+  else
+    status = core.lock_acquire(handle, ms)
+  end
   if status ~= OK then
     return fail(status, "acquire", 2)
   end
   return true
+end
+
+--- write:downgrade() -> true | nil, message
+-- The write side of a read-write lock only: turns the held write lock into a
+-- read share without a gap (no writer gets in between); release() then
+-- releases the read share. There is no upgrade (two readers upgrading at
+-- once would each wait for the other).
+function Lock:downgrade()
+  local handle = check_lock(self, "downgrade", 2, true)
+  if self._kind ~= "write" then
+    raise("downgrade: only the write side of a read-write lock (rw:write_lock()) downgrades", 2)
+  end
+  local status = core_fn("rwlock_downgrade", 2)(handle)
+  if status ~= OK then
+    return fail(status, "downgrade", 2)
+  end
+  self._kind = "read"
+  return true
+end
+
+--- lock:kind() -> "lock" | "fair" | "semaphore" | "read" | "write"
+function Lock:kind()
+  check_lock(self, "kind", 2, false)
+  return self._kind or "lock"
 end
 
 --- lock:release() -> true | nil, message
@@ -864,7 +1037,7 @@ Lock.__gc = drop_lock
 
 Lock.__tostring = function(self)
   local state = self._handle and STATE_NAMES[core.lock_state(self._handle)] or "freed"
-  return ("watchlock.Lock(%q, %s)"):format(self.name, state)
+  return ("watchlock.Lock(%q, %s%s)"):format(self.name, state, self._kind and ", " .. self._kind or "")
 end
 
 -- ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
 from . import _native, _util
+from ._kinds import FairLock, NameInfo, RWLock, Semaphore, name_info, set_permits
 from ._lock import Lock, LockOptions, check_options
 from ._runtime import HasRuntime, Runtime
 from ._stats import client_stats
@@ -187,6 +188,41 @@ class Client(HasRuntime):
         (at most 1024 bytes as UTF-8; None = record nothing).
         """
         return Lock(self, name, label=label, **options)
+
+    def fair_lock(self, name: Name, *, label: Optional[str] = None,
+                  **options: Unpack[LockOptions]) -> FairLock:
+        """A new :class:`FairLock` for ``name``: FIFO by arrival with direct
+        hand-off (a release, or the holder's expiry, grants the lock to the
+        oldest live waiter; nobody barges in). The options of :meth:`lock`;
+        also a decorator (``@client.fair_lock(name)``). A name in use as
+        another kind raises :class:`WrongTypeError` at acquire."""
+        return FairLock(self, name, label=label, **options)
+
+    def semaphore(self, name: Name, permits: int = 0, *, label: Optional[str] = None,
+                  **options: Unpack[LockOptions]) -> Semaphore:
+        """A new :class:`Semaphore` for ``name`` with ``permits`` permits (set
+        by the first user of the name; 0 = the name's existing count; another
+        count than the name's raises :class:`WrongTypeError`: change it with
+        :meth:`set_permits`). ``acquire(k=1, blocking, timeout)`` takes k
+        permits as one hold (leased, renewed, fenced); ``with sem:`` takes 1,
+        ``with sem.take(k):`` k. The other options are :meth:`lock`'s."""
+        return Semaphore(self, name, permits, label=label, **options)
+
+    def rwlock(self, name: Name) -> RWLock:
+        """A read-write lock on ``name``: ``.read_lock(**options)`` and
+        ``.write_lock(**options)`` make lock objects of its sides (many
+        readers or one writer, phase-fair; ``write.downgrade()``)."""
+        return RWLock(self, name)
+
+    def name_info(self, name: Name) -> NameInfo:
+        """What the server knows of ``name`` whatever its kind: the kind
+        (None when not in use), permits, holders, readers/writer, the queue
+        (length, oldest wait). One round trip."""
+        return name_info(self, name)
+
+    def set_permits(self, name: Name, permits: int) -> None:
+        """Admin: changes the permit count of semaphore ``name``."""
+        set_permits(self, name, permits)
 
     def synchronized(self, name: Union[Name, Callable[..., Name]],
                      **lock_options: Unpack[LockOptions]) -> Callable[[F], F]:

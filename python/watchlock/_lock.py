@@ -114,10 +114,13 @@ _SETTERS: Tuple[Callable[[_native.LockHandle, Any], int], ...] = (
 
 
 def _new_handle(runtime: Runtime, name: Name, options: _Options,
-                given: Optional[Tuple[object, ...]]) -> _native.LockHandle:
+                given: Optional[Tuple[object, ...]],
+                new: Optional[Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]]] = None
+                ) -> _native.LockHandle:
     """The core's handle for `name` with `options` set; the core checks every
-    value (EINVAL) and raises with its message, naming the value as `given`."""
-    st, h = _lock_new(runtime.handle(), name)
+    value (EINVAL) and raises with its message, naming the value as `given`.
+    `new` makes the handle of another lock kind (_kinds.py); None: a plain lock."""
+    st, h = (new or _lock_new)(runtime.handle(), name)
     if st != OK:
         raise_status(st, f"cannot create lock {fmt_name(name)}", name)
     try:
@@ -152,6 +155,11 @@ class Lock:
 
     __slots__ = ("_client", "_runtime", "_name", "_on_lost", "_blocking_ms", "_bt_ms", "_options", "_hnd", "_cond", "_owner",
                  "_acquiring", "_interrupted", "__dict__", "__weakref__")
+
+    #: The other lock kinds (_kinds.py) set these: the core's constructor of
+    #: their handle (None: watchlock_lock_new) and their acquire(h, wait_ms).
+    _native_new: Optional[Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]]] = None
+    _acquire_fn: Callable[[_native.LockHandle, int], int] = staticmethod(_lock_acquire)
 
     def __init__(self, client: Client, name: Name, ttl: Optional[Duration] = None,
                  blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
@@ -194,13 +202,15 @@ class Lock:
         # auto_renew a bool, as True == 1 would stand in for the other type),
         # and a name it takes (an ASCII str has as many bytes as characters).
         type_name = type(name)
-        if (on_lost is not None or label is not None or options not in runtime.accepted
+        if (on_lost is not None or label is not None or self._native_new is not None
+                or options not in runtime.accepted
                 or runtime.forks != _util.forks
                 or type(auto_renew) is not bool or not (max_renewals is None or type(max_renewals) is int)
                 or not ((type_name is bytes or (type_name is str and name.isascii()))
                         and 0 < len(name) <= _MAX_NAME)):
             # The core checks now, with the values as given in its messages.
-            self._hnd = _new_handle(runtime, name, options, (ttl, renew_interval, max_hold, max_renewals, auto_renew))
+            self._hnd = _new_handle(runtime, name, options, (ttl, renew_interval, max_hold, max_renewals, auto_renew),
+                                    self._native_new)
             runtime.accept(options)
             if on_lost is not None:
                 runtime.watch(_native.lock_id(self._hnd), self)
@@ -228,7 +238,7 @@ class Lock:
         with _new_mu:  # two threads using a fresh Lock at once must get one handle
             h = self._hnd
             if h is None:
-                h = self._hnd = _new_handle(self._runtime, self._name, self._options, None)
+                h = self._hnd = _new_handle(self._runtime, self._name, self._options, None, self._native_new)
         return h
 
     # ---- properties -----------------------------------------------------
@@ -400,7 +410,7 @@ class Lock:
             else:  # ceil: never round a short wait down to "try once"
                 wait = max(0, math.ceil((deadline - time.monotonic()) * 1000))
                 wait = min(wait, _SLICE_MS) if slicing else wait
-            st = _lock_acquire(h, wait)
+            st = self._acquire_fn(h, wait)
             if st == OK:
                 return True
             if st != ETIMEDOUT:
@@ -476,7 +486,7 @@ class Lock:
 
     def __enter__(self) -> Lock:
         ident = _get_ident()
-        if self._blocking_ms < 0:
+        if self._blocking_ms < 0 and self._native_new is None:  # (queued kinds: one wait, _kinds.py)
             # Fast path of _acquire() for the usual `with client.lock(name):`
             # (wait forever): one try in line; anything but a free lock, or a
             # first slice that timed out, goes on in _acquire().
@@ -489,7 +499,7 @@ class Lock:
                     self._owner, self._acquiring = ident, True
             if free:
                 try:
-                    st = _lock_acquire(h, _SLICE_MS if ident == _MAIN_IDENT else -1)
+                    st = self._acquire_fn(h, _SLICE_MS if ident == _MAIN_IDENT else -1)
                 except BaseException:
                     self._acquire_failed(True)
                     raise

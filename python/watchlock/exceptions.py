@@ -10,6 +10,7 @@ Hierarchy (lock-state errors share :class:`LockError`, as in redis-py)::
     ├── ConnectionError (also builtins.ConnectionError)
     │   └── AuthenticationError
     ├── PermissionDeniedError, ReplicationError, ServerError, FencingTokenUnavailable
+    ├── WrongTypeError            the name is another lock kind (or another permit count)
     ├── InvalidArgument (also ValueError)
     ├── ClientClosedError, ForkedError
     └── OutOfMemoryError (also MemoryError), InternalError
@@ -29,7 +30,7 @@ __all__ = [
     "Error", "LockError", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "ServerError", "ClientClosedError",
     "ForkedError", "OutOfMemoryError", "InternalError", "PermissionDeniedError", "ReplicationError",
-    "FencingTokenUnavailable",
+    "FencingTokenUnavailable", "WrongTypeError",
 ]
 
 
@@ -155,11 +156,18 @@ class InternalError(Error):
     status = _native.WATCHLOCK_EINTERNAL
 
 
+class WrongTypeError(Error):
+    """The name is in use as another lock kind (plain, fair, semaphore,
+    read-write lock), or a semaphore was made with a permit count that is
+    not the name's (change it with Client.set_permits)."""
+    status = getattr(_native, "WATCHLOCK_EWRONGTYPE", 13)
+
+
 _STATUS: Dict[Optional[int], Type[Error]] = {
     cls.status: cls for cls in (InvalidArgument, OutOfMemoryError, LockTimeout, LockNotOwnedError,
                                 ConnectionError, AuthenticationError, ServerError, ClientClosedError,
                                 PermissionDeniedError, ReplicationError, ForkedError, InternalError,
-                                FencingTokenUnavailable)}
+                                FencingTokenUnavailable, WrongTypeError)}
 
 
 def error_class(status: int) -> Type[Error]:

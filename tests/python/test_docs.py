@@ -31,7 +31,7 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_URL = re.compile(r'"redis://127\.0\.0\.1:6379(/0)?"')
-FILES = {"README.md": {"python": 1, "c": 1}, "docs/c.md": {"c": 9}}  # blocks expected per file
+FILES = {"README.md": {"python": 2, "c": 2}, "docs/c.md": {"c": 9}}  # blocks expected per file
 
 
 @dataclass
@@ -207,6 +207,11 @@ PY_HARNESS = {
         "assert build_report(7) is None                          # ran under report:7\n"
         "assert asyncio.run(send_invoice(order)) is None         # under invoice:42, default client\n"
         "assert not client.lock('report:7').locked() and not client.lock('invoice:42').locked()\n"
+        "client.close()\n"),
+    ("README.md", "Fair lock, semaphore, read-write lock"): (
+        "",
+        "assert not jobs.owned() and client.name_info('encoders').in_use == 0\n"
+        "assert client.name_info('catalog').holders == 0 and client.name_info('deploy').holders == 0\n"
         "client.close()\n"),
 }
 
