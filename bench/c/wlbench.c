@@ -788,6 +788,8 @@ static int cmd_queuecost(const char *url, const char *host, int port, long waite
         return fail_open("watchlock_fair_lock_new", rc);
     watchlock_lock_set_lease(lock, 30000);
     long warm = 5, total = cycles + warm;
+    const char *settle = getenv("WLBENCH_SETTLE_MS");
+    int64_t settle_ms = settle ? atoll(settle) : 0;
     double *cl = calloc((size_t)total, sizeof *cl), *sv = calloc((size_t)total, sizeof *sv);
     if (cl == NULL || sv == NULL)
         return 1;
@@ -803,6 +805,8 @@ static int cmd_queuecost(const char *url, const char *host, int port, long waite
             return 1;
         }
         freeReplyObject(r);
+        if (settle_ms > 0) /* let the server's cron finish rehashing what the EVAL just grew */
+            sleep_ns(settle_ms * 1000000);
         long long u0, c0, u1, c1;
         if (script_usec(admin, &u0, &c0) != 0)
             return 1;
