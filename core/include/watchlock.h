@@ -773,7 +773,11 @@ WATCHLOCK_API void watchlock_lock_list_free(watchlock_lock_list *list);
  *    that majority still holds it; fence the highest counter.
  *    watchlock_client_check() checks every member (messages name it) and
  *    adds RESTARTED / MEMBER_UNREACHABLE findings. force_release goes to
- *    every member. list is per member (watchlock_client_member_open()).
+ *    every member. list: the names a majority of members hold (remaining_ms
+ *    how long that majority still holds them, fence the highest, no owner);
+ *    per-member views through watchlock_client_member_open() /
+ *    watchlock_client_member_inspect(). inspect_owner: the verdict, no owner
+ *    (a quorum's holds record none in this version).
  * Queued kinds (fair lock, semaphore, rwlock) and multi-locks are refused on
  * a quorum client (EINVAL with a message) in this version.
  * Errors: EINVAL (NULL, n == 0 or 2, too many, a cluster member, a

@@ -19,7 +19,7 @@
 
 #define N 5
 #define LEASE 1000
-#define OPTS "connect_timeout=1s&command_timeout=1s&safety_margin=150ms"
+#define OPTS "connect_timeout=1s&command_timeout=1s&safety_margin=250ms"
 
 typedef struct five {
     rh_server *s[N];
@@ -138,8 +138,29 @@ static void acquire_release_five(void)
     CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(lb, 0), WATCHLOCK_ETIMEDOUT);
     CHECK(strstr(watchlock_last_error(), "held by another owner") != NULL);
     CHECK_INT(count_status(lb, WATCHLOCK_MEMBER_HELD), >=, 3);
+    /* list and inspect: the quorum's verdict, and per member */
+    watchlock_lock_list *ls = NULL;
+    CHECK_OK(watchlock_client_list(&ls, b, "fiv*", 4));
+    CHECK_EQ(watchlock_lock_list_count(ls), 1);
+    CHECK_STR(watchlock_lock_list_name(ls, 0, NULL), "five");
+    CHECK_INT(watchlock_lock_list_remaining_ms(ls, 0), >, 0);
+    CHECK_INT(watchlock_lock_list_fence(ls, 0), >=, t1);
+    watchlock_lock_list_free(ls);
+    int held = 0, members_held = 0;
+    int64_t rem = 0, fence = 0;
+    CHECK_OK(watchlock_client_inspect(b, "five", 4, &held, &rem, &fence));
+    CHECK_EQ(held, 1);
+    CHECK_INT(fence, >=, t1);
+    for (size_t i = 0; i < N; i++) {
+        CHECK_OK(watchlock_client_member_inspect(b, i, "five", 4, &held, &rem, &fence));
+        members_held += held;
+    }
+    CHECK_INT(members_held, >=, 3);
     /* a waiter is woken by the release, not by the lease's end */
     CHECK_OK(watchlock_lock_release(la));
+    CHECK_OK(watchlock_client_list(&ls, b, NULL, 0));
+    CHECK_EQ(watchlock_lock_list_count(ls), 0);
+    watchlock_lock_list_free(ls);
     WAIT_FOR(key_exists(f.s[0], "five") + key_exists(f.s[1], "five") + key_exists(f.s[2], "five") +
                      key_exists(f.s[3], "five") + key_exists(f.s[4], "five") ==
                  0,
@@ -204,6 +225,19 @@ static void two_stopped(void)
     CHECK_OK(watchlock_lock_release(l));
     for (int i = 0; i < 3; i++)
         CHECK_EQ(key_exists(f.s[i], "two"), 0);
+    /* check names the frozen members */
+    watchlock_report *rep = NULL;
+    CHECK_OK(watchlock_client_check(&rep, c));
+    int down = 0;
+    for (size_t i = 0; i < watchlock_report_count(rep); i++)
+        if (watchlock_report_code(rep, i) == WATCHLOCK_CHECK_MEMBER_UNREACHABLE) {
+            down++;
+            CHECK(strstr(watchlock_report_message(rep, i), "member 4") != NULL ||
+                  strstr(watchlock_report_message(rep, i), "member 5") != NULL);
+        }
+    CHECK_EQ(down, 2);
+    CHECK_STR(watchlock_check_name(WATCHLOCK_CHECK_MEMBER_UNREACHABLE), "member_unreachable");
+    watchlock_report_free(rep);
     CHECK_EQ(rh_resume(f.s[3]), 0);
     CHECK_EQ(rh_resume(f.s[4]), 0);
     watchlock_lock_free(l);
@@ -260,20 +294,22 @@ static void loss_before_majority_expires(void)
     CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, NULL));
     CHECK_OK(watchlock_lock_acquire(l, 0));
     WAIT_FOR(watchlock_lock_renewals(l) >= 1, 2 * LEASE);
-    /* The hold is on the three members that granted first (late grants
-     * are given back). Freeze two of them: renewals reach one, below the
-     * majority. Another owner can get a majority once one frozen key
-     * expires (the two other members are free). Right after a renewal
+    /* The hold is on the members that granted by the time the attempt
+     * was decided (later grants are given back). Freeze all but two of
+     * them: renewals reach two, below the majority. Another owner can get
+     * a majority only after a frozen key expires. Right after a renewal
      * round was applied (every member answered it, and the next is a
      * third of the lease away) each key's end is read, then frozen: a
      * frozen key ends then at the latest (renewals written to it later are
      * only read when it thaws). */
-    int frozen[2], nf = 0;
-    int64_t expiry[2];
-    for (int i = 0; i < N && nf < 2; i++)
+    int holders[N], nh = 0, frozen[N], nf = 0;
+    int64_t expiry[N];
+    for (int i = 0; i < N; i++)
         if (key_exists(f.s[i], "loss") == 1)
-            frozen[nf++] = i;
-    CHECK_EQ(nf, 2);
+            holders[nh++] = i;
+    CHECK_INT(nh, >=, 3); /* 3, or more when late grants came in the same read */
+    for (int i = 0; i < nh - 2; i++) /* two holders stay: below the majority */
+        frozen[nf++] = holders[i];
     int64_t r0 = watchlock_lock_renewals(l);
     WAIT_FOR(watchlock_lock_renewals(l) > r0, 2 * LEASE);
     for (int i = 0; i < nf; i++) {
@@ -289,7 +325,9 @@ static void loss_before_majority_expires(void)
     CHECK(at != 0);
     for (int i = 0; i < nf; i++)
         CHECK_EQ(rh_resume(f.s[frozen[i]]), 0);
-    int64_t first = expiry[0] < expiry[1] ? expiry[0] : expiry[1];
+    int64_t first = expiry[0];
+    for (int i = 1; i < nf; i++)
+        first = expiry[i] < first ? expiry[i] : first;
     CHECK_EQ(lost_reason, WATCHLOCK_LOST_CONNECTION);
     CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
     testing_note("told LOST %lld ms before the first frozen member's key expired", (long long)(first - at));
@@ -440,6 +478,39 @@ static void fencing_raise_needed(void)
     five_free(&f);
 }
 
+/* ---- min_replicas: each member's WAIT decides for that member ---- */
+
+static void min_replicas_per_member(void)
+{
+    five f;
+    five_start(&f);
+    /* members 0..2 ask for a replica they do not have: their grants never count */
+    char url[3][600];
+    for (int i = 0; i < 3; i++) {
+        snprintf(url[i], sizeof url[i], "%s&min_replicas=1&min_replicas_timeout=100ms", f.url[i]);
+        f.urls[i] = url[i];
+    }
+    watchlock_client *c = open_q(f.urls, N);
+    watchlock_lock *l = lock_lease(c, "wait", LEASE);
+    int rc = watchlock_lock_acquire(l, 3 * LEASE);
+    CHECK_MSG(rc == WATCHLOCK_ECONN, "acquire returned %d (%s)", rc, watchlock_last_error());
+    CHECK_EQ(count_status(l, WATCHLOCK_MEMBER_UNREACHABLE), 3);
+    WAIT_FOR(key_exists(f.s[0], "wait") + key_exists(f.s[1], "wait") + key_exists(f.s[2], "wait") +
+                     key_exists(f.s[3], "wait") + key_exists(f.s[4], "wait") ==
+                 0,
+             2000);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(key_exists(f.s[i], "wait"), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    /* the same members without the option: granted */
+    for (int i = 0; i < 3; i++)
+        f.urls[i] = f.url[i];
+    c = settled(&f);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
 /* ---- TLS, plain and Sentinel members in one quorum ---- */
 
 static void mixed_members(void)
@@ -490,6 +561,7 @@ static const test_case tests[] = {
     {"restarted_member_kept_out", restarted_member_kept_out, 0},
     {"fencing_monotonic", fencing_monotonic, 0},
     {"fencing_raise_needed", fencing_raise_needed, 0},
+    {"min_replicas_per_member", min_replicas_per_member, 0},
     {"mixed_members", mixed_members, 0},
     {NULL, NULL, 0},
 };

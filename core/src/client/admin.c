@@ -477,6 +477,66 @@ int wl_client_list_one(watchlock_lock_list **out, watchlock_client *c, const voi
     return WATCHLOCK_OK;
 }
 
+/* A quorum's list (quorum_client.c): the names held on at least `need`
+ * of the member lists; remaining_ms the need-th longest (how long that
+ * many still hold it), fence the highest; no owner. */
+typedef struct merged_ref {
+    const list_entry *e;
+} merged_ref;
+
+static int merged_cmp(const void *a, const void *b)
+{
+    return entry_cmp(((const merged_ref *)a)->e, ((const merged_ref *)b)->e);
+}
+
+static int rem_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a < 0 ? INT64_MAX : *(const int64_t *)a;
+    int64_t y = *(const int64_t *)b < 0 ? INT64_MAX : *(const int64_t *)b;
+    return x > y ? -1 : x < y;
+}
+
+int wl_lock_list_majority(watchlock_lock_list **out, watchlock_lock_list *const *lists, size_t n, size_t need)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += lists[i] ? lists[i]->n : 0;
+    merged_ref *all = malloc((total ? total : 1) * sizeof *all);
+    int64_t *rems = malloc((n ? n : 1) * sizeof *rems);
+    watchlock_lock_list *list = calloc(1, sizeof *list);
+    int rc = all && rems && list ? WATCHLOCK_OK : wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; rc == WATCHLOCK_OK && i < n; i++)
+        for (size_t j = 0; lists[i] && j < lists[i]->n; j++)
+            all[k++].e = &lists[i]->items[j];
+    if (rc == WATCHLOCK_OK)
+        qsort(all, k, sizeof *all, merged_cmp);
+    for (size_t i = 0; rc == WATCHLOCK_OK && i < k;) {
+        size_t j = i, m = 0;
+        int64_t fence = 0;
+        while (j < k && entry_cmp(all[i].e, all[j].e) == 0) {
+            if (m < n)
+                rems[m++] = all[j].e->remaining_ms;
+            fence = all[j].e->fence > fence ? all[j].e->fence : fence;
+            j++;
+        }
+        if (m >= need && need > 0) {
+            qsort(rems, m, sizeof *rems, rem_desc);
+            inspected got = {.remaining_ms = rems[need - 1], .fence = fence, .owner = NULL};
+            rc = list_add(list, all[i].e->name, all[i].e->name_len, &got);
+        }
+        i = j;
+    }
+    free(all);
+    free(rems);
+    if (rc != WATCHLOCK_OK) {
+        watchlock_lock_list_free(list);
+        return rc;
+    }
+    *out = list;
+    return WATCHLOCK_OK;
+}
+
 size_t watchlock_lock_list_count(const watchlock_lock_list *list)
 {
     return list ? list->n : 0;

@@ -31,6 +31,9 @@ int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remai
                                 watchlock_client *c, const void *name, size_t name_len);
 int wl_client_list_one(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len);
 int wl_client_check_one(watchlock_report **out, watchlock_client *client);
+/* A quorum's list from its members' (admin.c): the names on at least need
+ * of the n lists (NULL entries: members that did not answer). */
+int wl_lock_list_majority(watchlock_lock_list **out, watchlock_lock_list *const *lists, size_t n, size_t need);
 
 /* The check's report (report.c): adds a finding (its message made one
  * line); OK or ENOMEM. */

@@ -230,14 +230,45 @@ int watchlock_client_inspect_owner(watchlock_owner **out, int *held, int64_t *re
     return watchlock_client_inspect(c, name, name_len, held, remaining_ms, fence);
 }
 
+/* A quorum's list: each member listed on a client of its own; a name is
+ * listed when a majority of members hold it (by whoever: listing does not
+ * know owners). ECONN when fewer than a majority of members answered. */
 int watchlock_client_list(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len)
 {
-    if (c == NULL || c->quorum == NULL)
+    if (c == NULL || c->quorum == NULL || out == NULL)
         return wl_client_list_one(out, c, pattern, pattern_len);
-    if (out != NULL)
-        *out = NULL;
-    return wl_fail(WATCHLOCK_EINVAL, "list on a quorum client: list each member (watchlock_client_member_open) "
-                                     "and count a name held where a majority lists it");
+    *out = NULL;
+    int rc = wl_check_client(c);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    wl_quorum *q = c->quorum;
+    watchlock_lock_list *lists[WL_QMAX] = {0};
+    size_t answered = 0;
+    char why[300] = "";
+    for (size_t i = 0; i < q->n; i++) {
+        watchlock_client *mc;
+        int mrc = watchlock_client_open(&mc, q->m[i].url);
+        if (mrc == WATCHLOCK_OK) {
+            mrc = wl_client_list_one(&lists[i], mc, pattern, pattern_len);
+            watchlock_client_close(mc);
+        }
+        if (mrc == WATCHLOCK_EINVAL || mrc == WATCHLOCK_ENOMEM) {
+            rc = mrc;
+            break;
+        }
+        if (mrc == WATCHLOCK_OK)
+            answered++;
+        else
+            snprintf(why, sizeof why, "member %zu: %s", i + 1, watchlock_last_error());
+    }
+    if (rc == WATCHLOCK_OK && answered < q->majority)
+        rc = wl_fail(WATCHLOCK_ECONN, "list: %zu of %zu members answered, fewer than a majority (%s)", answered, q->n,
+                     why);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_lock_list_majority(out, lists, q->n, q->majority);
+    for (size_t i = 0; i < q->n; i++)
+        watchlock_lock_list_free(lists[i]);
+    return rc;
 }
 
 /* A quorum's check: every member's findings (prefixed with the member),

@@ -22,6 +22,7 @@
  * wd_conn belongs to that thread.
  */
 #include "hold/hold.h"
+#include "topology/quorum.h"
 
 #include <inttypes.h>
 #include <poll.h>
@@ -410,6 +411,10 @@ void wl_renew_round_close(watchlock_client *c)
 {
     wl_conn_free(c->server.wd_conn);
     c->server.wd_conn = NULL;
+    for (size_t i = 1; c->quorum != NULL && i < c->quorum->n; i++) { /* a quorum's members */
+        wl_conn_free(c->quorum->m[i].srv->wd_conn);
+        c->quorum->m[i].srv->wd_conn = NULL;
+    }
     wl_server *node;
     uint64_t pin = wl_server_pin(&c->server); /* retired nodes: freed with theirs later */
     for (size_t i = 0; (node = wl_server_node(&c->server, i)) != NULL; i++) {

@@ -58,7 +58,12 @@ static inline watchlock_lock *wl_lock_of(wl_hold *h)
 int wl_check_lock(const watchlock_lock *l);
 /* The fencing token the hold recorded (handle.c; 0 for NULL or forked). */
 int64_t wl_lock_fence(const watchlock_lock *l);
-/* Quorum clients (quorum_lock.c): the plain lock's acquire and extend. */
+/* Quorum clients (quorum_lock.c): the plain lock's acquire and extend.
+ * wl_quorum_refuse is the refusal point for the kinds not built on a
+ * quorum yet (fair, semaphore, rwlock, multi): EINVAL with a message naming
+ * `kind` on a quorum client, OK on any other; call it from the kind's
+ * constructor. */
+int wl_quorum_refuse(watchlock_client *c, const char *kind);
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
 int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms);
 /* A new handle of the kind whose hold ops are `ops` (handle.c): checks the

@@ -11,8 +11,9 @@
  * owner could assemble a majority from it and the members the first owner
  * does not hold. So a member counts toward no majority until one lease (the
  * longest this client used) after it came back. "Came back" is learnt from
- * INFO server: its uptime (now - uptime, rounded so that it is never
- * earlier than the truth), or, when its run_id changed while its uptime is
+ * INFO server: its uptime (now - uptime + 1 s: uptime_in_seconds may
+ * exceed the truth by a second, and the start must never be taken earlier
+ * than it was), or, when its run_id changed while its uptime is
  * long (a Sentinel failover to a replica), the moment the change was seen.
  * INFO goes first on every fresh connection to a member: a restart drops
  * every connection, so no connection opened after it escapes the check.
@@ -81,8 +82,10 @@ static void apply_info(wl_quorum *q, size_t i, const redisReply *r)
     bool first = m->run_id[0] == '\0', changed = !first && strcmp(m->run_id, rid) != 0;
     snprintf(m->run_id, sizeof m->run_id, "%s", rid);
     pthread_mutex_unlock(&q->mu);
-    /* uptime_in_seconds is rounded down: now - up is never before the real start */
-    int64_t back = now - up;
+    /* uptime_in_seconds is the difference of two whole-second wall-clock
+     * readings: it may exceed the real uptime by up to a second. The latest
+     * possible start is now - (up - 1 s): never before the real one. */
+    int64_t back = now - (up > 1000000 ? up - 1000000 : 0);
     if (changed && up >= lease)
         back = now; /* a new run_id with a long uptime (a promoted replica): from when it was seen */
     if (changed)
@@ -384,10 +387,21 @@ static void start_member(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, bool
     wl_server *srv = q->m[i].srv;
     mc->head = mc->tail = 0;
     mc->got_any = false;
+    /* Connections are opened one member after the other: a member whose
+     * connect just failed (a host down, SYNs dropped) would cost every call
+     * its connect timeout before the members after it are written to. It
+     * is skipped instead until one connect timeout has passed. */
+    int64_t now = wl_now_us();
+    if (now < atomic_load(&q->m[i].down_until_us)) {
+        member_failed(q, call, mc, i, "down");
+        return;
+    }
     int rc = fresh ? wl_server_connect(srv, 0, &mc->conn) : wl_server_get(srv, &mc->conn, &mc->reused);
     if (fresh)
         mc->reused = false;
     if (rc != WATCHLOCK_OK) {
+        if (rc == WATCHLOCK_ECONN)
+            atomic_store(&q->m[i].down_until_us, wl_now_us() + srv->ep.connect_timeout_ms * 1000);
         member_failed(q, call, mc, i, "connect failed");
         return;
     }

@@ -24,6 +24,7 @@ typedef struct wl_qmember {
     /* restart rule: counts toward a majority from this time on (wl_now_us) */
     atomic_llong countable_us;
     atomic_bool unreachable; /* the last exchange with it failed (check, member_state) */
+    atomic_llong down_until_us; /* a connect failed: calls skip it until then (one connect timeout) */
     char run_id[41];         /* quorum mu */
 } wl_qmember;
 
