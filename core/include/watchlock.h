@@ -912,8 +912,13 @@ WATCHLOCK_API int64_t watchlock_lock_permits(const watchlock_lock *lock);
  * blocks readers that arrive after it; the readers queued before the next
  * writer enter together. Writers' fencing tokens strictly increase; a
  * reader's fencing token is the last writer's (the name's counter when the
- * read share began): a store can check that a reader's token is not below
- * the newest write it has seen... see docs/design.md.
+ * read share began, always below the next writer's). What a store can
+ * check: writes carry the writer's token and are refused below the highest
+ * token seen; a reader with token r that finds data last written with a
+ * token above r knows a writer came in after its share began (its share was
+ * lost), so its read is not consistent (docs/design.md, "Waiter queue and
+ * the lock family"). The write side of a name used by a plain `watchlock run` is
+ * the CLI's choice (it takes the write side when name_info says RWLOCK).
  */
 WATCHLOCK_API int watchlock_rwlock_new(watchlock_lock **out, watchlock_client *client,
                                        const void *name, size_t name_len, int write);

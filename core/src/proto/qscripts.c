@@ -38,9 +38,13 @@
 #include "proto/proto.h"
 
 #define Q_COMMON                                                                                               \
-    "local t = redis.call('TIME')\n"                                                                           \
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                 \
-    "local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                               \
+    "local now, now_us\n"                                                                                     \
+    "local function tick()\n"                                                                                 \
+    "  if now then return end\n"                                                                              \
+    "  local t = redis.call('TIME')\n"                                                                         \
+    "  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                     \
+    "  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                                  \
+    "end\n"                                                                                                   \
     "local cap, used = 0, 0\n"                                                                                 \
     "local HP, CP, PUB, FTTL\n"                                                                                \
     "local function fence(incr)\n"                                                                             \
@@ -65,6 +69,7 @@
     "  if not redis.call('ZSCORE', KEYS[3], h) then redis.call('HDEL', KEYS[6], h) end\n"                      \
     "end\n"                                                                                                    \
     "local function purge()\n"                                                                                 \
+    "  tick()\n"                                                                                              \
     "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
     "    local p = redis.call('PTTL', HP .. h)\n"                                                              \
     "    if p > 0 then redis.call('ZADD', KEYS[3], now + p, h)\n"                                              \
@@ -76,6 +81,7 @@
     "  end\n"                                                                                                  \
     "end\n"                                                                                                    \
     "local function grant(h, k, ident, lease, rd)\n"                                                           \
+    "  tick()\n"                                                                                              \
     "  local f = fence(rd ~= '1')\n"                                                                           \
     "  redis.call('SET', HP .. h, ident, 'PX', lease)\n"                                                       \
     "  redis.call('ZADD', KEYS[3], now + tonumber(lease), h)\n"                                                \
@@ -128,6 +134,7 @@
 const char wl_q_acquire_lua[] =
     Q_COMMON
     "HP, CP, PUB, FTTL = ARGV[8], ARGV[9], ARGV[10], ARGV[11]\n"
+    "tick()\n"
     "local ty = redis.call('TYPE', KEYS[1])['ok']\n"
     "if ty == 'string' then return {-3, 'plain', '1'} end\n"
     "if ty == 'hash' then\n"
@@ -135,7 +142,20 @@ const char wl_q_acquire_lua[] =
     "  if st[1] ~= ARGV[1] or (ARGV[2] ~= '0' and st[2] ~= ARGV[2]) then return {-3, st[1] or '?', st[2] or '0'} end\n"
     "elseif ty == 'none' then\n"
     "  if ARGV[2] == '0' then return {-4} end\n"
-    "  redis.call('HSET', KEYS[1], 'kind', ARGV[1], 'cap', ARGV[2], 'used', 0, 'seq', 0)\n"
+    "  if tonumber(ARGV[4]) > tonumber(ARGV[2]) then return {-5, tonumber(ARGV[2])} end\n"
+    /* A name not in use (the common, uncontended acquire): nobody holds or
+     * waits (the state outlives every live holder and waiter: they keep it
+     * alive), so whatever keys are left are a dead state's: dropped; the
+     * hold is granted at once and the new keys get their TTL. */
+    "  local h, k, lease = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[6])\n"
+    "  local want = 2 * math.max(lease, tonumber(ARGV[7])) + 1000\n"
+    "  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])\n"
+    "  local f = grant(h, k, ARGV[5], ARGV[6], ARGV[12])\n"
+    "  redis.call('HSET', KEYS[1], 'kind', ARGV[1], 'cap', ARGV[2], 'used', k, 'seq', 0)\n"
+    "  redis.call('PEXPIRE', KEYS[1], want)\n"
+    "  redis.call('PEXPIRE', KEYS[3], want)\n"
+    "  redis.call('PEXPIRE', KEYS[6], want)\n"
+    "  return {1, f}\n"
     "else return {-3, ty, '0'} end\n"
     "load_state()\n"
     "local h, k, ident, lease, live = ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])\n"
@@ -191,12 +211,13 @@ const char wl_q_acquire_lua[] =
 const char wl_q_release_lua[] =
     Q_COMMON
     "HP, CP, PUB, FTTL = ARGV[4], ARGV[5], ARGV[6], ARGV[7]\n"
-    "if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then\n"
+    "local st = redis.pcall('HMGET', KEYS[1], 'kind', 'cap', 'used', 'fixed')\n"
+    "if type(st) ~= 'table' or st.err or not st[1] then\n" /* no queue state (or another type) */
     "  local v = redis.call('GET', ARGV[4] .. ARGV[2])\n"
     "  if v and string.sub(v, 1, #ARGV[3]) == ARGV[3] then redis.call('DEL', ARGV[4] .. ARGV[2]) end\n"
     "  return 0\n"
     "end\n"
-    "load_state()\n"
+    "cap, used = tonumber(st[2] or '0'), tonumber(st[3] or '0')\n"
     "local op, h, p = ARGV[1], ARGV[2], ARGV[3]\n"
     "local v = redis.call('GET', HP .. h)\n"
     "local ours = v and string.sub(v, 1, #p) == p\n"
@@ -208,6 +229,13 @@ const char wl_q_release_lua[] =
     "elseif op == 'release' then\n"
     "  if ours then r = 1; redis.call('DEL', HP .. h) elseif v then r = -1 end\n"
     "  if r ~= -1 then drop_holder(h) end\n"
+    /* the last holder leaves a name nobody waits for: the state goes (as
+     * finish would do) without looking for expired entries (there are none:
+     * no holder, no waiter) */
+    "  if used <= 0 and st[4] ~= '1' and redis.call('ZCARD', KEYS[3]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then\n"
+    "    redis.call('DEL', KEYS[1], KEYS[5], KEYS[6])\n"
+    "    return r\n"
+    "  end\n"
     "elseif op == 'downgrade' then\n"
     "  local k = tonumber(redis.call('HGET', KEYS[6], h) or '0')\n"
     "  if ours and k > 1 and redis.call('ZSCORE', KEYS[3], h) then\n"
