@@ -23,133 +23,66 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import math
 import threading
-import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple, TypeVar
 
 from . import _native
-from ._lock import _SLICE_MS, _UNSET, Lock
-from ._util import ETIMEDOUT, OK, Duration, Name, fmt_name, raise_status
-from .exceptions import error_class
+from ._lock import Lock
+from ._util import OK, Duration, Name, fmt_name, raise_status
 
 if TYPE_CHECKING:
     from ._client import Client
 
 _c = importlib.import_module(f"{__package__}.__native")
+#: acquire()'s "timeout not given" (then the lock's own blocking_timeout)
+_UNSET: Any = object()
 # The C functions of the SWIG module, without its Python proxies (as _lock.py).
+_fair_lock_new: Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]] = _c.fair_lock_new
 _semaphore_new: Callable[[_native.ClientHandle, Name, int], Tuple[int, _native.LockHandle]] = _c.semaphore_new
 _semaphore_acquire: Callable[[_native.LockHandle, int, int], int] = _c.semaphore_acquire
-_lock_release: Callable[[_native.LockHandle], int] = _c.lock_release
+_set_wait_slices: Callable[[_native.LockHandle, int], int] = _c.lock_set_wait_slices
+
+
+def _sliced(made: Tuple[int, _native.LockHandle]) -> Tuple[int, _native.LockHandle]:
+    """A new handle of a queued kind that keeps its place in the queue when
+    one of the Lock's wait slices (_lock.py, _SLICE_MS) times out: the core
+    takes a waiter whose acquire timed out out of the queue otherwise, and a
+    fair waiter in the main thread would go to the back every 250 ms."""
+    st, h = made
+    if st == OK:
+        _set_wait_slices(h, 1)
+    return st, h
+
 _rwlock_new: Callable[[_native.ClientHandle, Name, int], Tuple[int, _native.LockHandle]] = _c.rwlock_new
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _Wait:
-    """One wait of a queued kind in the core, run on a thread of its own so
-    that the caller can wait in slices (signal handlers, asyncio
-    cancellation) without leaving the queue: the core takes a waiter out of
-    the queue when its acquire times out, so the plain lock's way (a C wait
-    per slice, kept by the core between them) would send a fair waiter to
-    the back of the queue every slice. A caller that gives up abandons the
-    wait: it stays queued until its own timeout, and whatever it gets is
-    released at once by whichever side sees the outcome last."""
-
-    __slots__ = ("mu", "done", "status", "detail", "error", "abandoned", "thread")
-
-    def __init__(self, acquire: Callable[[_native.LockHandle, int], int], release: Callable[[], Any],
-                 h: _native.LockHandle, wait_ms: int) -> None:
-        self.mu = threading.Lock()
-        self.done = threading.Event()
-        self.status: Optional[int] = None
-        self.detail = ""  # the core's message for a failed status (thread-local there: read on this thread)
-        self.error: Optional[BaseException] = None
-        self.abandoned = False
-        self.thread = threading.Thread(target=self._run, args=(acquire, release, h, wait_ms),
-                                       name="watchlock-queued-wait", daemon=True)
-        self.thread.start()
-
-    def _run(self, acquire: Callable[[_native.LockHandle, int], int], release: Callable[[], Any],
-             h: _native.LockHandle, wait_ms: int) -> None:
-        st: Optional[int] = None
-        err: Optional[BaseException] = None
-        try:
-            st = acquire(h, wait_ms)
-            if st not in (OK, ETIMEDOUT):
-                self.detail = _native.last_error() or ""
-        except BaseException as e:  # handed to the caller
-            err = e
-        with self.mu:
-            self.status, self.error = st, err
-            abandoned = self.abandoned
-        self.done.set()
-        if abandoned and st == OK:
-            _release_quietly(release)
-
-    def abandon(self, release: Callable[[], Any]) -> None:
-        with self.mu:
-            self.abandoned = True
-            got = self.status
-        if got == OK:
-            _release_quietly(release)
-
-
-def _release_quietly(release: Callable[[], Any]) -> None:
-    try:
-        release()
-    except Exception:  # lost, connection: nothing held to give back
-        pass
 
 
 class _Kind(Lock):
     """What the kinds share: the arguments they were made with (a decorator
     makes a fresh object per call with them), being a decorator, and waits
-    that keep their place in the queue (_Wait)."""
+    that keep their place in the queue across the Lock's wait slices."""
 
     _kind_label = "lock"
 
     def __init__(self, client: Client, name: Name, **options: Any) -> None:
         self._made_with: Tuple[Client, Name, Dict[str, Any]] = (client, name, dict(options))
-        self._pending: Optional[_Wait] = None  # an abandoned wait still in the core
         super().__init__(client, name, **options)
 
     def _acquire_native(self, deadline: Optional[float], cancelled: Optional[threading.Event],
                         sliced: bool) -> bool:
-        h = self._h
-        pending = self._pending
-        if pending is not None:  # an abandoned wait on this handle: let it end (and give back) first
-            while not pending.done.wait(_SLICE_MS / 1000.0):
-                if cancelled is not None and cancelled.is_set():
-                    return False
-            pending.thread.join()
-            self._pending = None
-        wait = -1 if deadline is None else max(0, math.ceil((deadline - time.monotonic()) * 1000))
-        if not (sliced or cancelled is not None) or wait == 0:
-            st = self._acquire_fn(h, wait)
-        else:
-            w = _Wait(self._acquire_fn, lambda: _lock_release(h), h, wait)
-            try:
-                while not w.done.wait(_SLICE_MS / 1000.0):  # signal handlers run between slices
-                    if cancelled is not None and cancelled.is_set():
-                        w.abandon(lambda: _lock_release(h))
-                        self._pending = w
-                        return False
-            except BaseException:  # KeyboardInterrupt ...: the wait goes on alone, then gives back
-                w.abandon(lambda: _lock_release(h))
-                self._pending = w
-                raise
-            w.thread.join()
-            if w.error is not None:
-                raise w.error
-            st = w.status if w.status is not None else ETIMEDOUT
-            if st not in (OK, ETIMEDOUT):
-                text = f"cannot acquire lock {fmt_name(self._name)}: {w.detail or _native.strerror(st)}"
-                raise error_class(st)(text, lock_name=self._name, status=st, detail=w.detail)
-        if st == OK:
-            return True
-        if st != ETIMEDOUT:
-            self._acquire_error(st)
-        return False
+        # The handle keeps its place in the queue between slices
+        # (watchlock_lock_set_wait_slices, set when it was made); a wait that
+        # ends without the lock, or is interrupted, gives the place up now
+        # rather than after a liveness lease (a ghost at the head would be
+        # granted the lock and hold up the waiters behind it).
+        try:
+            ok = super()._acquire_native(deadline, cancelled, sliced)
+        except BaseException:
+            self._forget_wait()
+            raise
+        if not ok:
+            self._forget_wait()
+        return ok
 
     def _fresh(self) -> _Kind:
         client, name, options = self._made_with
@@ -190,7 +123,7 @@ class FairLock(_Kind):
     waiter, and nobody barges in. Made with :meth:`Client.fair_lock`; the
     same options, methods and exceptions as :class:`Lock`."""
 
-    _native_new = _c.fair_lock_new
+    _native_new = staticmethod(lambda client, name: _sliced(_fair_lock_new(client, name)))
 
 
 class Semaphore(_Kind):
@@ -210,7 +143,7 @@ class Semaphore(_Kind):
         self._made_with[2]["permits"] = permits
 
     def _native_new(self, client: _native.ClientHandle, name: Name) -> Tuple[int, _native.LockHandle]:
-        return _semaphore_new(client, name, self._permits)
+        return _sliced(_semaphore_new(client, name, self._permits))
 
     def _acquire_fn(self, h: _native.LockHandle, wait: int) -> int:
         return _semaphore_acquire(h, self._k, wait)
@@ -228,11 +161,13 @@ class Semaphore(_Kind):
         taken, False when the wait ran out. WrongTypeError when the name is
         another kind or k is more than its permits."""
         self._k = self._check_k(k)
-        return super().acquire(blocking, timeout)
+        return super().acquire(blocking) if timeout is _UNSET else super().acquire(blocking, timeout)
 
     async def acquire_async(self, k: int = 1, blocking: Optional[bool] = None,  # type: ignore[override]
                             timeout: Optional[Duration] = _UNSET) -> bool:
         self._k = self._check_k(k)
+        if timeout is _UNSET:
+            return await super().acquire_async(blocking)
         return await super().acquire_async(blocking, timeout)
 
     def take(self, k: int) -> Semaphore:
@@ -255,14 +190,14 @@ class ReadLock(_Kind):
     """The read side of a read-write lock: many readers at once, never with
     a writer (:meth:`RWLock.read_lock`)."""
 
-    _native_new = staticmethod(lambda client, name: _rwlock_new(client, name, 0))
+    _native_new = staticmethod(lambda client, name: _sliced(_rwlock_new(client, name, 0)))
 
 
 class WriteLock(_Kind):
     """The write side of a read-write lock: one writer, no readers
     (:meth:`RWLock.write_lock`)."""
 
-    _native_new = staticmethod(lambda client, name: _rwlock_new(client, name, 1))
+    _native_new = staticmethod(lambda client, name: _sliced(_rwlock_new(client, name, 1)))
 
     def downgrade(self) -> None:
         """Turns the held write lock into a read share without a gap (no

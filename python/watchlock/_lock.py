@@ -486,7 +486,7 @@ class Lock:
 
     def __enter__(self) -> Lock:
         ident = _get_ident()
-        if self._blocking_ms < 0 and self._native_new is None:  # (queued kinds: one wait, _kinds.py)
+        if self._blocking_ms < 0:
             # Fast path of _acquire() for the usual `with client.lock(name):`
             # (wait forever): one try in line; anything but a free lock, or a
             # first slice that timed out, goes on in _acquire().
