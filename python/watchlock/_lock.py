@@ -153,15 +153,12 @@ class Lock:
     ``label``: as :meth:`Client.lock`'s.
     """
 
-    #: makes the core's handle: (client handle, name) -> (status, handle); a kind's class sets its own
-    _native_new: Callable[..., Tuple[int, _native.LockHandle]] = staticmethod(_lock_new)
-
     __slots__ = ("_client", "_runtime", "_name", "_on_lost", "_blocking_ms", "_bt_ms", "_options", "_hnd", "_cond", "_owner",
                  "_acquiring", "_interrupted", "__dict__", "__weakref__")
 
     #: The other lock kinds (_kinds.py) set these: the core's constructor of
     #: their handle (None: watchlock_lock_new) and their acquire(h, wait_ms).
-    _native_new: Optional[Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]]] = None
+    _native_new: Optional[Callable[[_native.ClientHandle, Any], Tuple[int, _native.LockHandle]]] = None
     _acquire_fn: Callable[[_native.LockHandle, int], int] = staticmethod(_lock_acquire)
 
     def __init__(self, client: Client, name: Name, ttl: Optional[Duration] = None,

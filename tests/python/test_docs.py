@@ -31,7 +31,7 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_URL = re.compile(r'"redis://127\.0\.0\.1:6379(/0)?"')
-FILES = {"README.md": {"python": 2, "c": 2}, "docs/c.md": {"c": 11}}  # blocks expected per file
+FILES = {"README.md": {"python": 3, "c": 2}, "docs/c.md": {"c": 11}}  # blocks expected per file
 
 
 @dataclass
