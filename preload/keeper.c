@@ -15,8 +15,10 @@
  * locker's description would keep a flock(2) or OFD lock alive after the
  * program's last close.
  *
- * Then: acquire (try once; LOCK_NB: BUSY at once unless the owner is a stale
- * keeper of this very kernel lock, see "hand-over"; blocking: wait in 50 ms
+ * The lock is the path's read-write lock: KIND "read" a read share, "write"
+ * the write side (shim.c lock_kind_for).
+ * Then: acquire (try once; LOCK_NB: BUSY at once unless a stale keeper of
+ * this kernel lock was told to go, see "hand-over"; blocking: wait in 50 ms
  * slices, which the library resumes without a round trip, woken by the
  * release's pub/sub message, checking between slices that the locker still
  * waits: a closed pipe cancels), answer "OK <fence>" / "BUSY" /
@@ -24,13 +26,14 @@
  *   - every 20 ms, look for the kernel lock in /proc/locks (family, device,
  *     inode, and the locker's pid for flock and POSIX locks); gone -> release
  *     and exit. That is the release detection (<= 20 ms + one round trip).
- *   - SIGUSR1 ("hand-over"): a keeper of the same kernel lock identity
- *     (boot id, pid namespace, device, inode, family) whose locker was just
- *     granted that kernel lock exclusively found this keeper owning the
- *     distributed lock: the kernel excludes both locks, so ours is gone ->
- *     release at once. This is what makes local contention deadlock-free when
- *     /proc/locks cannot tell one holder from the next (same pid re-locking,
- *     OFD locks that show no pid).
+ *   - SIGUSR1 ("hand-over", see hand_over()): a keeper of the same file
+ *     and family on this kernel whose locker was just granted a kernel lock
+ *     that conflicts with ours (exclusive: with every lock; shared: with
+ *     exclusive ones) found this keeper in /proc: the kernel excludes both
+ *     locks, so ours is gone -> release at once. This is what makes local
+ *     contention deadlock-free when /proc/locks cannot tell one holder from
+ *     the next (same pid re-locking, a conversion on the same fd, OFD locks
+ *     that show no pid).
  *   - SIGTERM/SIGINT/SIGHUP: release and exit.
  *   - the library's on-lost callback (a library thread): signal the locker's
  *     process group (WATCHLOCK_PRELOAD_SIGNAL, default SIGTERM), log, and
