@@ -234,49 +234,136 @@ static void read_ids(void)
  * not the server's owner record is where they are found. Fills told[] with
  * the pids told (at most max); returns their number.
  */
+/* Another keeper of this kernel, from its /proc/PID/cmdline (main's argv). */
+struct peer {
+    pid_t pid;
+    int family, exclusive;
+    long locker_pid;
+    unsigned long long start; /* /proc/PID/stat starttime: older is smaller */
+};
+
+static int read_peer(struct peer *out, long pid)
+{
+    char path[64], buf[WLP_PATH_MAX + 1024];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len <= 0)
+        return -1;
+    buf[len] = '\0';
+    const char *argv[12];
+    int argc = 0;
+    for (char *p = buf; p < buf + len && argc < 12; p += strlen(p) + 1)
+        argv[argc++] = p;
+    if (argc != 11)
+        return -1;
+    const char *base = strrchr(argv[0], '/');
+    base = base != NULL ? base + 1 : argv[0];
+    if (strcmp(base, "watchlock-keeper") != 0 || strtoull(argv[8], NULL, 10) != k.dev ||
+        strtoull(argv[9], NULL, 10) != k.ino)
+        return -1;
+    out->pid = (pid_t)pid;
+    out->family = atoi(argv[3]);
+    out->exclusive = atoi(argv[4]);
+    out->locker_pid = atol(argv[6]);
+    out->start = 0;
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (f != NULL) {
+        /* "pid (comm) state ppid ..." : starttime is field 22; comm may hold spaces */
+        char line[1024];
+        if (fgets(line, sizeof line, f) != NULL) {
+            char *q = strrchr(line, ')');
+            int field = 2;
+            char *save = NULL;
+            for (char *t = q != NULL ? strtok_r(q + 1, " ", &save) : NULL; t != NULL;
+                 t = strtok_r(NULL, " ", &save))
+                if (++field == 22) {
+                    out->start = strtoull(t, NULL, 10);
+                    break;
+                }
+        }
+        fclose(f);
+    }
+    return 0;
+}
+
+/* Granted read locks of `family` on our file in /proc/locks, by `pid` (< 0: anyone). */
+static int kernel_read_locks(int family, long pid)
+{
+    FILE *f = fopen("/proc/locks", "re");
+    if (f == NULL)
+        return -1;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (strstr(line, " READ ") != NULL &&
+            wlp_proc_locks_line_matches(line, family, major(k.dev), minor(k.dev), k.ino, pid))
+            n++;
+    fclose(f);
+    return n;
+}
+
+static int by_start(const void *a, const void *b)
+{
+    const struct peer *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int tell(pid_t *told, int n, int max, const struct peer *p)
+{
+    if (n >= max || kill(p->pid, SIGUSR1) != 0)
+        return n;
+    log_line("%s: hand-over: told the stale keeper %d (%s) to release", k.path, (int)p->pid,
+             p->exclusive ? "write side" : "read share");
+    told[n] = p->pid;
+    return n + 1;
+}
+
 static int hand_over(pid_t *told, int max)
 {
     DIR *d = opendir("/proc");
     if (d == NULL)
         return 0;
     int n = 0, my_class = k.family == WLP_FAMILY_FLOCK ? 0 : 1;
+    struct peer readers[64];
+    int nreaders = 0;
     struct dirent *e;
-    while (n < max && (e = readdir(d)) != NULL) {
+    while ((e = readdir(d)) != NULL) {
         char *end;
         long pid = strtol(e->d_name, &end, 10);
-        if (*end != '\0' || pid <= 1 || pid == (long)getpid())
+        struct peer p;
+        if (*end != '\0' || pid <= 1 || pid == (long)getpid() || read_peer(&p, pid) != 0 ||
+            (p.family == WLP_FAMILY_FLOCK ? 0 : 1) != my_class)
             continue;
-        char path[64], buf[WLP_PATH_MAX + 1024];
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t len = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (len <= 0)
-            continue;
-        buf[len] = '\0';
-        const char *argv[12];
-        int argc = 0;
-        for (char *p = buf; p < buf + len && argc < 12; p += strlen(p) + 1)
-            argv[argc++] = p;
-        if (argc != 11)
-            continue;
-        const char *base = strrchr(argv[0], '/');
-        base = base != NULL ? base + 1 : argv[0];
-        if (strcmp(base, "watchlock-keeper") != 0 || strtoull(argv[8], NULL, 10) != k.dev ||
-            strtoull(argv[9], NULL, 10) != k.ino ||
-            (atoi(argv[3]) == WLP_FAMILY_FLOCK ? 0 : 1) != my_class)
-            continue;
-        if (!k.exclusive && !atoi(argv[4]))
-            continue; /* shared and shared coexist: that keeper's share is still ours to share */
-        if (kill((pid_t)pid, SIGUSR1) == 0) {
-            told[n++] = (pid_t)pid;
-            log_line("%s: hand-over: told the stale keeper %ld (%s) to release", k.path, pid,
-                     atoi(argv[4]) ? "write side" : "read share");
+        if (k.exclusive || p.exclusive) {
+            n = tell(told, n, max, &p);
+        } else if (p.family == k.family &&
+                   (k.family == WLP_FAMILY_OFD || p.locker_pid == k.locker_pid) && nreaders < 64) {
+            readers[nreaders++] = p;
         }
     }
     closedir(d);
+    /* Shared and shared coexist, so a shared grant cannot tell a stale
+     * reader keeper from a live one, except by counting: the read locks of
+     * our locker (of every OFD description, which show no pid) in
+     * /proc/locks, ours included, against the keepers that guard them, us
+     * included. More keepers than locks: the oldest are stale (the locker
+     * unlocked and locked again within one poll, so its old keeper still
+     * sees "a lock of this pid"; left alone it would hold its share for as
+     * long as the process keeps relocking, and a writer elsewhere would wait
+     * for it while our share waits behind that writer). */
+    if (!k.exclusive && nreaders > 0) {
+        int locks = kernel_read_locks(k.family, k.family == WLP_FAMILY_OFD ? -1 : k.locker_pid);
+        if (locks > 0 && nreaders + 1 > locks) {
+            qsort(readers, (size_t)nreaders, sizeof readers[0], by_start);
+            for (int i = 0; i < nreaders + 1 - locks && i < nreaders; i++)
+                n = tell(told, n, max, &readers[i]);
+        }
+    }
     return n;
 }
 
@@ -303,11 +390,17 @@ static int open_lock(watchlock_lock **out, watchlock_client *c)
 
 static int acquire(watchlock_lock *lock)
 {
+    pid_t told[64];
+    int ntold = 0;
+    /* A shared request looks for stale reader keepers first: the first try
+     * succeeds beside them, so it would never find them otherwise. */
+    if (!k.exclusive)
+        ntold = hand_over(told, 64);
     int rc = watchlock_lock_acquire(lock, 0);
     if (rc != WATCHLOCK_ETIMEDOUT)
         return rc;
-    pid_t told[64];
-    int ntold = hand_over(told, 64);
+    if (k.exclusive)
+        ntold = hand_over(told, 64);
     if (!k.wait) {
         /* LOCK_NB: a stale keeper releases within one round trip; wait for
          * the keepers told to exit (bounded by a lease), then try once more.
