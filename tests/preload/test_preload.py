@@ -699,16 +699,17 @@ def test_conversion_on_the_same_fd(world, locker, sh, sh_nb, ex, ex_nb):
 MIXED = textwrap.dedent("""
     import fcntl, os, random, sys, time
     lock, shared, rounds, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    how = {"flock": fcntl.flock, "lockf": fcntl.lockf}[sys.argv[5]]  # lockf: F_RDLCK / F_WRLCK
     rnd = random.Random(seed)
     readers, writer = os.path.join(shared, "readers"), os.path.join(shared, "writer")
     os.makedirs(readers, exist_ok=True)
     me = os.path.join(readers, str(os.getpid()))
-    f = open(lock, "w")
+    f = os.fdopen(os.open(lock, os.O_RDWR | os.O_CREAT, 0o644), "r+")  # F_RDLCK needs read access
     def bad(what):
         open(os.path.join(shared, "overlaps"), "a").write(what + "\\\\n")
     for _ in range(rounds):
         if rnd.random() < 0.5:
-            fcntl.flock(f, fcntl.LOCK_EX)
+            how(f, fcntl.LOCK_EX)
             try:
                 os.mkdir(writer)
             except FileExistsError:
@@ -721,7 +722,7 @@ MIXED = textwrap.dedent("""
             except FileNotFoundError:
                 pass
         else:
-            fcntl.flock(f, fcntl.LOCK_SH)
+            how(f, fcntl.LOCK_SH)
             open(me, "w").close()
             if os.path.exists(writer):
                 bad("a reader with a writer")
@@ -729,12 +730,13 @@ MIXED = textwrap.dedent("""
                 open(os.path.join(shared, "together"), "a").write("x")
             time.sleep(0.01)
             os.unlink(me)
-        fcntl.flock(f, fcntl.LOCK_UN)
+        how(f, fcntl.LOCK_UN)
 """)
 
 
+@pytest.mark.parametrize("how", ["flock", "lockf"])
 @pytest.mark.parametrize("shim", [True, False])
-def test_mixed_shared_and_exclusive_contenders(world, shim):
+def test_mixed_shared_and_exclusive_contenders(world, shim, how):
     """3 local + 3 remote contenders, each round LOCK_SH or LOCK_EX at random: no writer ever
     meets a reader or another writer, nobody deadlocks (local hand-over in both directions).
     Without the shim the two hosts' writers and readers meet (the witness can fail)."""
@@ -742,7 +744,7 @@ def test_mixed_shared_and_exclusive_contenders(world, shim):
     rounds = 12 if LONG else 5
     for attempt in range(1 if shim else 5):
         procs = [h.popen([sys.executable, "-c", MIXED, world.lock, str(world.shared), str(rounds),
-                          str(i * 7 + attempt)], env) for i, h in enumerate(world.hosts * 3)]
+                          str(i * 7 + attempt), how], env) for i, h in enumerate(world.hosts * 3)]
         for p in procs:
             assert p.wait(timeout=180) == 0  # every contender finishes
         if not shim and (world.shared / "overlaps").exists():
