@@ -15,8 +15,10 @@
  * locker's description would keep a flock(2) or OFD lock alive after the
  * program's last close.
  *
- * Then: acquire (try once; LOCK_NB: BUSY at once unless the owner is a stale
- * keeper of this very kernel lock, see "hand-over"; blocking: wait in 50 ms
+ * The lock is the path's read-write lock: KIND "read" a read share, "write"
+ * the write side (shim.c lock_kind_for).
+ * Then: acquire (try once; LOCK_NB: BUSY at once unless a stale keeper of
+ * this kernel lock was told to go, see "hand-over"; blocking: wait in 50 ms
  * slices, which the library resumes without a round trip, woken by the
  * release's pub/sub message, checking between slices that the locker still
  * waits: a closed pipe cancels), answer "OK <fence>" / "BUSY" /
@@ -24,13 +26,14 @@
  *   - every 20 ms, look for the kernel lock in /proc/locks (family, device,
  *     inode, and the locker's pid for flock and POSIX locks); gone -> release
  *     and exit. That is the release detection (<= 20 ms + one round trip).
- *   - SIGUSR1 ("hand-over"): a keeper of the same kernel lock identity
- *     (boot id, pid namespace, device, inode, family) whose locker was just
- *     granted that kernel lock exclusively found this keeper owning the
- *     distributed lock: the kernel excludes both locks, so ours is gone ->
- *     release at once. This is what makes local contention deadlock-free when
- *     /proc/locks cannot tell one holder from the next (same pid re-locking,
- *     OFD locks that show no pid).
+ *   - SIGUSR1 ("hand-over", see hand_over()): a keeper of the same file
+ *     and family on this kernel whose locker was just granted a kernel lock
+ *     that conflicts with ours (exclusive: with every lock; shared: with
+ *     exclusive ones) found this keeper in /proc: the kernel excludes both
+ *     locks, so ours is gone -> release at once. This is what makes local
+ *     contention deadlock-free when /proc/locks cannot tell one holder from
+ *     the next (same pid re-locking, a conversion on the same fd, OFD locks
+ *     that show no pid).
  *   - SIGTERM/SIGINT/SIGHUP: release and exit.
  *   - the library's on-lost callback (a library thread): signal the locker's
  *     process group (WATCHLOCK_PRELOAD_SIGNAL, default SIGTERM), log, and
@@ -38,6 +41,7 @@
  * Threads: main (all of the above) and the library's; the only shared state
  * is the `lost` flag (atomic).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -215,58 +219,211 @@ static void read_ids(void)
                   k.family == WLP_FAMILY_FLOCK ? WLP_FAMILY_FLOCK : WLP_FAMILY_POSIX);
 }
 
-/* The owner of `name`: if it is a keeper of our kernel lock identity, tell
- * it to let go (SIGUSR1). Only for an exclusive kernel lock, which the
- * kernel grants to nobody else on this host at the same time. 1 if told. */
-static int hand_over(watchlock_client *c)
+/*
+ * Hand-over. Our locker was just granted its kernel lock, so on this kernel
+ * no other lock of the same family on this file that conflicts with ours
+ * exists any more: an exclusive grant excludes every other lock, a shared
+ * one every exclusive lock. A keeper that still guards such a lock is
+ * stale (its locker unlocked and relocked within one poll, converted the
+ * lock on the same fd, or holds an OFD lock that /proc/locks shows without
+ * a pid): tell it to let go (SIGUSR1). The keepers of this kernel are the
+ * processes named watchlock-keeper in /proc with our device, inode and
+ * family class in their argv (main's argv layout); another host's (or a
+ * test's mount namespace with a private tmpfs: another device) never
+ * matches. The read-write lock records no owner per share, so /proc and
+ * not the server's owner record is where they are found. Fills told[] with
+ * the pids told (at most max); returns their number.
+ */
+/* Another keeper of this kernel, from its /proc/PID/cmdline (main's argv). */
+struct peer {
+    pid_t pid;
+    int family, exclusive;
+    long locker_pid;
+    unsigned long long start; /* /proc/PID/stat starttime: older is smaller */
+};
+
+static int read_peer(struct peer *out, long pid)
 {
-    if (!k.exclusive)
-        return 0;
-    watchlock_owner *o = NULL;
-    int held = 0;
-    if (watchlock_client_inspect_owner(&o, &held, NULL, NULL, c, k.name, strlen(k.name)) != 0 ||
-        o == NULL)
-        return 0;
-    size_t len;
-    const char *label = watchlock_owner_label(o, &len);
-    char want[300];
-    snprintf(want, sizeof want, " kl=%s", k.kernel_id);
-    int same = held && strstr(label, want) != NULL && watchlock_owner_pid(o) > 1 &&
-               watchlock_owner_pid(o) != getpid();
-    pid_t pid = (pid_t)watchlock_owner_pid(o);
-    watchlock_owner_free(o);
-    if (same && kill(pid, SIGUSR1) == 0) {
-        log_line("%s: hand-over: told the stale keeper %d to release", k.path, (int)pid);
-        return 1;
+    char path[64], buf[WLP_PATH_MAX + 1024];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len <= 0)
+        return -1;
+    buf[len] = '\0';
+    const char *argv[12];
+    int argc = 0;
+    for (char *p = buf; p < buf + len && argc < 12; p += strlen(p) + 1)
+        argv[argc++] = p;
+    if (argc != 11)
+        return -1;
+    const char *base = strrchr(argv[0], '/');
+    base = base != NULL ? base + 1 : argv[0];
+    if (strcmp(base, "watchlock-keeper") != 0 || strtoull(argv[8], NULL, 10) != k.dev ||
+        strtoull(argv[9], NULL, 10) != k.ino)
+        return -1;
+    out->pid = (pid_t)pid;
+    out->family = atoi(argv[3]);
+    out->exclusive = atoi(argv[4]);
+    out->locker_pid = atol(argv[6]);
+    out->start = 0;
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (f != NULL) {
+        /* "pid (comm) state ppid ..." : starttime is field 22; comm may hold spaces */
+        char line[1024];
+        if (fgets(line, sizeof line, f) != NULL) {
+            char *q = strrchr(line, ')');
+            int field = 2;
+            char *save = NULL;
+            for (char *t = q != NULL ? strtok_r(q + 1, " ", &save) : NULL; t != NULL;
+                 t = strtok_r(NULL, " ", &save))
+                if (++field == 22) {
+                    out->start = strtoull(t, NULL, 10);
+                    break;
+                }
+        }
+        fclose(f);
     }
     return 0;
 }
 
+/* Granted read locks of `family` on our file in /proc/locks, by `pid` (< 0: anyone). */
+static int kernel_read_locks(int family, long pid)
+{
+    FILE *f = fopen("/proc/locks", "re");
+    if (f == NULL)
+        return -1;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (strstr(line, " READ ") != NULL &&
+            wlp_proc_locks_line_matches(line, family, major(k.dev), minor(k.dev), k.ino, pid))
+            n++;
+    fclose(f);
+    return n;
+}
+
+static int by_start(const void *a, const void *b)
+{
+    const struct peer *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int tell(pid_t *told, int n, int max, const struct peer *p)
+{
+    if (n >= max || kill(p->pid, SIGUSR1) != 0)
+        return n;
+    log_line("%s: hand-over: told the stale keeper %d (%s) to release", k.path, (int)p->pid,
+             p->exclusive ? "write side" : "read share");
+    told[n] = p->pid;
+    return n + 1;
+}
+
+static int hand_over(pid_t *told, int max)
+{
+    DIR *d = opendir("/proc");
+    if (d == NULL)
+        return 0;
+    int n = 0, my_class = k.family == WLP_FAMILY_FLOCK ? 0 : 1;
+    struct peer readers[64];
+    int nreaders = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        struct peer p;
+        if (*end != '\0' || pid <= 1 || pid == (long)getpid() || read_peer(&p, pid) != 0 ||
+            (p.family == WLP_FAMILY_FLOCK ? 0 : 1) != my_class)
+            continue;
+        if (k.exclusive || p.exclusive) {
+            n = tell(told, n, max, &p);
+        } else if (p.family == k.family &&
+                   (k.family == WLP_FAMILY_OFD || p.locker_pid == k.locker_pid) && nreaders < 64) {
+            readers[nreaders++] = p;
+        }
+    }
+    closedir(d);
+    /* Shared and shared coexist, so a shared grant cannot tell a stale
+     * reader keeper from a live one, except by counting: the read locks of
+     * our locker (of every OFD description, which show no pid) in
+     * /proc/locks, ours included, against the keepers that guard them, us
+     * included. More keepers than locks: the oldest are stale (the locker
+     * unlocked and locked again within one poll, so its old keeper still
+     * sees "a lock of this pid"; left alone it would hold its share for as
+     * long as the process keeps relocking, and a writer elsewhere would wait
+     * for it while our share waits behind that writer). */
+    if (!k.exclusive && nreaders > 0) {
+        int locks = kernel_read_locks(k.family, k.family == WLP_FAMILY_OFD ? -1 : k.locker_pid);
+        if (locks > 0 && nreaders + 1 > locks) {
+            qsort(readers, (size_t)nreaders, sizeof readers[0], by_start);
+            for (int i = 0; i < nreaders + 1 - locks && i < nreaders; i++)
+                n = tell(told, n, max, &readers[i]);
+        }
+    }
+    return n;
+}
+
+static int any_alive(const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (kill(pids[i], 0) == 0 || errno != ESRCH)
+            return 1;
+    return 0;
+}
+
 /* The lock handle for this hold. The kind is chosen by the shim
- * (shim.c lock_kind_for); "exclusive" is the plain lock. */
+ * (shim.c lock_kind_for): "read" a read share of the path's read-write
+ * lock, "write" its write side; "exclusive" (an older shim) the plain lock. */
 static int open_lock(watchlock_lock **out, watchlock_client *c)
 {
+    if (strcmp(k.kind, "read") == 0 || strcmp(k.kind, "write") == 0) {
+        int rc = watchlock_rwlock_new(out, c, k.name, strlen(k.name), strcmp(k.kind, "write") == 0);
+        /* blocking waits are 50 ms slices (acquire): keep the place in the queue between them */
+        return rc != 0 ? rc : watchlock_lock_set_wait_slices(*out, 1);
+    }
     return watchlock_lock_new(out, c, k.name, strlen(k.name));
 }
 
-static int acquire(watchlock_client *c, watchlock_lock *lock)
+static int acquire(watchlock_lock *lock)
 {
+    pid_t told[64];
+    int ntold = 0;
+    /* A shared request looks for stale reader keepers first: the first try
+     * succeeds beside them, so it would never find them otherwise. */
+    if (!k.exclusive)
+        ntold = hand_over(told, 64);
     int rc = watchlock_lock_acquire(lock, 0);
     if (rc != WATCHLOCK_ETIMEDOUT)
         return rc;
-    int told = hand_over(c);
-    if (!k.wait && !told)
-        return rc;
-    /* A stale keeper releases within one round trip; a LOCK_NB request
-     * waits for that (bounded), a blocking one for as long as it takes. */
-    int64_t deadline = now_ms() + watchlock_lock_lease(lock);
+    if (k.exclusive)
+        ntold = hand_over(told, 64);
+    if (!k.wait) {
+        /* LOCK_NB: a stale keeper releases within one round trip; wait for
+         * the keepers told to exit (bounded by a lease), then try once more.
+         * Anyone else (another host, a queued writer) still makes it BUSY. */
+        if (ntold == 0)
+            return rc;
+        int64_t deadline = now_ms() + watchlock_lock_lease(lock);
+        while (any_alive(told, ntold) && now_ms() < deadline) {
+            if (locker_gone())
+                return WATCHLOCK_ECLOSED;
+            struct timespec ts = {0, 2 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        return watchlock_lock_acquire(lock, 0);
+    }
+    /* Blocking: wait in slices, for as long as it takes or the locker waits. */
     for (;;) {
-        if (locker_gone())
+        if (locker_gone()) {
+            watchlock_lock_forget_wait(lock);
             return WATCHLOCK_ECLOSED;
+        }
         rc = watchlock_lock_acquire(lock, 50);
         if (rc != WATCHLOCK_ETIMEDOUT)
-            return rc;
-        if (!k.wait && now_ms() >= deadline)
             return rc;
     }
 }
@@ -320,6 +477,15 @@ int main(int argc, char **argv)
     k.dev = strtoull(argv[8], NULL, 10);
     k.ino = strtoull(argv[9], NULL, 10);
     k.kind = argv[10];
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    /* First: before the library starts its threads, and before a hand-over's
+     * SIGUSR1 (default action: terminate) can reach a keeper just started. */
+    sigprocmask(SIG_BLOCK, &set, NULL);
     const char *logdest = getenv(WLP_ENV_LOG);
     close_other_fds(logdest != NULL && strcmp(logdest, "stderr") == 0);
     detach();
@@ -327,14 +493,6 @@ int main(int argc, char **argv)
     k.probe_fd = open("/proc/self/fd/3", O_RDONLY | O_CLOEXEC | O_NOCTTY);
     close(3);
     read_ids();
-
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    sigprocmask(SIG_BLOCK, &set, NULL); /* before the library starts its threads */
 
     k.signal = wlp_signal_parse(getenv(WLP_ENV_SIGNAL));
     if (k.signal < 0) {
@@ -372,7 +530,7 @@ int main(int argc, char **argv)
         watchlock_client_close(c);
         return 1;
     }
-    rc = acquire(c, lock);
+    rc = acquire(lock);
     if (rc == WATCHLOCK_ETIMEDOUT) {
         answer("BUSY");
     } else if (rc == WATCHLOCK_ECLOSED && k.status_fd >= 0 && locker_gone()) {

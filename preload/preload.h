@@ -71,11 +71,9 @@ int wlp_lock_name(char *out, size_t size, const char *path, const char *prefix,
  * "WATCHLOCK_FENCE__VAR_LOCK_JOB_LOCK"). Returns the length or -1. */
 int wlp_fence_var(char *out, size_t size, const char *path);
 
-/* The kernel-lock identity a keeper records in its owner label, so that a
- * keeper on the same kernel for the same file can tell that the
- * distributed lock's owner guards a kernel lock its own locker now excludes
- * (docs/preload.md, "Local hand-over"): boot id, pid namespace, device,
- * inode and family. */
+/* The kernel-lock identity a keeper records in its owner label (boot id,
+ * pid namespace, device, inode and family), for people reading it: the
+ * hand-over finds the keepers of a kernel lock in /proc (keeper.c). */
 int wlp_kernel_id(char *out, size_t size, const char *boot_id, uint64_t pidns, uint64_t dev,
                   uint64_t ino, int family);
 

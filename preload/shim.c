@@ -1,7 +1,7 @@
 /*
  * shim.c - libwatchlock_preload.so: makes flock(2), fcntl(2) whole-file
- * locks and lockf(3) on configured paths exclusive across hosts
- * (docs/preload.md has the user's contract and the design argument).
+ * locks and lockf(3) on configured paths fleet-wide: exclusive requests
+ * exclude every other host, shared ones only exclusive ones (docs/preload.md has the user's contract and the design argument).
  *
  * What runs here, inside any program: the interposed calls. A call that is
  * not a lock request, or any call when WATCHLOCK_PATHS is unset, goes to
@@ -152,21 +152,22 @@ static void log_bad_config(const char *why)
 struct request {
     int fd;
     int family;    /* WLP_FAMILY_* */
-    int exclusive; /* LOCK_EX / F_WRLCK (LOCK_SH / F_RDLCK: see lock_kind_for) */
+    int exclusive; /* LOCK_EX / F_WRLCK / lockf: 1; LOCK_SH / F_RDLCK: 0 (see lock_kind_for) */
     int wait;      /* blocking call */
     const char *path;
 };
 
 /*
- * The lock kind for a request: the one place that chooses. Read requests
- * (LOCK_SH, F_RDLCK) take the exclusive lock until the read-write lock
- * (issue 23, watchlock_rwlock_new) is on main; then this returns "read"
- * for them and the keeper opens the read side (keeper.c, open_lock).
+ * The lock kind for a request: the one place that chooses. Every managed
+ * path is a read-write lock (watchlock_rwlock_new): shared requests
+ * (LOCK_SH, F_RDLCK) take a read share, exclusive ones (LOCK_EX, F_WRLCK,
+ * lockf) the write side (keeper.c, open_lock). One kind for every request
+ * on a path, so shim users never meet a kind conflict (EWRONGTYPE) among
+ * themselves.
  */
 static const char *lock_kind_for(const struct request *r)
 {
-    (void)r->exclusive;
-    return "exclusive";
+    return r->exclusive ? "write" : "read";
 }
 
 static void drop_kernel_lock(const struct request *r)
