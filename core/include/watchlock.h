@@ -922,9 +922,15 @@ WATCHLOCK_API void watchlock_name_info_free(watchlock_name_info *info);
  * redis-cluster:// members are refused (EINVAL). n == 1 opens a plain
  * client (watchlock_client_open(urls[0])); n == 2 is refused (EINVAL: two
  * members tolerate no failure, use 1 or >= 3); n >= 3 (odd recommended; at
- * most WATCHLOCK_QUORUM_MAX). Every member is connected once (as
- * watchlock_client_open does) and asked for its run_id and uptime; a
- * member that does not answer fails the open (ECONN naming it).
+ * most WATCHLOCK_QUORUM_MAX). Every member is connected at once, in
+ * parallel (as watchlock_client_open does: PING; then its run_id and
+ * uptime), so members that are down or frozen cost one connect/command
+ * timeout together. The open succeeds when a majority of members answered;
+ * the others are reported WATCHLOCK_MEMBER_UNREACHABLE by
+ * watchlock_client_member_state() and watchlock_client_check() and are
+ * tried again by every call. Fewer than a majority: ECONN naming each
+ * member that did not answer and why. A member that answered with an error
+ * (authentication, TLS) fails the open with that error, naming it.
  *
  * Every watchlock_lock_* call works on a quorum client's plain locks:
  *  - acquire writes to every member before reading any reply and returns

@@ -142,6 +142,15 @@ int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn)
     return rc;
 }
 
+/* "quorum member <i+1>: <last error>" (copied first: wl_fail writes the
+ * buffer watchlock_last_error() returns). */
+static int member_fail(int rc, size_t i)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+    return wl_fail(rc, "quorum member %zu: %s", i + 1, msg);
+}
+
 static void on_member_switch(void *arg)
 {
     wl_qmember *m = arg;
@@ -161,7 +170,7 @@ static int member_open(wl_quorum *q, size_t i, const char *url)
     if (rc != WATCHLOCK_OK) {
         free(m->srv);
         m->srv = NULL;
-        return wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
+        return member_fail(rc, i);
     }
     if (m->srv->ep.kind == WL_KIND_CLUSTER)
         return wl_fail(WATCHLOCK_EINVAL,
@@ -170,9 +179,8 @@ static int member_open(wl_quorum *q, size_t i, const char *url)
                        i + 1, m->srv->ep.label);
     if ((m->sub = wl_subscriber_new(m->srv)) == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-    if ((rc = wl_node_ping(m->srv)) != WATCHLOCK_OK ||
-        (rc = wl_sentinel_start(m->srv, on_member_switch, m)) != WATCHLOCK_OK)
-        return wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
+    if ((rc = wl_sentinel_start(m->srv, on_member_switch, m)) != WATCHLOCK_OK)
+        return member_fail(rc, i);
     return WATCHLOCK_OK;
 }
 
@@ -195,17 +203,6 @@ int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, c
     q->m[0].sub = first_sub;
     for (size_t i = 0; rc == WATCHLOCK_OK && i < n; i++)
         rc = member_open(q, i, urls[i]);
-    for (size_t i = 0; rc == WATCHLOCK_OK && i < n; i++) {
-        wl_conn *conn;
-        bool reused;
-        rc = wl_server_get(q->m[i].srv, &conn, &reused);
-        if (rc == WATCHLOCK_OK) {
-            rc = wl_quorum_probe(q, i, conn);
-            wl_server_put(q->m[i].srv, conn);
-        }
-        if (rc != WATCHLOCK_OK)
-            rc = wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
-    }
     if (rc != WATCHLOCK_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", watchlock_last_error());

@@ -48,8 +48,8 @@ void wl_qdrain_stop(wl_qdrain *d); /* joins; frees what is left */
 void wl_qdrain_free(wl_qdrain *d); /* NULL-safe */
 
 /* Members 1..n-1 from urls[1..n) (member 0 is `first`, the client's server,
- * already open); each is pinged and asked INFO. EINVAL for cluster URLs.
- * On failure nothing is kept. */
+ * already open), not contacted yet: wl_quorum_probe_all does that. EINVAL
+ * for cluster URLs. On failure nothing is kept. */
 int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, const char *const *urls, size_t n);
 void wl_quorum_stop(wl_quorum *q);    /* joins the drain and the subscribers (close) */
 void wl_quorum_close(wl_quorum *q);   /* members' idle connections (close) */
@@ -59,6 +59,10 @@ bool wl_quorum_counts(wl_quorum *q, size_t i, int64_t now);
 size_t wl_quorum_kept_out(wl_quorum *q); /* members the restart rule keeps out now */
 /* Records a lease in use (the restart rule's window is the longest). */
 void wl_quorum_note_lease(wl_quorum *q, int64_t lease_ms);
+/* Probes every member at once (quorum_open.c): PING, INFO, SCRIPT LOAD.
+ * OK when a majority answered (the rest marked unreachable); ECONN naming
+ * the members that did not, when fewer; a member's other error as is. */
+int wl_quorum_probe_all(wl_quorum *q);
 /* Asks member i INFO server on conn now (one round trip): applies the rule. */
 int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn);
 
