@@ -520,6 +520,55 @@ static void kept_with_members_0_1_frozen(void)
     five_free(&f);
 }
 
+/* ---- late grants of a successful acquire are kept ---- */
+
+/* Member 5 answers 300 ms late (a delay proxy): the acquire is decided by
+ * the other four. Its grant arrives within the validity: it is kept (our
+ * hold's identity there, renewed by the watchdog), so the hold lives on
+ * all five and survives the loss of any two. Before, it was given back. */
+static void late_grant_kept(void)
+{
+    five f;
+    five_start(&f);
+    ph_proxy *px = ph_start(rh_port(f.s[4]));
+    CHECK(px != NULL);
+    char purl[512];
+    snprintf(purl, sizeof purl, "%s?%s", ph_url(px), OPTS);
+    f.urls[4] = purl;
+    watchlock_client *c = settled(&f);
+    CHECK_EQ(ph_cmd(px, "delay both 150"), 0);
+    watchlock_lock *l = lock_lease(c, "late", LEASE);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(watchlock_lock_member_status(l, 4), WATCHLOCK_MEMBER_UNKNOWN); /* decided without it */
+    WAIT_FOR(watchlock_lock_renewals(l) >= 3, 3 * LEASE); /* past one lease */
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    CHECK_EQ(ours_on(&f, "late", 0), 5);
+    CHECK_INT(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_LATE_GRANTS), >=, 1);
+    CHECK_OK(watchlock_lock_release(l));
+    WAIT_FOR(key_exists(f.s[4], "late") == 0, 2 * LEASE);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(key_exists(f.s[i], "late"), 0);
+    CHECK_EQ(ph_cmd(px, "delay both 0"), 0);
+    /* a grant that comes after the validity is given back (the drain sends
+     * the release behind it): member 4 frozen through the acquire and past
+     * the validity, renewals going on; once it thaws it holds nothing */
+    CHECK_EQ(rh_pause(f.s[3]), 0);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    int64_t r0 = watchlock_lock_renewals(l);
+    WAIT_FOR(watchlock_lock_renewals(l) >= r0 + 3, 3 * LEASE); /* past the validity */
+    CHECK_EQ(rh_resume(f.s[3]), 0);
+    r0 = watchlock_lock_renewals(l);
+    WAIT_FOR(watchlock_lock_renewals(l) >= r0 + 3, 3 * LEASE); /* renewals reach it again */
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    CHECK_EQ(key_exists(f.s[3], "late"), 0);
+    CHECK_EQ(ours_on(&f, "late", 0), 4);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    ph_free(px);
+    five_free(&f);
+}
+
 /* ---- a member restarted empty is not counted for one lease ---- */
 
 static void restarted_member_kept_out(void)
@@ -537,6 +586,11 @@ static void restarted_member_kept_out(void)
     CHECK(ta > 0);
     CHECK_EQ(rh_resume(f.s[3]), 0);
     CHECK_EQ(rh_resume(f.s[4]), 0);
+    /* their grants, late but within the validity, are a's (kept): taken
+     * away here, so that only the restart rule can keep b out below */
+    WAIT_FOR(watchlock_client_stat(a, WATCHLOCK_STAT_QUORUM_LATE_GRANTS) >= 2, LEASE / 2);
+    rh_int(f.s[3], "DEL watchlock:{rst}");
+    rh_int(f.s[4], "DEL watchlock:{rst}");
     /* 1 and 2 restart empty: a's keys there are gone */
     int64_t back = now_ms(); /* they came back after this */
     CHECK_EQ(rh_restart(f.s[1]), 0);
@@ -742,6 +796,7 @@ static const test_case tests[] = {
     {"loss_before_majority_expires", loss_before_majority_expires, 0},
     {"open_with_two_frozen", open_with_two_frozen, 0},
     {"kept_with_members_0_1_frozen", kept_with_members_0_1_frozen, 0},
+    {"late_grant_kept", late_grant_kept, 0},
     {"restarted_member_kept_out", restarted_member_kept_out, 0},
     {"fencing_monotonic", fencing_monotonic, 0},
     {"fencing_raise_needed", fencing_raise_needed, 0},
