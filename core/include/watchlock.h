@@ -249,8 +249,9 @@ enum {
      *   _QUORUM_UNREACHED     member writes of releases (and give-backs)
      *                         that got no answer: a release that returned OK
      *                         may have left a key on these until its lease ends
-     *   _QUORUM_LATE_GRANTS   grants that came after an acquire was decided
-     *                         (or were not counted) and were given back
+     *   _QUORUM_LATE_GRANTS   grants that came after an acquire was decided:
+     *                         kept when the acquire succeeded and they came
+     *                         within its validity, given back otherwise
      *   _QUORUM_FENCE_UNAVAILABLE fencing tokens reported unavailable
      *   _QUORUM_SPLIT_VOTES   attempts that got neither a majority of grants
      *                         nor a majority held by others (contention split,
@@ -936,8 +937,10 @@ WATCHLOCK_API void watchlock_name_info_free(watchlock_name_info *info);
  *  - acquire writes to every member before reading any reply and returns
  *    as soon as a majority granted (validity = lease - time since this
  *    attempt was sent - drift, on the monotonic clock) or a majority cannot
- *    grant; late grants and the grants of a failed attempt are given back
- *    (token-checked). It waits, when asked to, woken by a release on any
+ *    grant; the grants of a failed attempt are given back (token-checked);
+ *    after a success, grants that come later but within the validity are
+ *    kept (the hold's, renewed and released with it; later ones are given
+ *    back), so a hold may live on more than a majority. It waits, when asked to, woken by a release on any
  *    member, bounded by the lease the holders reported, with jitter.
  *    ETIMEDOUT ("busy") when a majority is held by others (or others hold
  *    some and no member was unreachable: a contention split); ECONN when
