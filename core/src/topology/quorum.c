@@ -94,7 +94,7 @@ static void apply_info(wl_quorum *q, size_t i, const redisReply *r)
     if (changed)
         atomic_fetch_add(&q->restarts, 1);
     if (first || changed) {
-        int64_t cur = atomic_load(&m->countable_us);
+        long long cur = atomic_load(&m->countable_us);
         while (back > cur && !atomic_compare_exchange_weak(&m->countable_us, &cur, back)) {
         }
     }
@@ -116,7 +116,7 @@ size_t wl_quorum_kept_out(wl_quorum *q)
 
 void wl_quorum_note_lease(wl_quorum *q, int64_t lease_ms)
 {
-    int64_t cur = atomic_load(&q->max_lease_ms);
+    long long cur = atomic_load(&q->max_lease_ms);
     while (lease_ms > cur && !atomic_compare_exchange_weak(&q->max_lease_ms, &cur, lease_ms)) {
     }
 }
