@@ -1401,14 +1401,17 @@ def table(res: dict) -> str:
     lines.append("")
     lines += capacity_table(res)
     lines += cluster_table(res)
+    lines += wave_scenarios.table(res)
     smoke = res.get("mode") == "smoke"
     note = " (smoke run: tiny samples on a shared machine; the verdicts say nothing about speed)" if smoke else ""
-    for title, key in (("Issue 13 targets", "targets13"), ("Issue 12 targets (Cluster)", "targets12"),
-                       ("Other targets", "targets")):
+    groups = [(title, res.get(key, [])) for title, key in (
+        ("Issue 13 targets", "targets13"), ("Issue 12 targets (Cluster)", "targets12"), ("Other targets", "targets"))]
+    groups += wave_scenarios.targets(res)
+    for title, rows in groups:
         lines.append(title + note)
         lines.append(f"| {'target':<72} | {'measured':<52} | {'verdict':<7} |")
         lines.append(f"|{'-' * 74}|{'-' * 54}|{'-' * 9}|")
-        for name, measured, v in res.get(key, []):
+        for name, measured, v in rows:
             lines.append(f"| {name:<72} | {measured:<52} | {v:<7} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
@@ -1524,8 +1527,14 @@ def machine() -> dict:
     return info
 
 
+import wave_scenarios  # noqa: E402 - issues 21-23's scenarios (bench/wave_scenarios.py)
+
+wave_scenarios.B = sys.modules[__name__]
+WAVE = ("redlock", "fair", "rwlock")
 SCENARIOS = {"cycle": scenario_cycle, "handoff": scenario_handoff, "watchdog": scenario_watchdog,
-             "many": scenario_many, "cluster": scenario_cluster, "capacity": scenario_capacity}
+             "many": scenario_many, "cluster": scenario_cluster, "capacity": scenario_capacity,
+             "redlock": wave_scenarios.scenario_redlock, "fair": wave_scenarios.scenario_fair,
+             "rwlock": wave_scenarios.scenario_rwlock}
 
 
 def main() -> int:
@@ -1573,7 +1582,7 @@ def main() -> int:
     unknown = [x for x in only if x not in SCENARIOS]
     if unknown:
         ap.error(f"--only: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
-    scale = SCALES[mode]
+    scale = dict(SCALES[mode], mode=mode)
     out_dir = args.out or (os.path.join(PEERS_DIR, "smoke") if mode == "smoke" else os.path.join(BENCH, "results"))
     os.makedirs(out_dir, exist_ok=True)
     os.makedirs(PEERS_DIR, exist_ok=True)
@@ -1582,15 +1591,20 @@ def main() -> int:
     load_before = machine_load()
     log(f"  {fmt_load(load_before)}")
     PIN["cpu"] = None if args.no_pin else pin_cpu()
+    if "redlock" in only:  # (h)'s masters age during the set-up (wave_scenarios.MASTER_MIN_AGE_S)
+        wave_scenarios.start_masters()
 
     status: dict = {}  # library -> "skipped: why" or "FAILED: why" (one line); absent = available
     setup_c(status)
-    if any(x in only for x in ("cycle", "handoff", "watchdog")):
+    if any(x in only for x in ("cycle", "handoff", "watchdog") + WAVE):
         setup_python(mode, status)
         setup_java(mode, status)
     else:  # --only many/cluster/capacity: watchlock-c alone, nothing to install
         for name in list(PY_PEERS) + ["watchlock-py", "redisson", "hiredis", "plots"]:
             status[name] = skipped("not needed by --only " + ",".join(only))
+    if "redlock" in only:
+        wave_scenarios.setup_go(mode, status)
+        wave_scenarios.setup_node(mode, status)
     by_reason: dict = {}  # one line per reason: "redis-py, pottery: skipped: not installed; ..."
     for k, v in status.items():
         by_reason.setdefault(v, []).append(k)
@@ -1633,6 +1647,8 @@ def main() -> int:
     res["many"].setdefault("errors", {})
     res["cluster"].setdefault("errors", {})
     res["capacity"].setdefault("errors", {})
+    for name in WAVE:
+        res[name].setdefault("errors", {})
     res["only"] = only
     res["targets13"] = evaluate13(res)
     res["targets12"] = evaluate12(res)
@@ -1642,7 +1658,12 @@ def main() -> int:
     res["elapsed_s"] = time.monotonic() - t_start
 
     # watchlock failures: any error in its own measurements, lost locks, overlaps.
+    for msg in wave_scenarios.failures(res):
+        failed = True
+        log(f"watchlock failure in {msg}")
     for section in SCENARIOS:
+        if section in WAVE:
+            continue  # wave_scenarios.failures above
         for key, err in res[section].get("errors", {}).items():
             if ("watchlock" in key or key == "floor:c" or key == "all"
                     or section in ("many", "cluster", "capacity")):

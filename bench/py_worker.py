@@ -8,7 +8,12 @@ bench's own venv. One mode per invocation; prints one JSON object.
     py_worker.py handoff  LIB URL SHM ID HOLD_US POLITE
     py_worker.py probe    LIB                      exits 0 when LIB imports
 
-LIB is one of: watchlock, redis-py, python-redis-lock, pottery.
+LIB is one of: watchlock, watchlock-fair (client.fair_lock), watchlock-sem
+(client.semaphore with 1 permit), redis-py, python-redis-lock, pottery.
+URL may be several URLs separated by spaces: watchlock then opens a quorum
+(watchlock.Client([...])) and pottery's Redlock uses them all as masters.
+A watchlock kind or a quorum the installed watchlock does not have yet
+makes the worker exit 3 with the reason on stderr.
 The shared-memory layout of `handoff` is the one of bench/c/wlbench.c
 (see bench/README.md, "How hand-off latency is measured").
 """
@@ -24,15 +29,38 @@ import time
 LEASE_S = 10
 
 
+def unsupported(what: str):
+    print(f"py_worker: {what} is not in the installed watchlock yet", file=sys.stderr)
+    raise SystemExit(3)
+
+
 def make_lock(lib: str, url: str, name: str):
     """Returns (acquire(), release()) for one lock handle of `lib`."""
-    if lib == "watchlock":
+    urls = url.split()
+    if lib.startswith("watchlock"):
         import watchlock
-        client = watchlock.Client(url)
-        lock = client.lock(name, ttl=LEASE_S)
+        if len(urls) > 1:
+            try:
+                client = watchlock.Client(urls)
+            except TypeError:
+                unsupported("a quorum client (watchlock.Client([urls]))")
+        else:
+            client = watchlock.Client(url)
+        if lib == "watchlock":
+            lock = client.lock(name, ttl=LEASE_S)
+        elif lib == "watchlock-fair":
+            if not hasattr(client, "fair_lock"):
+                unsupported("client.fair_lock")
+            lock = client.fair_lock(name, ttl=LEASE_S)
+        elif lib == "watchlock-sem":
+            if not hasattr(client, "semaphore"):
+                unsupported("client.semaphore")
+            lock = client.semaphore(name, permits=1, ttl=LEASE_S)
+        else:
+            raise SystemExit(f"unknown library {lib!r}")
         return (lambda: lock.acquire(blocking=True, timeout=30)), lock.release, client
     import redis
-    conn = redis.Redis.from_url(url)
+    conn = redis.Redis.from_url(urls[0])
     if lib == "redis-py":
         # Default polling (sleep=0.1 s between tries), as users get it.
         lock = conn.lock(name, timeout=LEASE_S)
@@ -46,8 +74,9 @@ def make_lock(lib: str, url: str, name: str):
         import logging
         import pottery
         logging.getLogger("pottery").setLevel(logging.ERROR)
-        lock = pottery.Redlock(key=name, masters={conn}, auto_release_time=LEASE_S)
-        return (lambda: lock.acquire(blocking=True, timeout=30)), lock.release, conn
+        masters = {conn} | {redis.Redis.from_url(u) for u in urls[1:]}
+        lock = pottery.Redlock(key=name, masters=masters, auto_release_time=LEASE_S)
+        return (lambda: lock.acquire(blocking=True, timeout=30)), lock.release, masters
     raise SystemExit(f"unknown library {lib!r}")
 
 
@@ -107,7 +136,8 @@ def cmd_cycle(lib: str, url: str, n: int, max_s: float) -> dict:
 
 
 # Shared slots (int64, little-endian); same numbers as wlbench.c.
-RELEASE_NS, TURNS, LAST_HOLDER, STOP_NS, IN_CS, VIOLATIONS, START_NS, READY = 0, 1, 2, 3, 4, 5, 6, 8
+RELEASE_NS, TURNS, LAST_HOLDER, STOP_NS, IN_CS, VIOLATIONS, START_NS, OUT_OF_ORDER, READY = 0, 1, 2, 3, 4, 5, 6, 7, 8
+ARRIVAL = 40  # ARRIVAL + id: when worker id called acquire (0: not waiting)
 SLOTS = 64
 
 
@@ -136,9 +166,14 @@ def cmd_handoff(lib: str, url: str, shm_path: str, wid: int, hold_us: int, polit
         time.sleep(0.0002)
     stop = shm.get(STOP_NS)
     while now() < stop:
+        arrived = now()
+        shm.put(ARRIVAL + wid, arrived)
         if not acquire():
             raise SystemExit("acquire timed out after 30 s")
         t_acq = now()
+        shm.put(ARRIVAL + wid, 0)
+        if any(i != wid and 0 < shm.get(ARRIVAL + i) < arrived for i in range(8)):
+            shm.put(OUT_OF_ORDER, shm.get(OUT_OF_ORDER) + 1)  # an earlier arrival still waits
         if shm.get(IN_CS):
             shm.put(VIOLATIONS, shm.get(VIOLATIONS) + 1)
         shm.put(IN_CS, 1)
@@ -174,8 +209,8 @@ def main(argv: list[str]) -> int:
         out = cmd_handoff(argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]), argv[6] == "1")
     elif mode == "probe" and len(argv) == 2:
         lib = argv[1]
-        mod = {"watchlock": "watchlock", "redis-py": "redis", "python-redis-lock": "redis_lock",
-               "pottery": "pottery"}[lib]
+        mod = {"watchlock": "watchlock", "watchlock-fair": "watchlock", "watchlock-sem": "watchlock",
+               "redis-py": "redis", "python-redis-lock": "redis_lock", "pottery": "pottery"}[lib]
         m = __import__(mod)
         out = {"version": getattr(m, "__version__", "?")}
         if lib == "redis-py":  # the reply parser: hiredis (C) when installed

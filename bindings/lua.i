@@ -104,6 +104,9 @@ static int wl_lua_to_i64(lua_State *L, int idx, const char *fn, int argnum, int6
 %nodefaultdtor watchlock_lock;
 %nodefaultctor watchlock_report;
 %nodefaultdtor watchlock_report;
+%nodefaultctor watchlock_name_info;
+%nodefaultdtor watchlock_name_info;
+struct watchlock_name_info {};
 struct watchlock_client {};
 struct watchlock_lock {};
 struct watchlock_report {};
@@ -119,12 +122,19 @@ struct watchlock_report {};
     ~watchlock_report() { watchlock_report_free($self); }
 }
 %ignore watchlock_report_free;
+/* The same for a name's info (client:name_info() copies it into a table). */
+%extend watchlock_name_info {
+    ~watchlock_name_info() { watchlock_name_info_free($self); }
+}
+%ignore watchlock_name_info_free;
 
 %typemap(in, numinputs=0) watchlock_client **out (watchlock_client *tmp = NULL),
                           watchlock_lock **out (watchlock_lock *tmp = NULL),
-                          watchlock_report **out (watchlock_report *tmp = NULL)
+                          watchlock_report **out (watchlock_report *tmp = NULL),
+                          watchlock_name_info **out (watchlock_name_info *tmp = NULL)
     %{ $1 = &tmp; %}
-%typemap(argout) watchlock_client **out, watchlock_lock **out, watchlock_report **out
+%typemap(argout) watchlock_client **out, watchlock_lock **out, watchlock_report **out,
+                 watchlock_name_info **out
     %{ SWIG_NewPointerObj(L, tmp$argnum, $*descriptor, 1); SWIG_arg++; %}
 
 /* client_close(c) / lock_free(l) / lock_abandon(l): disown the userdata and
@@ -285,7 +295,7 @@ static int wl_lua_lock_lost_name(lua_State *L)
 %}
 %typemap(out) int64_t %{ wl_lua_push_i64(L, $1); SWIG_arg++; %}
 %typemap(out) int64_t watchlock_lock_fencing_token, int64_t watchlock_lock_list_fence,
-              int64_t watchlock_lock_fencing_token_at
+              int64_t watchlock_lock_fencing_token_at, int64_t watchlock_name_info_fence
     %{ wl_lua_push_token(L, $1); SWIG_arg++; %}
 %typemap(out) uint64_t %{ wl_lua_push_i64(L, (int64_t)$1); SWIG_arg++; %}
 
@@ -310,3 +320,41 @@ static int wl_lua_lock_lost_name(lua_State *L)
 /* The watchdog thread must never run Lua code: no callbacks. */
 %ignore watchlock_lock_set_on_lost;
 %ignore watchlock_lost_fn;
+
+/* ---- a quorum's member URLs: a table (sequence) of strings (issue 21) ------- */
+/* core.client_open_quorum({ "redis://a", "redis://b", ... }) -> status, client.
+ * The strings are borrowed from the table, which outlives the call. */
+%typemap(in, checkfn="lua_istable") (const char *const *urls, size_t n)
+%{
+    {
+        size_t n_ = (size_t)lua_rawlen(L, $input), i_;
+        $1 = ($1_ltype)calloc(n_ > 0 ? n_ : 1, sizeof(char *));
+        if ($1 == NULL) {
+            SWIG_Lua_pushferrstring(L, "%s: out of memory", "$symname");
+            SWIG_fail;
+        }
+        $2 = n_;
+        for (i_ = 0; i_ < n_; i_++) {
+            size_t len_ = 0;
+            const char *s_;
+            lua_rawgeti(L, $input, (int)(i_ + 1));
+            if (lua_type(L, -1) != LUA_TSTRING) {
+                SWIG_Lua_pushferrstring(L, "%s: urls[%d] must be a string, got %s", "$symname",
+                                        (int)(i_ + 1), luaL_typename(L, -1));
+                free((void *)$1);
+                $1 = NULL;
+                SWIG_fail;
+            }
+            s_ = lua_tolstring(L, -1, &len_);
+            lua_pop(L, 1); /* still referenced by the table */
+            if (len_ != strlen(s_)) {
+                SWIG_Lua_pushferrstring(L, "%s: urls[%d] contains a NUL byte", "$symname", (int)(i_ + 1));
+                free((void *)$1);
+                $1 = NULL;
+                SWIG_fail;
+            }
+            ((const char **)$1)[i_] = s_;
+        }
+    }
+%}
+%typemap(freearg) (const char *const *urls, size_t n) %{ free((void *)$1); %}

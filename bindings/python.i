@@ -72,6 +72,18 @@
 %nothread watchlock_lock_name_at;
 %nothread watchlock_lock_fencing_token_at;
 %nothread watchlock_lock_lost_name;
+%nothread watchlock_lock_kind;
+%nothread watchlock_lock_permits;
+%nothread watchlock_name_info_kind;
+%nothread watchlock_name_info_permits;
+%nothread watchlock_name_info_in_use;
+%nothread watchlock_name_info_holders;
+%nothread watchlock_name_info_writer;
+%nothread watchlock_name_info_queue_length;
+%nothread watchlock_name_info_oldest_wait_ms;
+%nothread watchlock_name_info_fence;
+%nothread watchlock_name_info_remaining_ms;
+%nothread watchlock_name_info_free;
 
 /* ---- binary-safe lock names: str (encoded as UTF-8) or bytes ------------- */
 %typemap(in) (const void *name, size_t name_len) {
@@ -119,6 +131,9 @@ WL_OUT_HANDLE(watchlock_report)
  * them at once). A NULL owner (none recorded) comes back as None. */
 WL_OUT_HANDLE(watchlock_owner)
 WL_OUT_HANDLE(watchlock_lock_list)
+/* What the server knows of a name (queued kinds): read with the
+ * name_info_* accessors, then name_info_free (Client.inspect copies it). */
+WL_OUT_HANDLE(watchlock_name_info)
 
 /* list patterns are binary-safe like names */
 %apply (const void *name, size_t name_len) { (const void *pattern, size_t pattern_len) };
@@ -213,3 +228,54 @@ WL_OUT_INT(uint64_t, lock_id, PyLong_FromUnsignedLongLong)
     free((void *)$1);
     free((void *)$2);
 }
+
+/* ---- a quorum's member URLs: a list or tuple of str (issue 21) ------------ */
+/* watchlock_client_open_quorum(out, urls, n): `status, client =
+ * client_open_quorum(["redis://a", "redis://b", ...])`. The strings are
+ * borrowed from the sequence (UTF-8), which outlives the call; a NUL byte
+ * in a URL is refused here, as C would cut the URL at it. */
+%typemap(in) (const char *const *urls, size_t n) (PyObject *seq_ = NULL) {
+    if (!PyList_Check($input) && !PyTuple_Check($input)) {
+        PyErr_Format(PyExc_TypeError, "urls must be a list or tuple of str, not %.100s",
+                     Py_TYPE($input)->tp_name);
+        SWIG_fail;
+    }
+    seq_ = PySequence_Fast($input, "urls must be a list or tuple of str");
+    if (seq_ == NULL)
+        SWIG_fail;
+    {
+        Py_ssize_t n_ = PySequence_Fast_GET_SIZE(seq_), i_;
+        $1 = ($1_ltype)calloc((size_t)(n_ > 0 ? n_ : 1), sizeof(char *));
+        if ($1 == NULL) {
+            PyErr_NoMemory();
+            SWIG_fail;
+        }
+        $2 = (size_t)n_;
+        for (i_ = 0; i_ < n_; i_++) {
+            PyObject *item_ = PySequence_Fast_GET_ITEM(seq_, i_);
+            Py_ssize_t len_ = 0;
+            const char *s_;
+            if (!PyUnicode_Check(item_)) {
+                PyErr_Format(PyExc_TypeError, "urls[%zd] must be a str, not %.100s", i_,
+                             Py_TYPE(item_)->tp_name);
+                SWIG_fail;
+            }
+            s_ = PyUnicode_AsUTF8AndSize(item_, &len_);
+            if (s_ == NULL)
+                SWIG_fail;
+            if ((size_t)len_ != strlen(s_)) {
+                PyErr_Format(PyExc_ValueError, "urls[%zd] contains a NUL byte", i_);
+                SWIG_fail;
+            }
+            ((const char **)$1)[i_] = s_;
+        }
+    }
+}
+%typemap(freearg) (const char *const *urls, size_t n) {
+    free((void *)$1);
+    Py_XDECREF(seq_$argnum);
+}
+
+/* Trivial getters of the quorum (no I/O). */
+%nothread watchlock_client_member_count;
+%nothread watchlock_lock_member_status;

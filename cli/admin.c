@@ -4,6 +4,7 @@
  */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -15,15 +16,22 @@ void cli_help_status(void)
           "Show whether the lock NAME is held and by whom (host, pid and program name or\n"
           "--label of a 'watchlock run', or the label a library client set), how much of\n"
           "its lease is left, and the last fencing token issued for it. Does not take the\n"
-          "lock.\n"
+          "lock. For a fair lock, a semaphore or a read-write lock (run --fair, --permits,\n"
+          "-s) it also shows the kind, the permits in use or the readers and the writer,\n"
+          "and the queue: how many wait, and for how long the oldest has.\n"
           "\n"
           "Options:\n"
-          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379);\n"
+          "                  repeat it for a Redlock quorum of independent masters\n"
           "  -j, --json      one JSON object on stdout:\n"
           "                  {\"name\": ..., \"held\": true|false, \"remaining_ms\": N,\n"
           "                   \"fencing_token\": N, \"owner\": {\"host\": ..., \"pid\": N,\n"
           "                   \"label\": ...} or null}  (remaining_ms is -1 if held with\n"
-          "                  no expiry; \"name_hex\" is added when NAME is not UTF-8)\n"
+          "                  no expiry; \"name_hex\" is added when NAME is not UTF-8);\n"
+          "                  for the queued kinds also \"kind\" (fair, semaphore,\n"
+          "                  rwlock), \"holders\", \"permits\" and \"in_use\" (semaphore),\n"
+          "                  \"readers\" and \"writer\" (rwlock), \"queue\": {\"length\": N,\n"
+          "                  \"oldest_wait_ms\": N}\n"
           "  -h, --help      show this help\n"
           "\n"
           "Exit codes: 0 held; 1 free; 64 usage error; 69 Redis unreachable or\n"
@@ -34,7 +42,9 @@ void cli_help_status(void)
           "  $ watchlock status nightly-backup\n"
           "  nightly-backup: held, 27.4s of lease left, fencing token 1718000000123456, by\n"
           "  pid 4242 on web1: /usr/local/bin/backup\n"
-          "  $ watchlock status --json nightly-backup | jq .owner.host\n"
+          "  $ watchlock status --json nightly-backup | jq .owner.host\n"          "  $ watchlock status encoders\n"
+          "  encoders: semaphore, 3 of 4 permits in use (2 holders); 1 waiting (oldest for\n"
+          "  2.1s), 27.4s of lease left, fencing token 1718000000123460\n"
           "  $ if watchlock status nightly-backup >/dev/null; then echo busy; fi\n",
           stdout);
 }
@@ -51,7 +61,8 @@ void cli_help_list(void)
           "taken or released meanwhile may or may not be listed.\n"
           "\n"
           "Options:\n"
-          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379);\n"
+          "                  repeat it for a Redlock quorum of independent masters\n"
           "  -j, --json      one JSON array on stdout, one object per lock as in\n"
           "                  'watchlock status --json'\n"
           "  -q, --quiet     no message when nothing is held\n"
@@ -82,7 +93,8 @@ void cli_help_release(void)
           "\n"
           "Options:\n"
           "  -f, --force     required: confirms that the holder may be cut off\n"
-          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379);\n"
+          "                  repeat it for a Redlock quorum of independent masters\n"
           "  -q, --quiet     print nothing on success\n"
           "  -h, --help      show this help\n"
           "\n"
@@ -139,6 +151,82 @@ static void json_lock_members(cli_json *j, const char *name, size_t name_len, in
     cli_json_end_object(j);
 }
 
+/* ---- queued kinds: fair lock, semaphore, read-write lock ------------------- */
+
+/* "fair", "semaphore", "rwlock" for a name in use as a queued kind; NULL for
+ * a plain lock or a name not in use (shown as before). */
+static const char *queued_kind(const watchlock_name_info *info)
+{
+    switch (info ? watchlock_name_info_kind(info) : WATCHLOCK_KIND_NONE) {
+    case WATCHLOCK_KIND_FAIR:
+        return "fair";
+    case WATCHLOCK_KIND_SEMAPHORE:
+        return "semaphore";
+    case WATCHLOCK_KIND_RWLOCK:
+        return "rwlock";
+    default:
+        return NULL;
+    }
+}
+
+/* The JSON members of a queued kind, after the plain lock's: "kind", the
+ * holders ("permits" and "in_use" for a semaphore, "readers" and "writer"
+ * for a read-write lock) and "queue": {"length", "oldest_wait_ms"}. */
+static void json_queued_members(cli_json *j, const watchlock_name_info *info)
+{
+    const char *kind = queued_kind(info);
+    cli_json_key(j, "kind");
+    cli_json_string_n(j, kind, strlen(kind));
+    cli_json_key(j, "holders");
+    cli_json_int(j, watchlock_name_info_holders(info));
+    if (watchlock_name_info_kind(info) == WATCHLOCK_KIND_SEMAPHORE) {
+        cli_json_key(j, "permits");
+        cli_json_int(j, watchlock_name_info_permits(info));
+        cli_json_key(j, "in_use");
+        cli_json_int(j, watchlock_name_info_in_use(info));
+    } else if (watchlock_name_info_kind(info) == WATCHLOCK_KIND_RWLOCK) {
+        int writer = watchlock_name_info_writer(info);
+        cli_json_key(j, "readers");
+        cli_json_int(j, writer ? 0 : watchlock_name_info_in_use(info));
+        cli_json_key(j, "writer");
+        cli_json_bool(j, writer);
+    }
+    cli_json_key(j, "queue");
+    cli_json_begin_object(j);
+    cli_json_key(j, "length");
+    cli_json_int(j, watchlock_name_info_queue_length(info));
+    cli_json_key(j, "oldest_wait_ms");
+    cli_json_int(j, watchlock_name_info_oldest_wait_ms(info));
+    cli_json_end_object(j);
+}
+
+/* "fair lock, 1 holder", "semaphore, 2 of 3 permits in use (2 holders)",
+ * "rwlock, 3 readers" / "rwlock, a writer", then "; 4 waiting (oldest 2.1s)". */
+static void print_queued(FILE *f, const watchlock_name_info *info)
+{
+    int kind = watchlock_name_info_kind(info);
+    long long holders = (long long)watchlock_name_info_holders(info);
+    if (kind == WATCHLOCK_KIND_SEMAPHORE)
+        fprintf(f, "semaphore, %lld of %lld permits in use (%lld holder%s)",
+                (long long)watchlock_name_info_in_use(info), (long long)watchlock_name_info_permits(info), holders,
+                holders == 1 ? "" : "s");
+    else if (kind == WATCHLOCK_KIND_RWLOCK && watchlock_name_info_writer(info))
+        fputs("rwlock, held by a writer", f);
+    else if (kind == WATCHLOCK_KIND_RWLOCK)
+        fprintf(f, "rwlock, %lld reader%s", (long long)watchlock_name_info_in_use(info),
+                watchlock_name_info_in_use(info) == 1 ? "" : "s");
+    else
+        fprintf(f, "fair lock, %s", holders > 0 ? "held" : "free");
+    int64_t queued = watchlock_name_info_queue_length(info);
+    if (queued > 0) {
+        char oldest[32];
+        cli_format_duration(oldest, sizeof oldest, watchlock_name_info_oldest_wait_ms(info));
+        fprintf(f, "; %lld waiting (oldest for %s)", (long long)queued, oldest);
+    } else {
+        fputs("; nobody waiting", f);
+    }
+}
+
 static int flush_stdout(const char *sub)
 {
     if (fflush(stdout) != 0 || ferror(stdout)) {
@@ -154,7 +242,6 @@ int cli_cmd_status(int argc, char **argv)
     int done = cli_admin_options("status", argc, argv, CLI_OPT_JSON, cli_help_status, &opts);
     if (done >= 0)
         return done;
-    const char *url = opts.url;
     int json = opts.json;
     if (optind >= argc)
         return cli_usage_error("status", "missing lock NAME");
@@ -163,32 +250,57 @@ int cli_cmd_status(int argc, char **argv)
     const char *name = argv[optind];
     if (!*name)
         return cli_usage_error("status", "the lock NAME must not be empty");
+    if (opts.urls.n > 1)
+        return cli_quorum_status(&opts.urls, name, json);
 
     watchlock_client *client = NULL;
-    int rc = cli_open_client(&client, cli_pick_url(url));
+    int rc = cli_open_client_urls(&client, &opts.urls);
     if (rc != 0)
         return rc;
 
     int held = 0;
     int64_t remaining = 0, fence = 0;
     watchlock_owner *owner = NULL;
+    watchlock_name_info *info = NULL;
     int st = watchlock_client_inspect_owner(&owner, &held, &remaining, &fence, client, name, strlen(name));
+    /* The kind, holders and queue of a queued kind; without them (an older
+     * server-side layout, an error after inspect succeeded) NAME is shown as
+     * a plain lock. */
+    if (st == WATCHLOCK_OK && watchlock_client_name_info(&info, client, name, strlen(name)) != WATCHLOCK_OK)
+        info = NULL;
     if (st != WATCHLOCK_OK) {
         char what[256];
         snprintf(what, sizeof what, "status of '%.200s'", name);
         rc = cli_fail(st, what);
+        watchlock_owner_free(owner);
         watchlock_client_close(client);
         return rc;
     }
     watchlock_client_close(client);
+    if (queued_kind(info)) { /* the holders of a queued kind, whatever the plain key says */
+        held = watchlock_name_info_holders(info) > 0;
+        remaining = watchlock_name_info_remaining_ms(info);
+        fence = watchlock_name_info_fence(info);
+    }
 
     if (json) {
         cli_json j;
         cli_json_init(&j, stdout);
         cli_json_begin_object(&j);
         json_lock_members(&j, name, strlen(name), held, remaining, fence, owner);
+        if (queued_kind(info))
+            json_queued_members(&j, info);
         cli_json_end_object(&j);
         fputc('\n', stdout);
+    } else if (queued_kind(info)) {
+        printf("%s: ", name);
+        print_queued(stdout, info);
+        if (held && remaining >= 0) {
+            char left[32];
+            cli_format_duration(left, sizeof left, remaining);
+            printf(", %s of lease left", left);
+        }
+        printf(", fencing token %lld\n", (long long)fence);
     } else if (held) {
         if (remaining < 0) {
             printf("%s: held, no expiry (set outside watchlock?), fencing token %lld", name, (long long)fence);
@@ -208,6 +320,7 @@ int cli_cmd_status(int argc, char **argv)
         printf("%s: free\n", name);
     }
     watchlock_owner_free(owner);
+    watchlock_name_info_free(info);
     rc = flush_stdout("status");
     if (rc != CLI_EXIT_OK)
         return rc;
@@ -220,15 +333,16 @@ int cli_cmd_list(int argc, char **argv)
     int done = cli_admin_options("list", argc, argv, CLI_OPT_JSON | CLI_OPT_QUIET, cli_help_list, &opts);
     if (done >= 0)
         return done;
-    const char *url = opts.url;
     int json = opts.json;
     if (optind + 1 < argc)
         return cli_usage_error("list", "too many arguments: expected at most one PATTERN (quote it: '%s*')",
                                argv[optind]);
     const char *pattern = optind < argc ? argv[optind] : "*";
+    if (opts.urls.n > 1)
+        return cli_quorum_list(&opts.urls, pattern, json);
 
     watchlock_client *client = NULL;
-    int rc = cli_open_client(&client, cli_pick_url(url));
+    int rc = cli_open_client_urls(&client, &opts.urls);
     if (rc != 0)
         return rc;
     watchlock_lock_list *list = NULL;
@@ -238,9 +352,17 @@ int cli_cmd_list(int argc, char **argv)
         watchlock_client_close(client);
         return rc;
     }
+    size_t n = watchlock_lock_list_count(list);
+    /* The kind of each listed name (one round trip each: an admin command). */
+    watchlock_name_info **infos = n ? calloc(n, sizeof *infos) : NULL;
+    for (size_t i = 0; infos && i < n; i++) {
+        size_t len = 0;
+        const char *nm = watchlock_lock_list_name(list, i, &len);
+        if (watchlock_client_name_info(&infos[i], client, nm, len) != WATCHLOCK_OK)
+            infos[i] = NULL; /* shown as a plain lock */
+    }
     watchlock_client_close(client);
 
-    size_t n = watchlock_lock_list_count(list);
     if (json) {
         cli_json j;
         cli_json_init(&j, stdout);
@@ -251,6 +373,8 @@ int cli_cmd_list(int argc, char **argv)
             cli_json_begin_object(&j);
             json_lock_members(&j, name, len, 1, watchlock_lock_list_remaining_ms(list, i),
                               watchlock_lock_list_fence(list, i), watchlock_lock_list_owner(list, i));
+            if (infos && queued_kind(infos[i]))
+                json_queued_members(&j, infos[i]);
             cli_json_end_object(&j);
         }
         cli_json_end_array(&j);
@@ -273,6 +397,10 @@ int cli_cmd_list(int argc, char **argv)
             }
             cli_print_text(stdout, name, len);
             printf("  %s  fencing token %lld", left, (long long)watchlock_lock_list_fence(list, i));
+            if (infos && queued_kind(infos[i])) {
+                fputs("  ", stdout);
+                print_queued(stdout, infos[i]);
+            }
             const watchlock_owner *o = watchlock_lock_list_owner(list, i);
             if (o != NULL) {
                 fputs("  ", stdout);
@@ -281,6 +409,9 @@ int cli_cmd_list(int argc, char **argv)
             fputc('\n', stdout);
         }
     }
+    for (size_t i = 0; infos && i < n; i++)
+        watchlock_name_info_free(infos[i]);
+    free(infos);
     watchlock_lock_list_free(list);
     return flush_stdout("list");
 }
@@ -291,7 +422,6 @@ int cli_cmd_release(int argc, char **argv)
     int done = cli_admin_options("release", argc, argv, CLI_OPT_FORCE | CLI_OPT_QUIET, cli_help_release, &opts);
     if (done >= 0)
         return done;
-    const char *url = opts.url;
     int force = opts.force;
     if (optind >= argc)
         return cli_usage_error("release", "missing lock NAME");
@@ -307,7 +437,7 @@ int cli_cmd_release(int argc, char **argv)
                                name);
 
     watchlock_client *client = NULL;
-    int rc = cli_open_client(&client, cli_pick_url(url));
+    int rc = cli_open_client_urls(&client, &opts.urls);
     if (rc != 0)
         return rc;
     int released = 0;

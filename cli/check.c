@@ -30,7 +30,8 @@ void cli_help_check(void)
           "'CODE: message'.\n"
           "\n"
           "Options:\n"
-          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379)\n"
+          "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379);\n"
+          "                  repeat it for a Redlock quorum of independent masters\n"
           "  -j, --json      one JSON object on stdout:\n"
           "                  {\"url\": ..., \"ok\": true|false,\n"
           "                   \"findings\": [{\"code\": \"eviction\", \"message\": ...}, ...]}\n"
@@ -51,12 +52,13 @@ int cli_cmd_check(int argc, char **argv)
     int done = cli_admin_options("check", argc, argv, CLI_OPT_JSON, cli_help_check, &o);
     if (done >= 0)
         return done;
-    const char *url = o.url;
     int json = o.json;
     if (optind < argc)
         return cli_usage_error("check", "unexpected argument '%s'", argv[optind]);
+    if (o.urls.n > 1)
+        return cli_quorum_check(&o.urls, json);
 
-    url = cli_pick_url(url);
+    const char *url = o.urls.n ? o.urls.v[0] : NULL;
     watchlock_client *client = NULL;
     int rc = cli_open_client(&client, url);
     if (rc != 0)

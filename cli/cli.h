@@ -22,7 +22,8 @@ enum {
     CLI_EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error (a bug) or out of memory */
     CLI_EXIT_OSERR = 71,       /* EX_OSERR: fork, pipe or signal setup failed */
     CLI_EXIT_TEMPFAIL = 75,    /* EX_TEMPFAIL: lock not obtained within --wait */
-    CLI_EXIT_PROTOCOL = 76,    /* EX_PROTOCOL: Redis answered with an error (WRONGTYPE: the
+    CLI_EXIT_PROTOCOL = 76,    /* EX_PROTOCOL: Redis answered with an error, or NAME is another
+                                  lock kind (--fair, --permits N, -s) or --permits count (WRONGTYPE: the
                                   lock's key holds another type) */
     CLI_EXIT_NOPERM = 77,      /* EX_NOPERM: the server's ACL denies a command the lock needs */
     CLI_EXIT_LOCK_LOST = 79,   /* the lock was lost while COMMAND ran */
@@ -54,6 +55,22 @@ int cli_option_error(const char *sub, int c, char **argv);
  * ms, s, m or h") and returns CLI_EXIT_USAGE. */
 int cli_parse_duration(const char *sub, const char *opt, const char *text, int64_t *out_ms);
 
+/* The server URL(s): each --url adds one (several open a Redlock quorum of
+ * independent masters, issue 21); with none, $WATCHLOCK_URL, whose URLs are
+ * separated by spaces; with none there either, the library's default
+ * (redis://127.0.0.1:6379). */
+#define CLI_MAX_URLS 64
+struct cli_urls {
+    size_t n;
+    const char *v[CLI_MAX_URLS]; /* borrowed from argv or a static copy of $WATCHLOCK_URL */
+};
+/* Adds a --url value; a usage error (64) past CLI_MAX_URLS, else 0. */
+int cli_urls_add(struct cli_urls *u, const char *sub, const char *url);
+/* Fills an empty list from $WATCHLOCK_URL (split on spaces). 0, or 64 (too many). */
+int cli_urls_resolve(struct cli_urls *u, const char *sub);
+/* The URLs for messages, passwords hidden, separated by spaces. Static buffer. */
+const char *cli_urls_shown(const struct cli_urls *u);
+
 /* The URL to use: the --url value, else $WATCHLOCK_URL, else NULL (the
  * library's default, redis://127.0.0.1:6379). */
 const char *cli_pick_url(const char *flag_url);
@@ -65,7 +82,7 @@ const char *cli_pick_url(const char *flag_url);
  * usage error). */
 enum { CLI_OPT_JSON = 1, CLI_OPT_QUIET = 2, CLI_OPT_FORCE = 4 };
 struct cli_admin_opts {
-    const char *url;
+    struct cli_urls urls; /* resolved: --url values, else $WATCHLOCK_URL's */
     int json;
     int force;
 };
@@ -74,6 +91,23 @@ int cli_admin_options(const char *sub, int argc, char **argv, unsigned flags, vo
 
 /* Opens a client, printing one line and returning an exit code on failure. */
 int cli_open_client(watchlock_client **out, const char *url);
+/* The same for a list of URLs: none = the default, one = a plain client,
+ * several = a quorum (watchlock_client_open_quorum; two are refused there). */
+int cli_open_client_urls(watchlock_client **out, const struct cli_urls *u);
+
+/* quorum.c: the per-member views of `status`, `list` and `check` when
+ * several URLs are given: each member is opened as a plain client of its
+ * own (in parallel), so an unreachable member shows as such; a verdict
+ * follows the majority (issue 21). They return the subcommand's exit code. */
+int cli_quorum_status(const struct cli_urls *u, const char *name, int json);
+int cli_quorum_list(const struct cli_urls *u, const char *pattern, int json);
+int cli_quorum_check(const struct cli_urls *u, int json);
+/* "member 1 granted, member 2 held by another owner, member 3 unreachable"
+ * after a failed acquire on a quorum client, on one line: an error line
+ * when is_error, else informational (silenced by --quiet, as the "busy"
+ * line it follows). Nothing on a plain client. */
+void cli_quorum_report_acquire(watchlock_client *client, const watchlock_lock *lock, const char *name,
+                               int is_error);
 
 /* Maps a failed library status to an exit code and prints one line:
  * "watchlock: <what>: <strerror>: <detail>". */
@@ -108,6 +142,8 @@ int cli_cmd_release(int argc, char **argv);
 void cli_help_release(void);
 int cli_cmd_check(int argc, char **argv);
 void cli_help_check(void);
+int cli_cmd_exec(int argc, char **argv);
+void cli_help_exec(void);
 int cli_cmd_stats(int argc, char **argv);
 void cli_help_stats(void);
 /* stats.c: a run's client stats, on stderr with --verbose and as JSON in

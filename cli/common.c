@@ -83,6 +83,51 @@ int cli_parse_duration(const char *sub, const char *opt, const char *text, int64
     return 0;
 }
 
+int cli_urls_add(struct cli_urls *u, const char *sub, const char *url)
+{
+    if (u->n >= CLI_MAX_URLS)
+        return cli_usage_error(sub, "too many --url options (at most %d)", CLI_MAX_URLS);
+    u->v[u->n++] = url;
+    return 0;
+}
+
+int cli_urls_resolve(struct cli_urls *u, const char *sub)
+{
+    if (u->n > 0)
+        return 0;
+    const char *env = getenv("WATCHLOCK_URL");
+    if (!env || !*env)
+        return 0;
+    /* One resolve per process (one subcommand runs): a static copy, no leak. */
+    static char copy[8192];
+    if (strlen(env) >= sizeof copy)
+        return cli_usage_error(sub, "$WATCHLOCK_URL is too long (at most %zu bytes)", sizeof copy - 1);
+    memcpy(copy, env, strlen(env) + 1);
+    char *save = NULL;
+    for (char *t = strtok_r(copy, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {
+        if (u->n >= CLI_MAX_URLS)
+            return cli_usage_error(sub, "too many URLs in $WATCHLOCK_URL (at most %d)", CLI_MAX_URLS);
+        u->v[u->n++] = t;
+    }
+    return 0;
+}
+
+const char *cli_urls_shown(const struct cli_urls *u)
+{
+    static char buf[4096];
+    if (u->n <= 1)
+        return cli_redact_url(u->n ? u->v[0] : NULL);
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < u->n && len + 1 < sizeof buf; i++) {
+        int k = snprintf(buf + len, sizeof buf - len, "%s%s", i ? " " : "", cli_redact_url(u->v[i]));
+        if (k < 0)
+            break;
+        len += (size_t)k;
+    }
+    return buf;
+}
+
 const char *cli_pick_url(const char *flag_url)
 {
     if (flag_url)
@@ -108,6 +153,7 @@ int cli_exit_code_for(int status)
     case WATCHLOCK_EREPLICAS:
         return CLI_EXIT_UNAVAILABLE; /* could not talk to Redis (as it should) at all, or too few replicas */
     case WATCHLOCK_ESERVER:
+    case WATCHLOCK_EWRONGTYPE: /* the name is another lock kind, or another permit count */
         return CLI_EXIT_PROTOCOL;    /* it answered, with an error: e.g. WRONGTYPE */
     case WATCHLOCK_EPERM:
         return CLI_EXIT_NOPERM;      /* its ACL denies a command, key or channel we need */
@@ -232,6 +278,28 @@ int cli_open_client(watchlock_client **out, const char *url)
     }
 }
 
+int cli_open_client_urls(watchlock_client **out, const struct cli_urls *u)
+{
+    if (u->n <= 1)
+        return cli_open_client(out, u->n ? u->v[0] : NULL);
+    int st = watchlock_client_open_quorum(out, u->v, u->n);
+    if (st == WATCHLOCK_OK)
+        return 0;
+    const char *detail = watchlock_last_error();
+    const char *shown = cli_urls_shown(u);
+    if (st == WATCHLOCK_EINVAL) {
+        cli_error("invalid quorum of %zu URLs (%s): %s", u->n, shown, *detail ? detail : watchlock_strerror(st));
+        return CLI_EXIT_USAGE;
+    }
+    if (st == WATCHLOCK_ECONN)
+        cli_error("cannot open a quorum of %zu Redis masters (%s): %s", u->n, shown,
+                  *detail ? detail : watchlock_strerror(st));
+    else
+        cli_error("cannot open a quorum of %zu Redis masters (%s): %s%s%s", u->n, shown, watchlock_strerror(st),
+                  *detail ? ": " : "", detail);
+    return cli_exit_code_for(st);
+}
+
 void cli_format_duration(char *buf, size_t size, int64_t ms)
 {
     if (ms < 0) {
@@ -295,7 +363,10 @@ int cli_admin_options(const char *sub, int argc, char **argv, unsigned flags, vo
     int c;
     while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
         switch (c) {
-        case 'u': out->url = optarg; break;
+        case 'u':
+            if (cli_urls_add(&out->urls, sub, optarg) != 0)
+                return CLI_EXIT_USAGE;
+            break;
         case 'j': out->json = 1; break;
         case 'q': cli_verbosity = 0; break;
         case 'f': out->force = 1; break;
@@ -303,5 +374,6 @@ int cli_admin_options(const char *sub, int argc, char **argv, unsigned flags, vo
         default: return cli_option_error(sub, c, argv);
         }
     }
-    return -1;
+    int rc = cli_urls_resolve(&out->urls, sub);
+    return rc != 0 ? rc : -1;
 }

@@ -30,6 +30,9 @@ static const struct command {
     {"check", cli_cmd_check, cli_help_check,
      "report Redis settings that break lock safety (eviction,\n"
      "           persistence, replicas, ACL); exit 1 when there are any"},
+    {"exec", cli_cmd_exec, cli_help_exec,
+     "run COMMAND with the preload shim: its flock/fcntl locks on --paths\n"
+     "           exclude across hosts (docs/preload.md)"},
     {"stats", cli_cmd_stats, cli_help_stats, "show the client stats a 'run --stats-json FILE' saved"},
     {"help", cmd_help, help_main, "show help for a command"},
 };
@@ -51,7 +54,8 @@ static void help_main(void)
           "       watchlock list [--url URL] [--json] [PATTERN]\n"
           "       watchlock release --force [--url URL] NAME\n"
           "       watchlock check [--url URL] [--json]\n"
-          "       watchlock help [run|status|list|release|check]\n"
+          "       watchlock exec --paths GLOBS [--url URL] [--] COMMAND [ARGS...]\n"
+          "       watchlock help [run|status|list|release|check|exec]\n"
           "       watchlock --version\n"
           "\n"
           "Run COMMAND while holding the Redis lock NAME, like flock(1) for a fleet of\n"
@@ -69,7 +73,10 @@ static void help_main(void)
           "redis-sentinel://[user:pass@]h1:26379[,h2:26379...]/MASTER[/db]\n"
           "(rediss-sentinel:// for TLS), redis-cluster://h1:p1[,h2:p2...] (rediss-cluster://)\n"
           "and unix:///path/to/redis.sock[?db=N&password=P];\n"
-          "any of them takes ?min_replicas=N (see docs/cli.md).\n"
+          "any of them takes ?min_replicas=N (see docs/cli.md). Several --url (or\n"
+          "several URLs separated by spaces in $WATCHLOCK_URL) form a Redlock quorum of\n"
+          "independent masters, each any of the forms above but redis-cluster://: a lock\n"
+          "is held while a majority grants it (3 or more; 2 are refused).\n"
           "\n"
           "Exit codes: COMMAND's own status (128+N if killed by signal N); 64 usage\n"
           "error; 69 Redis unreachable or authentication failed; 70 internal error;\n"

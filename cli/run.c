@@ -91,7 +91,10 @@ void cli_help_run(void)
           "\n"
           "Options:\n"
           "  -u, --url URL           Redis server (default: $WATCHLOCK_URL, else\n"
-          "                          redis://127.0.0.1:6379)\n"
+          "                          redis://127.0.0.1:6379); repeat it for a Redlock\n"
+          "                          quorum of independent masters: held while a\n"
+          "                          majority grants it, exit 75 only when a majority\n"
+          "                          is held by others, 69 when it cannot be reached\n"
           "  -t, --ttl DURATION      lease: how long the lock outlives a crashed or frozen\n"
           "                          watchlock (default 30s); renewed every TTL/3\n"
           "      --renew-interval DURATION|FRACTION\n"
@@ -113,15 +116,23 @@ void cli_help_run(void)
           "  -c, --command 'SHELL COMMAND'\n"
           "                          run SHELL COMMAND with /bin/sh -c instead of COMMAND\n"
           "                          (like flock -c)\n"
-          "  -x, --exclusive         accepted for flock(1) habits: every lock is exclusive\n"
+          "  -x, --exclusive         the exclusive lock (the default; on a name in use as a\n"
+          "                          read-write lock, its write side)\n"
+          "  -s, --shared            take the read side of NAME as a read-write lock: many\n"
+          "                          -s runs at once, never with a plain run of NAME (which\n"
+          "                          then takes the write side)\n"
+          "      --fair              a fair lock: runs get NAME in the order they asked, by\n"
+          "                          direct hand-off (all users of NAME must say --fair)\n"
+          "      --permits N         a semaphore: at most N runs hold NAME at once (every\n"
+          "                          user of NAME must give the same N)\n"
+          "      --take K            with --permits: this run takes K of the N permits\n"
+          "                          (default 1)\n"
           "      --also NAME2        hold NAME2 too (repeat for more names): COMMAND runs\n"
           "                          while every name is held (a multi-lock: all names\n"
           "                          or none, one lease; two runs over overlapping names\n"
           "                          never deadlock). The loss of any name is the loss of\n"
           "                          all: COMMAND is stopped and watchlock exits 79,\n"
-          "                          naming the name lost\n"
-          "  -s, --shared            refused (exit 64): shared (read-write) locks do not\n"
-          "                          exist yet\n"
+          "                          naming the name lost (plain locks only)\n"
           "      --max-hold DURATION stop renewing DURATION after acquiring; the lock then\n"
           "                          runs out and COMMAND is stopped as if it were lost\n"
           "                          (default and 0: unlimited)\n"
@@ -204,11 +215,14 @@ struct lock_opt {
 #define MAX_ALSO 255
 
 struct run_opts {
-    const char *url;
+    struct cli_urls urls; /* --url, repeated: several = a Redlock quorum (issue 21) */
     struct lock_opt ttl, renew_interval, max_renewals, max_hold;
     int renew_num, renew_den; /* --renew-interval as a fraction of the TTL (den 0: a duration) */
     const char *stats_json;   /* --stats-json FILE (stats.c) */
     int no_renew;    /* --no-renew: auto-renew off */
+    int kind;        /* WATCHLOCK_KIND_PLAIN, _FAIR (--fair), _SEMAPHORE (--permits), _READ (-s) */
+    int64_t permits; /* --permits N */
+    int64_t take;    /* --take K (0: not given) */
     int64_t wait_ms; /* < 0 forever */
     int64_t kill_after_ms;
     int conflict_exit; /* -E: exit code when the lock was not obtained */
@@ -1035,7 +1049,20 @@ static void make_label(struct run_opts *o)
     }
 }
 
-enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL, OPT_STATS_JSON, OPT_ALSO };
+enum { OPT_MAX_HOLD = 1000, OPT_MAX_RENEWALS, OPT_RENEW_INTERVAL, OPT_NO_RENEW, OPT_LABEL, OPT_STATS_JSON,
+       OPT_FAIR, OPT_PERMITS, OPT_TAKE, OPT_ALSO };
+
+/* --fair, --permits and -s choose the lock's kind: one at most. */
+static int set_kind(struct run_opts *o, int kind, const char *flag)
+{
+    static const char *const flags[] = {[WATCHLOCK_KIND_FAIR] = "--fair", [WATCHLOCK_KIND_SEMAPHORE] = "--permits",
+                                         [WATCHLOCK_KIND_READ] = "-s/--shared"};
+    if (o->kind != WATCHLOCK_KIND_PLAIN && o->kind != kind)
+        return cli_usage_error("run", "%s and %s choose different lock kinds: give one of --fair, --permits "
+                                      "and -s", flags[o->kind], flag);
+    o->kind = kind;
+    return 0;
+}
 
 /* --max-renewals N: a whole number in decimal. Its range (>= 0, 0 =
  * unlimited) is the library's rule, checked by its setter. */
@@ -1074,6 +1101,9 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         {"command", required_argument, NULL, 'c'},
         {"exclusive", no_argument, NULL, 'x'},
         {"shared", no_argument, NULL, 's'},
+        {"fair", no_argument, NULL, OPT_FAIR},
+        {"permits", required_argument, NULL, OPT_PERMITS},
+        {"take", required_argument, NULL, OPT_TAKE},
         {"max-hold", required_argument, NULL, OPT_MAX_HOLD},
         {"max-renewals", required_argument, NULL, OPT_MAX_RENEWALS},
         {"renew-interval", required_argument, NULL, OPT_RENEW_INTERVAL},
@@ -1111,7 +1141,8 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         }
         switch (c) {
         case 'u':
-            o->url = optarg;
+            if ((rc = cli_urls_add(&o->urls, "run", optarg)) != 0)
+                return rc;
             break;
         case 't':
             if ((rc = parse_lock_duration("--ttl", optarg, &o->ttl)) != 0)
@@ -1143,8 +1174,27 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         case 'x':
             break; /* flock's "exclusive": what every watchlock lock is */
         case 's':
-            return cli_usage_error("run", "-s/--shared: shared (read-write) locks do not exist in watchlock yet; "
-                                          "every lock is exclusive (drop -s, or use -x)");
+            if ((rc = set_kind(o, WATCHLOCK_KIND_READ, "-s/--shared")) != 0)
+                return rc;
+            break;
+        case OPT_FAIR:
+            if ((rc = set_kind(o, WATCHLOCK_KIND_FAIR, "--fair")) != 0)
+                return rc;
+            break;
+        case OPT_PERMITS:
+            if ((rc = set_kind(o, WATCHLOCK_KIND_SEMAPHORE, "--permits")) != 0)
+                return rc;
+            if ((rc = parse_count("--permits", optarg, &o->permits)) != 0)
+                return rc;
+            if (o->permits < 1)
+                return cli_usage_error("run", "--permits %s: a semaphore needs at least 1 permit", optarg);
+            break;
+        case OPT_TAKE:
+            if ((rc = parse_count("--take", optarg, &o->take)) != 0)
+                return rc;
+            if (o->take < 1)
+                return cli_usage_error("run", "--take %s: take at least 1 permit", optarg);
+            break;
         case OPT_MAX_HOLD:
             if ((rc = parse_lock_duration("--max-hold", optarg, &o->max_hold)) != 0)
                 return rc;
@@ -1199,6 +1249,13 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
         if (optind < argc && strcmp(argv[optind], "--") == 0)
             optind++;
     }
+    if (o->n_also > 0 && o->kind != WATCHLOCK_KIND_PLAIN)
+        return cli_usage_error("run", "--also takes plain locks only: not with --fair, --permits or -s");
+    if (o->take > 0 && o->kind != WATCHLOCK_KIND_SEMAPHORE)
+        return cli_usage_error("run", "--take %lld: only with --permits N (a semaphore)", (long long)o->take);
+    if (o->take > o->permits && o->kind == WATCHLOCK_KIND_SEMAPHORE)
+        return cli_usage_error("run", "--take %lld is more than --permits %lld", (long long)o->take,
+                               (long long)o->permits);
     if (o->name == NULL)
         return cli_usage_error("run", o->shell_command ? "missing lock NAME" : "missing lock NAME and COMMAND");
     if (o->name[0] == '\0')
@@ -1226,6 +1283,7 @@ static int parse_run_options(int argc, char **argv, struct run_opts *o)
 
 struct acquirer {
     watchlock_lock *lock;
+    int64_t take; /* a semaphore's permits to take; 0: not a semaphore */
     int64_t wait_ms;
     int status;
     int done_pipe[2];
@@ -1234,7 +1292,8 @@ struct acquirer {
 static void *acquire_thread(void *arg)
 {
     struct acquirer *a = arg;
-    a->status = watchlock_lock_acquire(a->lock, a->wait_ms);
+    a->status = a->take > 0 ? watchlock_semaphore_acquire(a->lock, a->take, a->wait_ms)
+                            : watchlock_lock_acquire(a->lock, a->wait_ms);
     unsigned char byte = 1;
     ssize_t n = write(a->done_pipe[1], &byte, 1);
     (void)n;
@@ -1249,7 +1308,8 @@ static int acquire_lock(const struct run_state *st, watchlock_client **client,
                         watchlock_lock *lock, const struct run_opts *o, int *signo)
 {
     *signo = 0;
-    int rc = watchlock_lock_acquire(lock, 0);
+    int64_t take = o->kind == WATCHLOCK_KIND_SEMAPHORE ? (o->take > 0 ? o->take : 1) : 0;
+    int rc = take > 0 ? watchlock_semaphore_acquire(lock, take, 0) : watchlock_lock_acquire(lock, 0);
     if (rc != WATCHLOCK_ETIMEDOUT || o->wait_ms == 0)
         return rc;
 
@@ -1260,7 +1320,7 @@ static int acquire_lock(const struct run_state *st, watchlock_client **client,
     /* The wait itself is one blocking call (woken by the holder's release),
      * made on a helper thread so that this one can watch for signals. The
      * helper inherits the blocked mask. */
-    struct acquirer a = {.lock = lock, .wait_ms = o->wait_ms, .status = WATCHLOCK_EINTERNAL};
+    struct acquirer a = {.lock = lock, .take = take, .wait_ms = o->wait_ms, .status = WATCHLOCK_EINTERNAL};
     if (pipe2(a.done_pipe, O_CLOEXEC) != 0)
         return WATCHLOCK_EINTERNAL;
     pthread_t tid;
@@ -1593,6 +1653,25 @@ int cli_cmd_run(int argc, char **argv)
     return rc;
 }
 
+/* The handle of `kind` for o->name (WATCHLOCK_KIND_WRITE: the write side of
+ * a read-write lock). */
+static int new_lock(watchlock_lock **out, watchlock_client *client, const struct run_opts *o, int kind)
+{
+    size_t n = strlen(o->name);
+    switch (kind) {
+    case WATCHLOCK_KIND_FAIR:
+        return watchlock_fair_lock_new(out, client, o->name, n);
+    case WATCHLOCK_KIND_SEMAPHORE:
+        return watchlock_semaphore_new(out, client, o->name, n, o->permits);
+    case WATCHLOCK_KIND_READ:
+        return watchlock_rwlock_new(out, client, o->name, n, 0);
+    case WATCHLOCK_KIND_WRITE:
+        return watchlock_rwlock_new(out, client, o->name, n, 1);
+    default:
+        return watchlock_lock_new(out, client, o->name, n);
+    }
+}
+
 /* Opens the client, takes the lock, runs COMMAND under it, releases it.
  * Returns the exit code. */
 static int run_locked(const struct run_opts *o, struct run_state *st)
@@ -1600,15 +1679,17 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
     int rc;
 
     /* From here on, the client's threads inherit the blocked mask. */
-    const char *url = cli_pick_url(o->url);
+    struct cli_urls urls = o->urls;
+    if ((rc = cli_urls_resolve(&urls, "run")) != 0)
+        return rc;
     watchlock_client *client = NULL;
-    if ((rc = cli_open_client(&client, url)) != 0)
+    if ((rc = cli_open_client_urls(&client, &urls)) != 0)
         return rc;
 
     watchlock_lock *lock = NULL;
     int st_code;
     if (o->n_also == 0) {
-        st_code = watchlock_lock_new(&lock, client, o->name, strlen(o->name));
+        st_code = new_lock(&lock, client, o, o->kind);
     } else { /* --also: one multi-lock over NAME and the others */
         const void *names[MAX_ALSO + 1];
         size_t lens[MAX_ALSO + 1];
@@ -1631,6 +1712,29 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
 
     int signo = 0;
     st_code = acquire_lock(st, &client, lock, o, &signo);
+    if (st_code == WATCHLOCK_EWRONGTYPE && o->kind == WATCHLOCK_KIND_PLAIN && o->n_also == 0 && !signo) {
+        /* A plain run of a name in use as a read-write lock takes its write
+         * side, so that plain runs and -s runs of one name mix safely. Any
+         * other kind on the name keeps the first error. */
+        watchlock_lock *writer = NULL;
+        if (new_lock(&writer, client, o, WATCHLOCK_KIND_WRITE) == WATCHLOCK_OK) {
+            if ((rc = apply_lock_options(writer, o, &st->lost_pipe[1])) != 0) {
+                watchlock_lock_free(writer);
+                watchlock_lock_free(lock);
+                watchlock_client_close(client);
+                return rc;
+            }
+            int wst = acquire_lock(st, &client, writer, o, &signo);
+            if (wst != WATCHLOCK_EWRONGTYPE || signo) {
+                cli_verbose("'%s' is a read-write lock: took its write side", o->name);
+                watchlock_lock_free(lock);
+                lock = writer;
+                st_code = wst;
+            } else {
+                watchlock_lock_free(writer); /* not an rwlock: its error names the kind in use */
+            }
+        }
+    }
     if (signo) {
         cli_verbose("interrupted by signal %d (%s) while waiting for '%s'", signo,
                     strsignal(signo), o->name);
@@ -1647,6 +1751,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
             cli_info("lock '%s' still held by another owner after %s; not running '%s'", o->name,
                      waitbuf, o->what);
         }
+        cli_quorum_report_acquire(client, lock, o->name, 0);
         watchlock_lock_free(lock);
         cli_stats_report(client, o->stats_json); /* stats.c: --verbose, --stats-json */
         watchlock_client_close(client);
@@ -1656,12 +1761,24 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
         char what[256];
         snprintf(what, sizeof what, "cannot acquire lock '%s'", o->name);
         int code = cli_fail(st_code, what);
+        cli_quorum_report_acquire(client, lock, o->name, 1);
         watchlock_lock_free(lock);
         watchlock_client_close(client);
         return code;
     }
 
     int64_t fence = watchlock_lock_fencing_token(lock);
+    if (fence < 0) {
+        /* A quorum could not confirm the token's raise within the hold's
+         * validity: a token that might not increase is never handed to
+         * COMMAND, so COMMAND does not run (issue 21.6). */
+        cli_error("lock '%s': fencing token unavailable (%s); not running '%s'", o->name,
+                  watchlock_strerror((int)-fence), o->what);
+        watchlock_lock_release(lock);
+        watchlock_lock_free(lock);
+        watchlock_client_close(client);
+        return CLI_EXIT_UNAVAILABLE;
+    }
     {
         char ttlbuf[32];
         cli_format_duration(ttlbuf, sizeof ttlbuf, watchlock_lock_lease(lock));

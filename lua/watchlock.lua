@@ -55,6 +55,7 @@ local EREPLICAS = core.WATCHLOCK_EREPLICAS
 local ESERVER = core.WATCHLOCK_ESERVER
 local ECLOSED = core.WATCHLOCK_ECLOSED
 local EFORKED = core.WATCHLOCK_EFORKED
+local EWRONGTYPE = core.WATCHLOCK_EWRONGTYPE or 13
 
 local STATE_NAMES = {
   [core.WATCHLOCK_UNLOCKED] = "unlocked",
@@ -89,6 +90,8 @@ local function fail(status, what, level)
     return nil, "not owner"
   elseif status == ECONN or status == EAUTH or status == EPERM or status == ESERVER or status == EREPLICAS then
     return nil, detail(status)
+  elseif status == EWRONGTYPE then
+    return nil, "wrong type: " .. detail(status)
   elseif status == ECLOSED then
     raise(what .. ": the client is closed", level)
   elseif status == EFORKED then
@@ -283,17 +286,45 @@ end
 -- "rediss://...?cacert=FILE" (TLS), "redis-sentinel://h1:26379,h2:26379/MASTER",
 -- "redis-cluster://h1:7000,h2:7001"
 -- or "unix:///path.sock"; default: $WATCHLOCK_URL, else redis://127.0.0.1:6379.
+-- A table of URLs ({ "redis://a", "redis://b", "redis://c" }) opens a Redlock
+-- quorum of independent masters (each any single-master URL); one URL is the
+-- plain client, two are refused. $WATCHLOCK_URL may hold several URLs
+-- separated by spaces.
 function M.connect(url)
   run_hooks()
   if url == nil then
     url = os.getenv("WATCHLOCK_URL")
-    if url == nil or url == "" then
+    if url == nil or url:find("^%s*$") then
       url = "redis://127.0.0.1:6379"
+    elseif url:find("%S%s+%S") then
+      local urls = {}
+      for u in url:gmatch("%S+") do
+        urls[#urls + 1] = u
+      end
+      url = urls
+    else
+      url = url:match("^%s*(.-)%s*$")
     end
-  elseif type(url) ~= "string" then
-    raise("connect: url must be a string or nil, got " .. type(url), 2)
+  elseif type(url) ~= "string" and type(url) ~= "table" then
+    raise("connect: url must be a string, a table of strings or nil, got " .. type(url), 2)
   end
-  local status, handle = core.client_open(url)
+  local status, handle
+  if type(url) == "table" then
+    local urls = {}
+    for i = 1, #url do
+      if type(url[i]) ~= "string" then
+        raise(("connect: url[%d] must be a string, got %s"):format(i, type(url[i])), 2)
+      end
+      urls[i] = url[i]
+    end
+    if #urls == 0 then
+      raise("connect: the table of URLs is empty", 2)
+    end
+    url = urls
+    status, handle = core.client_open_quorum(urls)
+  else
+    status, handle = core.client_open(url)
+  end
   if status ~= OK then
     local code = status
     local msg = detail(code)
@@ -302,7 +333,9 @@ function M.connect(url)
     end
     return nil, msg
   end
-  return setmetatable({ _handle = handle, url = url, _watched = setmetatable({}, { __mode = "v" }) }, Client)
+  local urls = type(url) == "table" and url or { url }
+  url = table.concat(urls, " ")
+  return setmetatable({ _handle = handle, url = url, urls = urls, _watched = setmetatable({}, { __mode = "v" }) }, Client)
 end
 
 --- client:close(): releases the client's held locks (best effort) and closes
@@ -497,8 +530,10 @@ end
 
 -- client:lock's work; `level` counts from the caller of new_lock, so that
 -- a guarded function of wrap() raises at its own caller's line as well.
--- names: a table of names for a multi-lock (client:multi_lock), else nil.
-local function new_lock(self, name, opts, level, names)
+-- names: a table of names for a multi-lock (client:multi_lock), else nil;
+-- `make(client_handle, name)` -> status, handle: the core's constructor of
+-- another lock kind (fair, semaphore, read or write side); nil: a plain lock.
+local function new_lock(self, name, opts, level, make, allowed, names)
   local what = names and "multi_lock" or "lock"
   local handle = check_client(self, what, level)
   if names then
@@ -508,14 +543,14 @@ local function new_lock(self, name, opts, level, names)
   else
     check_name(name, what, level)
   end
-  opts = check_opts(opts, what, level, LOCK_OPTIONS)
+  opts = check_opts(opts, what, level, allowed or LOCK_OPTIONS)
   local ms = read_lock_options(opts, what, level)
 
   local status, lh
   if names then
     status, lh = core.multi_lock_new(handle, names)
   else
-    status, lh = core.lock_new(handle, name)
+    status, lh = (make or core.lock_new)(handle, name)
   end
   if status ~= OK then
     fail(status, what, level)
@@ -572,8 +607,139 @@ function Client:multi_lock(names, opts)
   for i = 1, #names do
     copy[i] = names[i]
   end
-  local lock = new_lock(self, copy[1], opts, 3, copy)
+  local lock = new_lock(self, copy[1], opts, 3, nil, nil, copy)
   return lock -- not a tail call: errors name the caller's line
+end
+
+-- The core's function `fn`, or an error naming it when this build lacks it.
+local function core_fn(fn, level)
+  local f = core[fn]
+  if f == nil then
+    raise("this build of the watchlock core has no " .. fn .. "()", level + 1)
+  end
+  return f
+end
+
+--- client:fair_lock(name, [opts]) -> lock
+-- A fair lock: FIFO by arrival with direct hand-off (a release, or the
+-- holder's expiry, grants it to the oldest live waiter; nobody barges in).
+-- The options and methods of client:lock(); a name in use as another kind
+-- gives nil, "wrong type: ..." at acquire.
+function Client:fair_lock(name, opts)
+  run_hooks()
+  local make = core_fn("fair_lock_new", 2)
+  local lock = new_lock(self, name, opts, 3, make)
+  lock._kind = "fair"
+  return lock
+end
+
+local SEMAPHORE_OPTIONS = { permits = true }
+for k in pairs(LOCK_OPTIONS) do SEMAPHORE_OPTIONS[k] = true end
+
+--- client:semaphore(name, [opts]) -> lock
+-- A semaphore with leased permits: opts.permits = N (set by the first user
+-- of the name; nil or 0: the name's existing count; another count than the
+-- name's gives nil, "wrong type: ..." at acquire), and the options of
+-- client:lock(). sem:acquire([wait], [k]) takes k permits (default 1) as
+-- one hold; sem:release() gives them back.
+function Client:semaphore(name, opts)
+  run_hooks()
+  local permits = type(opts) == "table" and opts.permits or 0
+  if type(permits) ~= "number" or permits ~= floor(permits) or permits < 0 then
+    raise("semaphore: permits must be a whole number >= 1 (0 = the name's count), got " .. tostring(permits), 2)
+  end
+  local sem_new = core_fn("semaphore_new", 2)
+  local lock = new_lock(self, name, opts, 3, function(h, n) return sem_new(h, n, permits) end,
+                        SEMAPHORE_OPTIONS)
+  lock._kind, lock._permits = "semaphore", permits
+  return lock
+end
+
+local RWLock = {}
+RWLock.__index = RWLock
+
+--- client:rwlock(name) -> rw
+-- A read-write lock: rw:read_lock([opts]) and rw:write_lock([opts]) make
+-- locks of its two sides (many readers or one writer, phase-fair: a
+-- waiting writer blocks readers that come after it). write:downgrade()
+-- turns a held write lock into a read share without a gap.
+function Client:rwlock(name)
+  run_hooks()
+  check_client(self, "rwlock", 2)
+  check_name(name, "rwlock", 2)
+  return setmetatable({ _client = self, name = name }, RWLock)
+end
+
+local function rw_side(self, opts, write, level)
+  if getmetatable(self) ~= RWLock then
+    raise("expected a read-write lock as self (rw:" .. (write == 1 and "write_lock" or "read_lock") .. "(...))",
+          level)
+  end
+  local rw_new = core_fn("rwlock_new", level)
+  local lock = new_lock(self._client, self.name, opts, level + 1, function(h, n) return rw_new(h, n, write) end)
+  lock._kind = write == 1 and "write" or "read"
+  return lock
+end
+
+function RWLock:read_lock(opts)
+  local lock = rw_side(self, opts, 0, 2)
+  return lock
+end
+
+function RWLock:write_lock(opts)
+  local lock = rw_side(self, opts, 1, 2)
+  return lock
+end
+
+RWLock.__tostring = function(self)
+  return ("watchlock.RWLock(%q)"):format(self.name)
+end
+
+local NAME_KINDS = {
+  [core.WATCHLOCK_KIND_PLAIN or 0] = "lock", [core.WATCHLOCK_KIND_FAIR or 1] = "fair",
+  [core.WATCHLOCK_KIND_SEMAPHORE or 2] = "semaphore", [core.WATCHLOCK_KIND_RWLOCK or 6] = "rwlock",
+}
+
+--- client:name_info(name) -> table | nil, message
+-- What the server knows of a name whatever its kind (one round trip):
+-- { kind = nil (not in use) | "lock" | "fair" | "semaphore" | "rwlock",
+--   permits, in_use (permits in use, holders, or readers), holders,
+--   writer (boolean), queue_length, oldest_wait (seconds), fence,
+--   remaining (seconds, nil = no expiry) }.
+function Client:name_info(name)
+  local handle = check_client(self, "name_info", 2)
+  check_name(name, "name_info", 2)
+  local status, info = core_fn("client_name_info", 2)(handle, name)
+  if status ~= OK then
+    return fail(status, "name_info", 2)
+  end
+  local remaining = core.name_info_remaining_ms(info)
+  return {
+    kind = NAME_KINDS[core.name_info_kind(info)],
+    permits = core.name_info_permits(info),
+    in_use = core.name_info_in_use(info),
+    holders = core.name_info_holders(info),
+    writer = core.name_info_writer(info) ~= 0,
+    queue_length = core.name_info_queue_length(info),
+    oldest_wait = core.name_info_oldest_wait_ms(info) / 1000,
+    fence = core.name_info_fence(info),
+    remaining = remaining >= 0 and remaining / 1000 or nil,
+  }
+end
+
+--- client:set_permits(name, n) -> true | nil, message
+-- Admin: changes the permit count of semaphore `name`.
+function Client:set_permits(name, n)
+  local handle = check_client(self, "set_permits", 2)
+  check_name(name, "set_permits", 2)
+  if type(n) ~= "number" or n ~= floor(n) or n < 1 then
+    raise("set_permits: n must be a whole number >= 1, got " .. tostring(n), 2)
+  end
+  local status = core_fn("client_set_permits", 2)(handle, name, n)
+  if status ~= OK then
+    return fail(status, "set_permits", 2)
+  end
+  return true
 end
 
 --- client:inspect(name) -> { held = bool, remaining = seconds|nil, fence = token } | nil, message
@@ -634,6 +800,8 @@ end
 -- renew_roundtrips, renewals, watchdog_cpu_us, subscribe_denied, acquires,
 -- contended_acquires, acquire_timeouts, release_retries (numbers); lost
 -- (losses by reason: taken, expired, max_renewals, max_hold, connection);
+-- quorum (quorum clients: restarts, kept_out, unreached, late_grants,
+-- fence_unavailable, split_votes; 0 on a plain client);
 -- wait_time, hold_time, renew_rtt: histograms { count = n, sum = seconds,
 -- buckets = { { le = seconds, count = n }, ... } } with fixed log-scale
 -- bounds (64 us * 4^i, the last math.huge) and counts not cumulative.
@@ -642,6 +810,8 @@ local STAT_COUNTERS = {
   "acquires", "contended_acquires", "acquire_timeouts", "release_retries",
 }
 local STAT_LOST = { "taken", "expired", "max_renewals", "max_hold", "connection" }
+-- quorum clients (issue 21; 0 on a plain client): docs/lua.md
+local STAT_QUORUM = { "restarts", "kept_out", "unreached", "late_grants", "fence_unavailable", "split_votes" }
 local STAT_HISTOGRAMS = {
   { "wait_time", "WATCHLOCK_HIST_WAIT", "WATCHLOCK_STAT_WAIT_US_SUM" },
   { "hold_time", "WATCHLOCK_HIST_HOLD", "WATCHLOCK_STAT_HOLD_US_SUM" },
@@ -658,6 +828,11 @@ function Client:stats()
     lost[key] = core.client_stat(handle, core["WATCHLOCK_STAT_LOST_" .. key:upper()])
   end
   stats.lost = lost
+  local quorum = {}
+  for _, key in ipairs(STAT_QUORUM) do
+    quorum[key] = core.client_stat(handle, core["WATCHLOCK_STAT_QUORUM_" .. key:upper()])
+  end
+  stats.quorum = quorum
   for _, h in ipairs(STAT_HISTOGRAMS) do
     local buckets, count = {}, 0
     for i = 0, core.WATCHLOCK_HIST_BUCKETS - 1 do
@@ -698,17 +873,54 @@ end
 -- waits up to that many seconds. Reentrant: acquiring a held lock counts
 -- one more hold (release once per acquire). Errors: "timeout", connection
 -- messages.
-function Lock:acquire(wait)
+-- A semaphore's acquire takes k (default 1): the permits to take.
+function Lock:acquire(wait, k)
   local handle = check_lock(self, "acquire", 2, true)
   local ms = self._wait_ms or -1
   if wait ~= nil then
     ms = wait_ms(wait, "acquire", 2)
   end
-  local status = core.lock_acquire(handle, ms)
+  local status
+  if k ~= nil or self._kind == "semaphore" then
+    if self._kind ~= "semaphore" then
+      raise("acquire: k (a number of permits) is for semaphores (client:semaphore)", 2)
+    end
+    k = k or 1
+    if type(k) ~= "number" or k ~= floor(k) or k < 1 then
+      raise("acquire: k must be a whole number >= 1, got " .. tostring(k), 2)
+    end
+    status = core.semaphore_acquire(handle, k, ms)
+  else
+    status = core.lock_acquire(handle, ms)
+  end
   if status ~= OK then
     return fail(status, "acquire", 2)
   end
   return true
+end
+
+--- write:downgrade() -> true | nil, message
+-- The write side of a read-write lock only: turns the held write lock into a
+-- read share without a gap (no writer gets in between); release() then
+-- releases the read share. There is no upgrade (two readers upgrading at
+-- once would each wait for the other).
+function Lock:downgrade()
+  local handle = check_lock(self, "downgrade", 2, true)
+  if self._kind ~= "write" then
+    raise("downgrade: only the write side of a read-write lock (rw:write_lock()) downgrades", 2)
+  end
+  local status = core_fn("rwlock_downgrade", 2)(handle)
+  if status ~= OK then
+    return fail(status, "downgrade", 2)
+  end
+  self._kind = "read"
+  return true
+end
+
+--- lock:kind() -> "lock" | "fair" | "semaphore" | "read" | "write"
+function Lock:kind()
+  check_lock(self, "kind", 2, false)
+  return self._kind or "lock"
 end
 
 --- lock:release() -> true | nil, message
@@ -782,9 +994,32 @@ end
 -- An integer on Lua 5.3+; on LuaJIT (doubles only) the exact decimal
 -- string, so that it prints, concatenates and travels as the integer it is.
 -- tonumber(token) is exact on both (tokens are far below 2^53).
+-- On a quorum client the first call of a hold raises the token on the
+-- members that granted it (one round trip); nil, message when that could
+-- not be confirmed within the hold's validity (no token may be used).
 function Lock:fencing_token()
   local handle = check_lock(self, "fencing_token", 2)
-  return core.lock_fencing_token(handle)
+  local token = core.lock_fencing_token(handle)
+  if tonumber(token) < 0 then
+    return nil, "fencing token unavailable: " .. core.strerror(-tonumber(token))
+  end
+  return token
+end
+
+--- lock:members() -> { "granted" | "held" | "unreachable" | "restarted" | "unknown", ... }
+-- On a quorum client (connect({...})): what each member answered to this
+-- lock's last acquire, in the order of the URLs ("held": by another
+-- owner; "restarted": counted out by the restart rule). One entry
+-- ("granted", ...) on a plain client. After a failed acquire it says why:
+-- "timeout" only when a majority is held by others, else unreachable.
+local MEMBER_VERDICTS = { [0] = "unknown", "granted", "held", "unreachable", "restarted" }
+function Lock:members()
+  local handle = check_lock(self, "members", 2, true)
+  local out = {}
+  for i = 0, core.client_member_count(self._client._handle) - 1 do
+    out[#out + 1] = MEMBER_VERDICTS[core.lock_member_status(handle, i)] or "unknown"
+  end
+  return out
 end
 
 --- lock:fencing_tokens() -> { token, ... }: one per name, in the order
@@ -864,7 +1099,7 @@ Lock.__gc = drop_lock
 
 Lock.__tostring = function(self)
   local state = self._handle and STATE_NAMES[core.lock_state(self._handle)] or "freed"
-  return ("watchlock.Lock(%q, %s)"):format(self.name, state)
+  return ("watchlock.Lock(%q, %s%s)"):format(self.name, state, self._kind and ", " .. self._kind or "")
 end
 
 -- ---------------------------------------------------------------------------

@@ -18,6 +18,15 @@
  *                                               HOST PORT: the server for INFO and SCAN;
  *                                               under Cluster HOST = h1:p1,h2:p2,... (every
  *                                               master) and PORT = 0
+ *   wlbench rwmix    URL SHM ID HOLD_US WRITE   one reader (WRITE 0) or the writer (1) of
+ *                                               the read-write mixed workload
+ *
+ * URL may be several URLs separated by spaces: a Redlock quorum
+ * (watchlock_client_open_quorum). WLBENCH_KIND (environment) picks the
+ * kind of the handles of cycle, handoff and watchdog: plain (default), fair,
+ * sem (a semaphore of WLBENCH_PERMITS permits, default 1), read, write. A
+ * kind this checkout's library does not have yet (issues 21-23, merged from
+ * other branches) makes wlbench exit 3 with the reason on stderr.
  *
  * Every mode prints one JSON object on stdout and exits 0, or prints the
  * failing call on stderr and exits 1. The shared-memory layout used by
@@ -189,6 +198,103 @@ static long count_lock_keys(redisContext *c, long n, unsigned char *seen)
     return found;
 }
 
+static int cmp_double(const void *a, const void *b);
+
+/* ---- clients and handles of every kind ----------------------------------- */
+
+/* Returned by open_client / new_lock besides watchlock statuses (which are
+ * >= 0); fail_open turns them into the exit statuses 3 and 2. */
+#define WLBENCH_UNSUPPORTED (-3) /* not in this checkout's library */
+#define WLBENCH_USAGE (-2)
+
+static int unsupported(const char *what)
+{
+    fprintf(stderr, "wlbench: %s is not in this checkout's library yet\n", what);
+    return WLBENCH_UNSUPPORTED;
+}
+
+/* A library whose header declares a kind but whose engine has not landed
+ * answers EINVAL "... not implemented ...": the same as not having it. */
+static int not_implemented(int rc, const char *what)
+{
+    if (rc == WATCHLOCK_EINVAL && watchlock_last_error() != NULL &&
+        strstr(watchlock_last_error(), "not implemented") != NULL)
+        return unsupported(what);
+    return rc;
+}
+
+/* One URL: a plain client; several separated by spaces: a quorum. Returns
+ * a watchlock status, or WLBENCH_UNSUPPORTED (reported) without quorums. */
+static int open_client(watchlock_client **out, const char *urls)
+{
+    if (strchr(urls, ' ') == NULL)
+        return watchlock_client_open(out, urls);
+#ifdef WLBENCH_HAVE_QUORUM
+    char *copy = strdup(urls);
+    const char *list[16];
+    size_t n = 0;
+    if (copy == NULL)
+        return WATCHLOCK_ENOMEM;
+    for (char *save = NULL, *tok = strtok_r(copy, " ", &save); tok != NULL && n < 16;
+         tok = strtok_r(NULL, " ", &save))
+        list[n++] = tok;
+    int rc = watchlock_client_open_quorum(out, list, n);
+    free(copy);
+    return not_implemented(rc, "watchlock_client_open_quorum");
+#else
+    (void)out;
+    return unsupported("watchlock_client_open_quorum");
+#endif
+}
+
+static int new_lock_kind(watchlock_lock **out, watchlock_client *client, const char *name, size_t len);
+
+/* A handle of the kind WLBENCH_KIND names (see the top of this file). */
+static int new_lock(watchlock_lock **out, watchlock_client *client, const char *name, size_t len)
+{
+    const char *kind = getenv("WLBENCH_KIND");
+    return not_implemented(new_lock_kind(out, client, name, len), kind ? kind : "plain");
+}
+
+static int new_lock_kind(watchlock_lock **out, watchlock_client *client, const char *name, size_t len)
+{
+    const char *kind = getenv("WLBENCH_KIND");
+    if (kind == NULL || *kind == '\0' || strcmp(kind, "plain") == 0)
+        return watchlock_lock_new(out, client, name, len);
+    if (strcmp(kind, "fair") == 0) {
+#ifdef WLBENCH_HAVE_FAIR
+        return watchlock_fair_lock_new(out, client, name, len);
+#else
+        return unsupported("watchlock_fair_lock_new");
+#endif
+    }
+    if (strcmp(kind, "sem") == 0) {
+#ifdef WLBENCH_HAVE_SEMAPHORE
+        const char *permits = getenv("WLBENCH_PERMITS");
+        return watchlock_semaphore_new(out, client, name, len, permits ? atoll(permits) : 1);
+#else
+        return unsupported("watchlock_semaphore_new");
+#endif
+    }
+    if (strcmp(kind, "read") == 0 || strcmp(kind, "write") == 0) {
+#ifdef WLBENCH_HAVE_RWLOCK
+        return watchlock_rwlock_new(out, client, name, len, kind[0] == 'w');
+#else
+        return unsupported("watchlock_rwlock_new");
+#endif
+    }
+    fprintf(stderr, "wlbench: WLBENCH_KIND=%s: expected plain, fair, sem, read or write\n", kind);
+    return WLBENCH_USAGE;
+}
+
+/* fail() for open_client / new_lock: keeps WLBENCH_UNSUPPORTED and usage. */
+static int fail_open(const char *what, int rc)
+{
+    if (rc < 0)
+        return -rc;
+    return fail(what, rc);
+}
+
 /* ---- ping: the floor for C, one hiredis round trip per PING ------------- */
 
 static int cmd_ping(const char *host, int port, long n, double max_s)
@@ -288,17 +394,17 @@ static int cmd_cycle(const char *url, long n, double max_s, size_t name_len, con
     watchlock_client *client = NULL;
     watchlock_lock *locks[64];
     size_t nnames = 0;
-    int rc = watchlock_client_open(&client, url);
+    int rc = open_client(&client, url);
     if (rc != WATCHLOCK_OK)
-        return fail("watchlock_client_open", rc);
+        return fail_open("watchlock_client_open", rc);
     if (names == NULL) {
         char *name = bench_name(name_len);
         if (name == NULL)
             return 1;
-        rc = watchlock_lock_new(&locks[nnames++], client, name, strlen(name));
+        rc = new_lock(&locks[nnames++], client, name, strlen(name));
         free(name);
         if (rc != WATCHLOCK_OK)
-            return fail("watchlock_lock_new", rc);
+            return fail_open("watchlock_lock_new", rc);
     } else {
         for (const char *p = names; *p != '\0';) {
             size_t len = strcspn(p, ",");
@@ -306,8 +412,8 @@ static int cmd_cycle(const char *url, long n, double max_s, size_t name_len, con
                 fprintf(stderr, "wlbench: --names: an empty name or more than 64 names\n");
                 return 2;
             }
-            if ((rc = watchlock_lock_new(&locks[nnames++], client, p, len)) != WATCHLOCK_OK)
-                return fail("watchlock_lock_new", rc);
+            if ((rc = new_lock(&locks[nnames++], client, p, len)) != WATCHLOCK_OK)
+                return fail_open("watchlock_lock_new", rc);
             p += len + (p[len] == ',');
         }
         if (nnames == 0)
@@ -444,9 +550,9 @@ static void *cycle_thread(void *p)
 static int cmd_threads(const char *url, int nthreads, long n, double max_s)
 {
     watchlock_client *client = NULL;
-    int rc = watchlock_client_open(&client, url);
+    int rc = open_client(&client, url);
     if (rc != WATCHLOCK_OK)
-        return fail("watchlock_client_open", rc);
+        return fail_open("watchlock_client_open", rc);
     if (nthreads < 1 || nthreads > 1024)
         return 2;
     struct thread_arg *args = calloc((size_t)nthreads, sizeof *args);
@@ -494,7 +600,11 @@ enum {
     SHM_IN_CS = 4,      /* 1 while someone holds the lock (mutual-exclusion check) */
     SHM_VIOLATIONS = 5, /* acquires that found SHM_IN_CS set */
     SHM_START_NS = 6,   /* monotonic ns at which workers start; 0 = not yet */
-    SHM_READY = 8,      /* SHM_READY + id: 1 once worker id is connected */
+    SHM_OUT_OF_ORDER = 7, /* grants while an earlier arrival was still waiting */
+    SHM_READY = 8,      /* SHM_READY + id: 1 once worker id is connected (id <= 8) */
+    SHM_RW_READERS = 32,/* rwmix: readers inside */
+    SHM_RW_WRITER = 33, /* rwmix: 1 while the writer is inside */
+    SHM_ARRIVAL = 40,   /* SHM_ARRIVAL + id: monotonic ns when worker id called acquire; 0 = not waiting */
     SHM_SLOTS = 64
 };
 
@@ -515,11 +625,11 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
 
     watchlock_client *client = NULL;
     watchlock_lock *lock = NULL;
-    int rc = watchlock_client_open(&client, url);
+    int rc = open_client(&client, url);
     if (rc != WATCHLOCK_OK)
-        return fail("watchlock_client_open", rc);
-    if ((rc = watchlock_lock_new(&lock, client, "bench:handoff", 13)) != WATCHLOCK_OK)
-        return fail("watchlock_lock_new", rc);
+        return fail_open("watchlock_client_open", rc);
+    if ((rc = new_lock(&lock, client, "bench:handoff", 13)) != WATCHLOCK_OK)
+        return fail_open("watchlock_lock_new", rc);
     watchlock_lock_set_lease(lock, 10000);
 
     size_t cap = 1 << 16, n_lat = 0;
@@ -534,9 +644,20 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
     int64_t stop = atomic_load(&shm[SHM_STOP_NS]);
 
     while (now_ns() < stop) {
+        int64_t arrived = now_ns();
+        atomic_store(&shm[SHM_ARRIVAL + id], arrived);
         if ((rc = watchlock_lock_acquire(lock, 30000)) != WATCHLOCK_OK)
             return fail("watchlock_lock_acquire", rc);
         int64_t t_acq = now_ns();
+        atomic_store(&shm[SHM_ARRIVAL + id], 0);
+        /* Granted while an earlier arrival still waits: not in arrival order. */
+        for (int i = 0; i < 8; i++) {
+            int64_t other = atomic_load(&shm[SHM_ARRIVAL + i]);
+            if (i != id && other != 0 && other < arrived) {
+                atomic_fetch_add(&shm[SHM_OUT_OF_ORDER], 1);
+                break;
+            }
+        }
         if (atomic_exchange(&shm[SHM_IN_CS], 1) != 0)
             atomic_fetch_add(&shm[SHM_VIOLATIONS], 1);
         int64_t rel = atomic_load(&shm[SHM_RELEASE_NS]);
@@ -575,6 +696,227 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
     watchlock_lock_free(lock);
     watchlock_client_close(client);
     return 0;
+}
+
+/* ---- rwmix: readers and a writer on one read-write lock ------------------ */
+
+/* One process of the mixed workload: a reader (write 0) or the writer takes
+ * its side of the read-write lock "bench:rwmix", holds it hold_us, releases
+ * and contends again at once, until the shared stop time. Exclusion is
+ * checked through the shared slots: readers count themselves in
+ * SHM_RW_READERS, the writer sets SHM_RW_WRITER; any overlap of the writer
+ * with anyone is a violation. Prints turns and each acquire's wait. */
+static int cmd_rwmix(const char *url, const char *shm_path, int id, long hold_us, int write)
+{
+#ifndef WLBENCH_HAVE_RWLOCK
+    (void)url, (void)shm_path, (void)id, (void)hold_us, (void)write;
+    return -unsupported("watchlock_rwlock_new");
+#else
+    int fd = open(shm_path, O_RDWR);
+    if (fd < 0) {
+        perror("wlbench: open shm");
+        return 1;
+    }
+    _Atomic int64_t *shm =
+        mmap(NULL, SHM_SLOTS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (shm == MAP_FAILED) {
+        perror("wlbench: mmap");
+        return 1;
+    }
+    close(fd);
+    watchlock_client *client = NULL;
+    watchlock_lock *lock = NULL;
+    int rc = open_client(&client, url);
+    if (rc != WATCHLOCK_OK)
+        return fail_open("watchlock_client_open", rc);
+    if ((rc = not_implemented(watchlock_rwlock_new(&lock, client, "bench:rwmix", 11, write),
+                              "watchlock_rwlock_new")) != WATCHLOCK_OK)
+        return fail_open("watchlock_rwlock_new", rc);
+    watchlock_lock_set_lease(lock, 10000);
+    size_t cap = 1 << 16, n_wait = 0;
+    int64_t *waits = malloc(cap * sizeof *waits);
+    long turns = 0, timeouts = 0;
+    if (waits == NULL)
+        return 1;
+    atomic_store(&shm[SHM_READY + id], 1);
+    while (atomic_load(&shm[SHM_START_NS]) == 0)
+        sleep_ns(200000);
+    int64_t stop = atomic_load(&shm[SHM_STOP_NS]);
+    while (now_ns() < stop) {
+        int64_t t0 = now_ns();
+        rc = watchlock_lock_acquire(lock, (stop - t0) / 1000000 + 1000);
+        if (rc == WATCHLOCK_ETIMEDOUT) {
+            timeouts++;
+            continue;
+        }
+        if (rc != WATCHLOCK_OK)
+            return fail("watchlock_lock_acquire", rc);
+        /* Every wait counts, also one that ends after the stop time: a
+         * starved writer's only wait is the one that lasted the run. */
+        if (n_wait == cap) {
+            cap *= 2;
+            int64_t *grown = realloc(waits, cap * sizeof *waits);
+            if (grown == NULL)
+                return 1;
+            waits = grown;
+        }
+        waits[n_wait++] = now_ns() - t0;
+        if (write) {
+            if (atomic_fetch_add(&shm[SHM_RW_WRITER], 1) != 0 || atomic_load(&shm[SHM_RW_READERS]) != 0)
+                atomic_fetch_add(&shm[SHM_VIOLATIONS], 1);
+        } else {
+            atomic_fetch_add(&shm[SHM_RW_READERS], 1);
+            if (atomic_load(&shm[SHM_RW_WRITER]) != 0)
+                atomic_fetch_add(&shm[SHM_VIOLATIONS], 1);
+        }
+        turns++;
+        sleep_ns(hold_us * 1000);
+        atomic_fetch_sub(&shm[write ? SHM_RW_WRITER : SHM_RW_READERS], 1);
+        if ((rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
+            return fail("watchlock_lock_release", rc);
+    }
+    printf("{\"turns\": %ld, \"timeouts\": %ld, \"write\": %d, \"wait_ns\": [", turns, timeouts, write);
+    for (size_t i = 0; i < n_wait; i++)
+        printf("%s%" PRId64, i ? "," : "", waits[i]);
+    printf("]}\n");
+    free(waits);
+    watchlock_lock_free(lock);
+    watchlock_client_close(client);
+    return 0;
+#endif
+}
+
+/* ---- queuecost: what queued waiters cost the releaser -------------------- */
+
+#ifdef WLBENCH_HAVE_FAIR
+/* Server-side usec and calls of EVALSHA + EVAL so far (INFO commandstats). */
+static int script_usec(redisContext *c, long long *usec, long long *calls)
+{
+    static const char *const names[] = {"cmdstat_evalsha:", "cmdstat_eval:"};
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    if (r == NULL || r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return 1;
+    }
+    *usec = *calls = 0;
+    for (size_t i = 0; i < 2; i++) {
+        const char *p = strstr(r->str, names[i]);
+        if (p == NULL)
+            continue;
+        const char *u = strstr(p, "usec="), *n = strstr(p, "calls=");
+        if (n != NULL)
+            *calls += atoll(n + 6);
+        if (u != NULL)
+            *usec += atoll(u + 5);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+#endif
+
+/*
+ * What a release costs the releaser with `waiters` waiters queued behind it
+ * (issue 22: 10,000 should cost no more than 10). Blocking 10,000 real
+ * acquires would need 10,000 threads, so the waiters are written into the
+ * queue's keys directly, as the acquire script would enqueue them
+ * (core/src/proto/qscripts.c: the queue ZSET by arrival number, the
+ * liveness ZSET, the "w:<id>" entry), with a liveness of an hour so that no
+ * purge removes them. Each cycle: FLUSHDB, the fair lock "bench:queuecost"
+ * acquired (an empty queue: granted at once), the waiters queued behind it,
+ * then its release timed on the client and on the server (INFO
+ * commandstats usec of the scripts around the one call): the release hands
+ * the lock to the oldest waiter in the script. The queue must be one
+ * shorter afterwards, or the waiters were not the engine's (its data model
+ * changed): an error, not a figure.
+ */
+static int cmd_queuecost(const char *url, const char *host, int port, long waiters, long cycles)
+{
+#ifndef WLBENCH_HAVE_FAIR
+    (void)url, (void)host, (void)port, (void)waiters, (void)cycles;
+    return -unsupported("watchlock_fair_lock_new");
+#else
+    static const char fake_lua[] =
+        "local t = redis.call('TIME')\n"
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+        "local n = tonumber(ARGV[1])\n"
+        "local seq = redis.call('HINCRBY', KEYS[1], 'seq', n) - n\n"
+        "for i = 1, n do\n"
+        "  local id = string.format('ffffffff%08x', i)\n"
+        "  redis.call('ZADD', KEYS[2], seq + i, id)\n"
+        "  redis.call('ZADD', KEYS[3], now + 3600000, id)\n"
+        "  redis.call('HSET', KEYS[4], id, 1, 'w:' .. id, 'fake' .. id .. '.1 30000 0 3600000 ' .. now)\n"
+        "end\n"
+        "return redis.call('ZCARD', KEYS[2])\n";
+    static const char name[] = "bench:queuecost";
+    const char *keys[] = {"watchlock:{bench:queuecost}", "watchlock:{bench:queuecost}:q:q",
+                          "watchlock:{bench:queuecost}:q:l", "watchlock:{bench:queuecost}:q:d"};
+    redisContext *admin = redisConnect(host, port);
+    if (admin == NULL || admin->err) {
+        fprintf(stderr, "wlbench: connect %s:%d failed\n", host, port);
+        return 1;
+    }
+    watchlock_client *client = NULL;
+    watchlock_lock *lock = NULL;
+    int rc = open_client(&client, url);
+    if (rc != WATCHLOCK_OK)
+        return fail_open("watchlock_client_open", rc);
+    if ((rc = not_implemented(watchlock_fair_lock_new(&lock, client, name, sizeof name - 1),
+                              "watchlock_fair_lock_new")) != WATCHLOCK_OK)
+        return fail_open("watchlock_fair_lock_new", rc);
+    watchlock_lock_set_lease(lock, 30000);
+    long warm = 5, total = cycles + warm;
+    const char *settle = getenv("WLBENCH_SETTLE_MS");
+    int64_t settle_ms = settle ? atoll(settle) : 0;
+    double *cl = calloc((size_t)total, sizeof *cl), *sv = calloc((size_t)total, sizeof *sv);
+    if (cl == NULL || sv == NULL)
+        return 1;
+    for (long i = 0; i < total; i++) {
+        freeReplyObject(redisCommand(admin, "FLUSHDB"));
+        if ((rc = watchlock_lock_acquire(lock, 0)) != WATCHLOCK_OK)
+            return fail("watchlock_lock_acquire (queuecost)", rc);
+        redisReply *r = redisCommand(admin, "EVAL %s 4 %s %s %s %s %ld", fake_lua, keys[0], keys[1], keys[2],
+                                     keys[3], waiters);
+        if (r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer != waiters) {
+            fprintf(stderr, "wlbench: queuing %ld waiters failed: %s\n", waiters,
+                    r && r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+            return 1;
+        }
+        freeReplyObject(r);
+        if (settle_ms > 0) /* let the server's cron finish rehashing what the EVAL just grew */
+            sleep_ns(settle_ms * 1000000);
+        long long u0, c0, u1, c1;
+        if (script_usec(admin, &u0, &c0) != 0)
+            return 1;
+        int64_t t0 = now_ns();
+        if ((rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
+            return fail("watchlock_lock_release (queuecost)", rc);
+        int64_t t1 = now_ns();
+        if (script_usec(admin, &u1, &c1) != 0)
+            return 1;
+        r = redisCommand(admin, "ZCARD %s", keys[1]);
+        long long left = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        freeReplyObject(r);
+        if (left != waiters - 1) {
+            fprintf(stderr, "wlbench: after the release %lld of %ld waiters are queued, not %ld: the queue's "
+                            "data model is not the one this mode writes (core/src/proto/qscripts.c)\n",
+                    left, waiters, waiters - 1);
+            return 1;
+        }
+        cl[i] = (double)(t1 - t0) / 1e3;
+        sv[i] = c1 > c0 ? (double)(u1 - u0) / (double)(c1 - c0) : 0;
+    }
+    qsort(cl + warm, (size_t)cycles, sizeof *cl, cmp_double);
+    qsort(sv + warm, (size_t)cycles, sizeof *sv, cmp_double);
+    printf("{\"waiters\": %ld, \"cycles\": %ld, \"release_us\": %.2f, \"release_us_p90\": %.2f, "
+           "\"server_us_per_release\": %.2f}\n",
+           waiters, cycles, cl[warm + cycles / 2], cl[warm + cycles * 9 / 10], sv[warm + cycles / 2]);
+    free(cl);
+    free(sv);
+    watchlock_lock_free(lock);
+    watchlock_client_close(client);
+    redisFree(admin);
+    return 0;
+#endif
 }
 
 /* ---- watchdog: one client holds many locks -------------------------------- */
@@ -620,9 +962,9 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     if (admin_open(admins, sizeof admins / sizeof admins[0], &nadmins, host, port) != 0)
         return 1;
     watchlock_client *client = NULL;
-    int rc = watchlock_client_open(&client, url);
+    int rc = open_client(&client, url);
     if (rc != WATCHLOCK_OK)
-        return fail("watchlock_client_open", rc);
+        return fail_open("watchlock_client_open", rc);
     long rss0 = rss_bytes();
     watchlock_lock **locks = calloc((size_t)n, sizeof *locks);
     if (locks == NULL)
@@ -631,8 +973,8 @@ static int cmd_watchdog(const char *url, const char *host, int port, long n, int
     for (long i = 0; i < n; i++) {
         char name[64];
         int len = snprintf(name, sizeof name, "bench:watchdog:%ld", i);
-        if ((rc = watchlock_lock_new(&locks[i], client, name, (size_t)len)) != WATCHLOCK_OK)
-            return fail("watchlock_lock_new", rc);
+        if ((rc = new_lock(&locks[i], client, name, (size_t)len)) != WATCHLOCK_OK)
+            return fail_open("watchlock_lock_new", rc);
         watchlock_lock_set_lease(locks[i], lease_ms);
         watchlock_lock_set_on_lost(locks[i], on_lost, NULL);
         if ((rc = watchlock_lock_acquire(locks[i], 0)) != WATCHLOCK_OK)
@@ -798,6 +1140,8 @@ static void usage(void)
                     "       wlbench threads URL THREADS N MAX_S\n"
                     "       wlbench multi URL N MAX_S NAMES\n"
                     "       wlbench handoff URL SHM ID HOLD_US POLITE\n"
+                    "       wlbench rwmix URL SHM ID HOLD_US WRITE\n"
+                    "       wlbench queuecost URL HOST PORT WAITERS CYCLES\n"
                     "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S [--probe N] "
                     "[--sample-ms MS]\n");
 }
@@ -818,6 +1162,10 @@ int main(int argc, char **argv)
         return cmd_threads(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
     if (argc == 7 && strcmp(argv[1], "handoff") == 0)
         return cmd_handoff(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
+    if (argc == 7 && strcmp(argv[1], "queuecost") == 0)
+        return cmd_queuecost(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atol(argv[6]));
+    if (argc == 7 && strcmp(argv[1], "rwmix") == 0)
+        return cmd_rwmix(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
     if (argc >= 8 && argc % 2 == 0 && strcmp(argv[1], "watchdog") == 0) {
         long probe = 0;
         int64_t sample_ms = 250;

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from . import _native
 from ._client import CheckCode, CheckFinding, Client, ListedLock, LockInfo, Owner, default_client, lock, synchronized
+from ._kinds import FairLock, NameInfo, ReadLock, RWLock, Semaphore, WriteLock
 from ._lock import Lock, LockOptions, OnLost
 from ._multi import MultiLock
 from ._stats import Histogram
 from ._util import Duration, LostReason
-from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, ForkedError,
-                         InternalError, InvalidArgument, LockError, LockLostError, LockNotOwnedError, LockTimeout,
-                         OutOfMemoryError, PermissionDeniedError, ReplicationError, ServerError)
+from .exceptions import (AuthenticationError, ClientClosedError, ConnectionError, Error, FencingTokenUnavailable,
+                         ForkedError, InternalError, InvalidArgument, LockError, LockLostError, LockNotOwnedError, LockTimeout,
+                         OutOfMemoryError, PermissionDeniedError, ReplicationError, ServerError, WrongTypeError)
 
 __version__: str = _native.version_string()
 #: Version of the C core compiled into this package (same as __version__).
@@ -33,5 +34,6 @@ __all__ = [
     "Duration", "LockOptions", "OnLost", "Histogram",
     "Error", "LockError", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "PermissionDeniedError", "ReplicationError", "InvalidArgument", "ServerError", "ClientClosedError", "ForkedError",
-    "OutOfMemoryError", "InternalError", "__version__",
+    "OutOfMemoryError", "InternalError", "FencingTokenUnavailable", "__version__",
+    "FairLock", "NameInfo", "Semaphore", "RWLock", "ReadLock", "WriteLock", "WrongTypeError",
 ]

@@ -10,9 +10,10 @@ import os
 import re
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
 from . import _native, _util
+from ._kinds import FairLock, NameInfo, RWLock, Semaphore, name_info, set_permits
 from ._lock import Lock, LockOptions, check_options
 from ._runtime import HasRuntime, Runtime
 from ._stats import client_stats
@@ -77,6 +78,8 @@ class CheckCode(str, enum.Enum):
     SNAPSHOT_ONLY = "snapshot_only"    #: RDB only: a restart forgets the locks since the last snapshot
     REPLICA_ROLE = "replica_role"      #: the server is a replica: locks cannot be taken there
     UNCHECKED = "unchecked"            #: CONFIG GET or INFO denied: those settings were not checked
+    RESTARTED = "restarted"            #: quorum: a member restarted; it counts toward no majority for one lease
+    MEMBER_UNREACHABLE = "member_unreachable"  #: quorum: a member could not be checked (it counts against majorities)
 
     def __str__(self) -> str:
         return self.value
@@ -101,17 +104,49 @@ class Client(HasRuntime):
     environment variable, else ``redis://127.0.0.1:6379``. Connects once to
     check the server (ConnectionError, AuthenticationError otherwise).
 
+    A list or tuple of URLs opens a Redlock quorum of independent masters
+    (each any single-master URL above, with its own password and TLS):
+    ``Client(["redis://a:6379", "redis://b:6379", "redis://c:6379"])``. A lock
+    is held while a majority grants it; a failed acquire raises LockTimeout
+    only when a majority is held by others, ConnectionError when a majority
+    cannot be reached (``Lock.members`` says what each member answered).
+    One URL is the plain client; two are refused (InvalidArgument): no
+    majority survives the loss of either. ``WATCHLOCK_URL`` may hold several
+    URLs separated by spaces.
+
     Thread-safe. One Client per process and server is enough: it runs one
     watchdog thread for all its locks. ``close()`` (or ``with Client() as c:``)
     releases what its locks hold. A Client cannot be used in a forked child
     (ForkedError): open a new one there.
     """
 
-    def __init__(self, url: Optional[str] = None) -> None:
+    def __init__(self, url: Union[None, str, Sequence[str]] = None) -> None:
         if url is None:
-            url = os.environ.get("WATCHLOCK_URL") or DEFAULT_URL
+            env = os.environ.get("WATCHLOCK_URL", "")
+            # several URLs separated by spaces: a quorum, as the CLI reads it
+            url = env.split() if len(env.split()) > 1 else (env.strip() or DEFAULT_URL)
+        if isinstance(url, (list, tuple)):
+            urls = list(url)
+            for i, u in enumerate(urls):
+                if not isinstance(u, str):
+                    raise TypeError(f"url[{i}] must be a str, not {type(u).__name__}")
+            if not urls:
+                raise InvalidArgument("a quorum needs at least one URL (the list is empty)")
+            redacted = " ".join(redact_url(u) for u in urls)
+            for u in urls:
+                if "\0" in u:
+                    raise InvalidArgument(f"malformed URL {redact_url(u)!r}: it contains a NUL byte")
+            if len(urls) == 1:
+                st, h = _native.client_open(urls[0])
+            else:
+                st, h = _native.client_open_quorum(urls)
+            if st != OK:
+                _util.raise_status(st, f"cannot open watchlock client for {redacted}")
+            self._runtime = Runtime(h, redacted)
+            _live_clients.add(self)
+            return
         if not isinstance(url, str):
-            raise TypeError(f"url must be a str, not {type(url).__name__}")
+            raise TypeError(f"url must be a str or a list of str, not {type(url).__name__}")
         redacted = redact_url(url)
         if "\0" in url:  # C would silently cut the URL at the NUL
             raise InvalidArgument(f"malformed URL {redacted!r}: it contains a NUL byte")
@@ -170,6 +205,41 @@ class Client(HasRuntime):
         name. Also a decorator. No network I/O."""
         from ._multi import MultiLock
         return MultiLock(self, names, **options)
+
+    def fair_lock(self, name: Name, *, label: Optional[str] = None,
+                  **options: Unpack[LockOptions]) -> FairLock:
+        """A new :class:`FairLock` for ``name``: FIFO by arrival with direct
+        hand-off (a release, or the holder's expiry, grants the lock to the
+        oldest live waiter; nobody barges in). The options of :meth:`lock`;
+        also a decorator (``@client.fair_lock(name)``). A name in use as
+        another kind raises :class:`WrongTypeError` at acquire."""
+        return FairLock(self, name, label=label, **options)
+
+    def semaphore(self, name: Name, permits: int = 0, *, label: Optional[str] = None,
+                  **options: Unpack[LockOptions]) -> Semaphore:
+        """A new :class:`Semaphore` for ``name`` with ``permits`` permits (set
+        by the first user of the name; 0 = the name's existing count; another
+        count than the name's raises :class:`WrongTypeError`: change it with
+        :meth:`set_permits`). ``acquire(k=1, blocking, timeout)`` takes k
+        permits as one hold (leased, renewed, fenced); ``with sem:`` takes 1,
+        ``with sem.take(k):`` k. The other options are :meth:`lock`'s."""
+        return Semaphore(self, name, permits, label=label, **options)
+
+    def rwlock(self, name: Name) -> RWLock:
+        """A read-write lock on ``name``: ``.read_lock(**options)`` and
+        ``.write_lock(**options)`` make lock objects of its sides (many
+        readers or one writer, phase-fair; ``write.downgrade()``)."""
+        return RWLock(self, name)
+
+    def name_info(self, name: Name) -> NameInfo:
+        """What the server knows of ``name`` whatever its kind: the kind
+        (None when not in use), permits, holders, readers/writer, the queue
+        (length, oldest wait). One round trip."""
+        return name_info(self, name)
+
+    def set_permits(self, name: Name, permits: int) -> None:
+        """Admin: changes the permit count of semaphore ``name``."""
+        set_permits(self, name, permits)
 
     def synchronized(self, name: Union[Name, Callable[..., Name]],
                      **lock_options: Unpack[LockOptions]) -> Callable[[F], F]:

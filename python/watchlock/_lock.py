@@ -37,7 +37,8 @@ import threading
 import time
 import types
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, NoReturn, Optional, Tuple, Type, TypedDict, Union
+from typing import (TYPE_CHECKING, Any, Callable, Coroutine, Iterable, List, NoReturn, Optional, Tuple, Type,
+                    TypedDict, Union)
 
 from . import _async, _native, _util
 from ._runtime import Runtime
@@ -57,9 +58,13 @@ _lock_hold_count: Callable[[Optional[_native.LockHandle]], int] = _c.lock_hold_c
 _lock_state: Callable[[Optional[_native.LockHandle]], int] = _c.lock_state
 _LOST_NONE = _native.WATCHLOCK_LOST_NONE
 _MAX_NAME = _native.WATCHLOCK_MAX_NAME
+#: watchlock_lock_member_status() codes as Lock.members shows them.
+MEMBER_VERDICTS = {_native.WATCHLOCK_MEMBER_UNKNOWN: "unknown", _native.WATCHLOCK_MEMBER_GRANTED: "granted",
+                   _native.WATCHLOCK_MEMBER_HELD: "held", _native.WATCHLOCK_MEMBER_UNREACHABLE: "unreachable",
+                   _native.WATCHLOCK_MEMBER_RESTARTED: "restarted"}
 _new_mu = threading.Lock()  # makes lazy handles one at a time: one Lock, one owner
 _mu = threading.Lock()      # every Lock's guard state (_owner, _acquiring, _cond)
-from .exceptions import Error, InvalidArgument, LockLostError, LockTimeout
+from .exceptions import Error, FencingTokenUnavailable, InvalidArgument, LockLostError, LockTimeout
 from ._renew import RenewOption, renew_option, set_renew
 
 if TYPE_CHECKING:
@@ -108,14 +113,14 @@ _SETTERS: Tuple[Callable[[_native.LockHandle, Any], int], ...] = (
     _c.lock_set_max_hold, _c.lock_set_max_renewals, _c.lock_set_auto_renew)
 
 
-def _new_handle(runtime: Runtime, name: Any, options: _Options,
+def _new_handle(runtime: Runtime, name: Name, options: _Options,
                 given: Optional[Tuple[object, ...]],
-                new: Callable[..., Tuple[int, _native.LockHandle]] = _lock_new
+                new: Optional[Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]]] = None
                 ) -> _native.LockHandle:
-    """The core's handle for `name` with `options` set (made by `new`: the
-    plain lock's, or another kind's); the core checks every value (EINVAL)
-    and raises with its message, naming the value as `given`."""
-    st, h = new(runtime.handle(), name)
+    """The core's handle for `name` with `options` set; the core checks every
+    value (EINVAL) and raises with its message, naming the value as `given`.
+    `new` makes the handle of another lock kind (_kinds.py); None: a plain lock."""
+    st, h = (new or _lock_new)(runtime.handle(), name)
     if st != OK:
         raise_status(st, f"cannot create lock {fmt_name(name)}", name)
     try:
@@ -148,11 +153,13 @@ class Lock:
     ``label``: as :meth:`Client.lock`'s.
     """
 
-    #: makes the core's handle: (client handle, name) -> (status, handle); a kind's class sets its own
-    _native_new: Callable[..., Tuple[int, _native.LockHandle]] = staticmethod(_lock_new)
-
     __slots__ = ("_client", "_runtime", "_name", "_on_lost", "_blocking_ms", "_bt_ms", "_options", "_hnd", "_cond", "_owner",
                  "_acquiring", "_interrupted", "__dict__", "__weakref__")
+
+    #: The other lock kinds (_kinds.py) set these: the core's constructor of
+    #: their handle (None: watchlock_lock_new) and their acquire(h, wait_ms).
+    _native_new: Optional[Callable[[_native.ClientHandle, Any], Tuple[int, _native.LockHandle]]] = None
+    _acquire_fn: Callable[[_native.LockHandle, int], int] = staticmethod(_lock_acquire)
 
     def __init__(self, client: Client, name: Name, ttl: Optional[Duration] = None,
                  blocking_timeout: Optional[Duration] = None, auto_renew: bool = True,
@@ -195,7 +202,8 @@ class Lock:
         # auto_renew a bool, as True == 1 would stand in for the other type),
         # and a name it takes (an ASCII str has as many bytes as characters).
         type_name = type(name)
-        if (on_lost is not None or label is not None or options not in runtime.accepted
+        if (on_lost is not None or label is not None or self._native_new is not None
+                or options not in runtime.accepted
                 or runtime.forks != _util.forks
                 or type(auto_renew) is not bool or not (max_renewals is None or type(max_renewals) is int)
                 or not ((type_name is bytes or (type_name is str and name.isascii()))
@@ -281,8 +289,31 @@ class Lock:
     def fencing_token(self) -> int:
         """Fencing token of the current (or last) hold; 0 before the first.
         Strictly increases per name across all holders: pass it to the
-        storage you protect so it can refuse writes from a stale holder."""
-        return _native.lock_fencing_token(self._h) if self._hnd is not None else 0
+        storage you protect so it can refuse writes from a stale holder.
+        On a quorum client the first read of a hold raises the token on the
+        members that granted it (one round trip); FencingTokenUnavailable
+        when that could not be confirmed within the hold's validity."""
+        if self._hnd is None:
+            return 0
+        token = _native.lock_fencing_token(self._hnd)
+        if token < 0:
+            raise FencingTokenUnavailable(
+                f"fencing token of lock {fmt_name(self._name)} unavailable: {_native.strerror(-token)}",
+                lock_name=self._name, status=-token)
+        return token
+
+    @property
+    def members(self) -> List[str]:
+        """On a quorum client (``Client([url, ...])``): what each member
+        answered to this lock's last acquire, in the order of the URLs:
+        "granted", "held" (by another owner), "unreachable", "restarted"
+        (counted out by the restart rule for one lease) or "unknown". One
+        entry on a plain client; [] before the first acquire."""
+        if self._hnd is None:
+            return []
+        h = self._hnd
+        n = _native.client_member_count(self._runtime.handle())
+        return [MEMBER_VERDICTS.get(_native.lock_member_status(h, i), "unknown") for i in range(n)]
 
     @property
     def remaining(self) -> float:
@@ -379,7 +410,7 @@ class Lock:
             else:  # ceil: never round a short wait down to "try once"
                 wait = max(0, math.ceil((deadline - time.monotonic()) * 1000))
                 wait = min(wait, _SLICE_MS) if slicing else wait
-            st = _lock_acquire(h, wait)
+            st = self._acquire_fn(h, wait)
             if st == OK:
                 return True
             if st != ETIMEDOUT:
@@ -394,7 +425,19 @@ class Lock:
             # thread still waiting stays parked, as Python stops daemon
             # threads at exit, instead of failing noisily.
             threading.Event().wait()
-        raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
+        try:
+            raise_status(st, f"cannot acquire lock {fmt_name(self._name)}", self._name)
+        except Error as e:
+            e.members = self._member_verdicts()
+            raise
+
+    def _member_verdicts(self) -> Optional[List[str]]:
+        """Lock.members for an exception: None on a plain client or when unreadable."""
+        try:
+            members = self.members
+        except Error:
+            return None
+        return members if len(members) > 1 else None
 
     def _free_guard(self) -> None:  # with self._mu
         self._owner = None
@@ -456,7 +499,7 @@ class Lock:
                     self._owner, self._acquiring = ident, True
             if free:
                 try:
-                    st = _lock_acquire(h, _SLICE_MS if ident == _MAIN_IDENT else -1)
+                    st = self._acquire_fn(h, _SLICE_MS if ident == _MAIN_IDENT else -1)
                 except BaseException:
                     self._acquire_failed(True)
                     raise
@@ -471,8 +514,10 @@ class Lock:
         return self
 
     def _timeout_error(self) -> LockTimeout:
-        return LockTimeout(f"lock {fmt_name(self._name)} not acquired within {self._blocking_ms / 1000:g} s",
-                           lock_name=self._name, status=ETIMEDOUT)
+        e = LockTimeout(f"lock {fmt_name(self._name)} not acquired within {self._blocking_ms / 1000:g} s",
+                        lock_name=self._name, status=ETIMEDOUT)
+        e.members = self._member_verdicts()
+        return e
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[types.TracebackType]) -> None:
@@ -559,7 +604,7 @@ class Lock:
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                         tb: Optional[types.TracebackType]) -> None:
         interrupted = (isinstance(exc, asyncio.CancelledError) and self._interrupted != 0
-                       and self._interrupted == self.fencing_token)
+                       and self._interrupted == _native.lock_fencing_token(self._h))  # raw: may be < 0
         try:
             await _async.run(self._runtime, lambda: self._exit(None if interrupted else exc))
         except LockLostError as lost:

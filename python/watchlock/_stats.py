@@ -40,6 +40,16 @@ LOST: Tuple[Tuple[str, int], ...] = (
     ("connection", _S.WATCHLOCK_STAT_LOST_CONNECTION),
 )
 
+#: Quorum clients (issue 21; all 0 on a plain client): the key of stats()["quorum"] -> stat id.
+QUORUM: Tuple[Tuple[str, int], ...] = (
+    ("restarts", _S.WATCHLOCK_STAT_QUORUM_RESTARTS),          # members seen restarted
+    ("kept_out", _S.WATCHLOCK_STAT_QUORUM_KEPT_OUT),          # members kept out by the restart rule now
+    ("unreached", _S.WATCHLOCK_STAT_QUORUM_UNREACHED),        # release/give-back writes that got no answer
+    ("late_grants", _S.WATCHLOCK_STAT_QUORUM_LATE_GRANTS),    # grants after the decision, given back
+    ("fence_unavailable", _S.WATCHLOCK_STAT_QUORUM_FENCE_UNAVAILABLE),
+    ("split_votes", _S.WATCHLOCK_STAT_QUORUM_SPLIT_VOTES),    # attempts with no majority either way
+)
+
 #: Histograms: name -> (histogram id, stat id of its sum in us).
 HISTOGRAMS: Tuple[Tuple[str, int, int], ...] = (
     ("wait_time", _S.WATCHLOCK_HIST_WAIT, _S.WATCHLOCK_STAT_WAIT_US_SUM),
@@ -86,6 +96,7 @@ def client_stats(handle: Any) -> Dict[str, Any]:
     """Client.stats() for a client handle."""
     stats: Dict[str, Any] = {key: _native.client_stat(handle, which) for key, which in COUNTERS}
     stats["lost"] = {key: _native.client_stat(handle, which) for key, which in LOST}
+    stats["quorum"] = {key: _native.client_stat(handle, which) for key, which in QUORUM}
     for key, which, sum_id in HISTOGRAMS:
         stats[key] = _histogram(handle, which, sum_id)
     return stats

@@ -9,7 +9,8 @@ Hierarchy (lock-state errors share :class:`LockError`, as in redis-py)::
     │       └── LockLostError     was held, then lost
     ├── ConnectionError (also builtins.ConnectionError)
     │   └── AuthenticationError
-    ├── PermissionDeniedError, ReplicationError, ServerError
+    ├── PermissionDeniedError, ReplicationError, ServerError, FencingTokenUnavailable
+    ├── WrongTypeError            the name is another lock kind (or another permit count)
     ├── InvalidArgument (also ValueError)
     ├── ClientClosedError, ForkedError
     └── OutOfMemoryError (also MemoryError), InternalError
@@ -21,7 +22,7 @@ detail message.
 from __future__ import annotations
 
 import builtins
-from typing import Dict, Optional, Type, Union
+from typing import Dict, List, Optional, Type, Union
 
 from . import _native
 
@@ -29,6 +30,8 @@ __all__ = [
     "Error", "LockError", "LockTimeout", "LockNotOwnedError", "LockLostError", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "ServerError", "ClientClosedError",
     "ForkedError", "OutOfMemoryError", "InternalError", "PermissionDeniedError", "ReplicationError",
+    "FencingTokenUnavailable",
+    "WrongTypeError",
 ]
 
 
@@ -37,9 +40,12 @@ class Error(Exception):
 
     ``status``: the core's WATCHLOCK_E* code (or None); ``lock_name``: the
     lock's name (or None when not about one lock); ``detail``: the core's
-    detail message (possibly empty).
+    detail message (possibly empty); ``members``: after a failed acquire on
+    a quorum client, what each member answered ("granted", "held",
+    "unreachable", "restarted", "unknown"; see ``Lock.members``), else None.
     """
     status: Optional[int] = None
+    members: Optional[List[str]] = None
 
     def __init__(self, message: str = "", *, lock_name: Union[str, bytes, None] = None,
                  status: Optional[int] = None, detail: str = "") -> None:
@@ -111,6 +117,14 @@ class ReplicationError(Error):
     status = _native.WATCHLOCK_EREPLICAS
 
 
+class FencingTokenUnavailable(Error):
+    """A quorum client could not confirm the raise of this hold's fencing
+    token on a majority of the members that granted it within the hold's
+    validity: no token may be used for this hold (one that might not
+    increase is never handed out). Release and acquire again."""
+    status = _native.WATCHLOCK_EUNAVAIL
+
+
 class InvalidArgument(Error, ValueError):
     """A bad argument: empty or too long name, bad duration, malformed URL..."""
     status = _native.WATCHLOCK_EINVAL
@@ -143,10 +157,18 @@ class InternalError(Error):
     status = _native.WATCHLOCK_EINTERNAL
 
 
+class WrongTypeError(Error):
+    """The name is in use as another lock kind (plain, fair, semaphore,
+    read-write lock), or a semaphore was made with a permit count that is
+    not the name's (change it with Client.set_permits)."""
+    status = getattr(_native, "WATCHLOCK_EWRONGTYPE", 13)
+
+
 _STATUS: Dict[Optional[int], Type[Error]] = {
     cls.status: cls for cls in (InvalidArgument, OutOfMemoryError, LockTimeout, LockNotOwnedError,
                                 ConnectionError, AuthenticationError, ServerError, ClientClosedError,
-                                PermissionDeniedError, ReplicationError, ForkedError, InternalError)}
+                                PermissionDeniedError, ReplicationError, ForkedError, InternalError,
+                                FencingTokenUnavailable, WrongTypeError)}
 
 
 def error_class(status: int) -> Type[Error]:

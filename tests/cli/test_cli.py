@@ -506,12 +506,13 @@ def test_options_after_name(cli, name, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_shared_is_refused_clearly(cli, name, tmp_path):
-    for opt in ("-s", "--shared"):
-        r = cli.run("run", opt, name, "--", "touch", str(tmp_path / "marker"))
+def test_kind_flags_conflict_clearly(cli, name, tmp_path):
+    # -s takes the read side (tests/cli/test_cli_family.py); one kind per run
+    for opts in (("-s", "--fair"), ("--shared", "--permits", "2"), ("--fair", "--permits", "2")):
+        r = cli.run("run", *opts, name, "--", "touch", str(tmp_path / "marker"))
         assert r.returncode == EX_USAGE
         line = one_error_line(r.stderr)
-        assert "shared" in line and "not exist" in line, line
+        assert "kind" in line, line
     assert not (tmp_path / "marker").exists()
 
 
@@ -970,8 +971,11 @@ def test_watchdog_keeps_lock_past_its_lease(cli, name, holders):
     ["run", "-Z", "n", "--", "touch", "MARKER"],
     ["run", "--ttl"],
     ["run", "n", "--bogus", "--", "touch", "MARKER"],
-    ["run", "-s", "n", "--", "touch", "MARKER"],
-    ["run", "n", "--shared", "touch", "MARKER"],
+    ["run", "-s", "--fair", "n", "--", "touch", "MARKER"],
+    ["run", "n", "--shared", "--permits", "2", "touch", "MARKER"],
+    ["run", "--take", "2", "n", "--", "touch", "MARKER"],
+    ["run", "--permits", "0", "n", "--", "touch", "MARKER"],
+    ["run", "--permits", "2", "--take", "3", "n", "--", "touch", "MARKER"],
     ["run", "-E", "256", "n", "--", "touch", "MARKER"],
     ["run", "-E", "-1", "n", "--", "touch", "MARKER"],
     ["run", "-E", "x", "n", "--", "touch", "MARKER"],

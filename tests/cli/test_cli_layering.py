@@ -27,7 +27,8 @@ LAYERS: Dict[str, int] = {
     "json.c": 0,
     "common.c": 1,
     "stats.c": 2,  # `watchlock stats`, and the stats run.c reports at exit (issue 25)
-    "run.c": 3, "admin.c": 3, "check.c": 3,
+    "quorum.c": 2,  # per-member views of status/list/check and run's verdict line (issue 21)
+        "run.c": 3, "admin.c": 3, "check.c": 3, "exec.c": 3,  # exec.c: `watchlock exec` (issue 24)
     "main.c": 4,
 }
 

@@ -433,6 +433,90 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
     return report
 
 
+def check_family(events: List[dict], faults: Optional[List[dict]] = None, fifo_margin_ms: float = 5.0) -> dict:
+    """The rules of the queued kinds (issues 22, 23), across the groups a
+    worker records its holds under (worker.py --lock-kind): NAME (holds that must
+    exclude each other), NAME#r (readers), NAME#kK (smaller permit holds).
+    check() runs on NAME's group as for a plain lock (exclusion, lost
+    updates, fencing); this adds what spans groups, with the same notion of
+    "H1 still acting while H2 holds" (_overlap):
+
+    * semaphore (acquired events with "permits" and "of" = N): when a hold
+      begins, the permits of the earlier holds still acting plus its own
+      never exceed N ("permit_violations");
+    * read-write lock ("side"): a writer never acts with a reader or another
+      writer, in either order ("shared_violations"); readers overlapping
+      each other is the point;
+    * fair lock ("kind" fair): queue order. A hold whose acquire was called
+      more than fifo_margin_ms before another's, while that other one was
+      still waiting, must begin first ("fifo_inversions"), unless a fault hit
+      its worker while it waited (a frozen waiter may lose its place).
+    """
+    if faults is None:
+        faults = _fault_events(events)
+    holds, _ = build_holds(events)
+    meta: Dict[Tuple[str, int], dict] = {}
+    for e in events:
+        if e.get("ev") == "acquired" and e.get("base") is not None:
+            meta[(e["w"], e["hold"])] = e
+    fam = [(h, meta[k]) for k, h in holds.items() if k in meta and h.start is not None]
+    fam.sort(key=lambda x: (x[0].start, x[0].key))
+    out: Dict[str, Any] = {"permit_violations": [], "shared_violations": [], "fifo_inversions": [],
+                           "max_permits_in_use": 0, "max_readers": 0, "fifo_checked": 0}
+    for i, (h2, m2) in enumerate(fam):
+        seqs2 = [o["seq"] for o in h2.ops if o.get("seq") is not None]
+        first2 = min(seqs2) if seqs2 else None
+        acting = []
+        for h1, m1 in fam[:i]:
+            if m1["base"] != m2["base"] or h1.end is None:
+                continue
+            # seq numbers are per resource key group: compare them only within one group
+            why = _overlap(h1, h2, first2 if h1.lock == h2.lock else None)
+            if why is not None:
+                acting.append((h1, m1, why))
+        if m2.get("of"):
+            used = sum(m1.get("permits") or 1 for _, m1, _ in acting) + (m2.get("permits") or 1)
+            out["max_permits_in_use"] = max(out["max_permits_in_use"], used)
+            if used > m2["of"]:
+                out["permit_violations"].append({"lock": m2["base"], "hold": h2.key, "in_use": used, "of": m2["of"],
+                                                 "with": [h1.key for h1, _, _ in acting]})
+        if m2.get("side"):
+            readers = sum(1 for _, m1, _ in acting if m1.get("side") == "read") + (m2["side"] == "read")
+            out["max_readers"] = max(out["max_readers"], readers if m2["side"] == "read" else 0)
+            for h1, m1, why in acting:
+                if "write" in (m1.get("side"), m2.get("side")):
+                    out["shared_violations"].append({"lock": m2["base"], "earlier": h1.key, "earlier_side": m1["side"],
+                                                     "later": h2.key, "later_side": m2["side"], "kind": why})
+    fair = [(h, m) for h, m in fam if m.get("kind") == "fair" and h.t_call is not None]
+    for h2, m2 in fair:  # h2 asked while an older waiter h1 still waited: h1 must begin first
+        for h1, m1 in fair:
+            if h1 is h2 or m1["base"] != m2["base"]:
+                continue
+            if not (h1.t_call + fifo_margin_ms * NS < h2.t_call < h1.start):
+                continue
+            out["fifo_checked"] += 1
+            if h1.start <= h2.start:
+                continue
+            hit = [f for f in faults if (f.get("target") == h1.w or h1.w in (f.get("targets") or []))
+                   and f.get("t0", 0) <= h1.start and f.get("t1", f.get("t0", 0)) >= h1.t_call]
+            if not hit:
+                out["fifo_inversions"].append({"lock": m2["base"], "older": h1.key, "younger": h2.key,
+                                               "older_called_ms": ms(h1.t_call), "younger_called_ms": ms(h2.t_call),
+                                               "younger_began_ms": ms(h2.start), "older_began_ms": ms(h1.start)})
+    return out
+
+
+def family_failures(fam: dict) -> List[str]:
+    out = []
+    if fam["permit_violations"]:
+        out.append(f"{len(fam['permit_violations'])} hold(s) began with more than N permits in use")
+    if fam["shared_violations"]:
+        out.append(f"{len(fam['shared_violations'])} writer overlap(s) with a reader or another writer")
+    if fam["fifo_inversions"]:
+        out.append(f"{len(fam['fifo_inversions'])} fair-lock grant(s) out of arrival order")
+    return out
+
+
 def failures(report: dict) -> List[str]:
     """The in-contract pass criteria: what failed, in words (empty: passed)."""
     s = report["summary"]

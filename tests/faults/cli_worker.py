@@ -51,6 +51,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--tree", type=int, default=0,
                    help="1: COMMAND is a process tree, `sh -c 'JOB | cat'` (scenario h-tree)")
+    p.add_argument("--cli-kind", default="plain",
+                   help="fair | sem:N:K | read: watchlock run --fair / --permits N --take K / -s (issues 22, 23)")
     a = p.parse_args()
 
     die_with_parent()
@@ -84,8 +86,17 @@ def main() -> int:
                    FAULTS_RESOURCE_PORT=str(a.resource_port), FAULTS_SCRIPTS=a.scripts,
                    FAULTS_NAME=a.name, FAULTS_ITERS=str(iters),
                    FAULTS_IDLE=",".join(str(rng.randint(a.idle_min_ms, a.idle_max_ms)) for _ in range(iters)))
-        cmd = [a.cli, "run", "--quiet", "--url", a.url, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",
-               "--kill-after", f"{a.kill_after_ms}ms", a.name, "--"]
+        urls = [x for u in a.url.split() for x in ("--url", u)]  # several: a Redlock quorum
+        cmd = [a.cli, "run", "--quiet", *urls, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",
+               "--kill-after", f"{a.kill_after_ms}ms"]
+        if a.cli_kind == "fair":
+            cmd.append("--fair")
+        elif a.cli_kind == "read":
+            cmd.append("--shared")
+        elif a.cli_kind.startswith("sem:"):
+            n, k = a.cli_kind[4:].split(":")
+            cmd += ["--permits", n, "--take", k]
+        cmd += [a.name, "--"]
         if a.tree:
             # The job is a grandchild of watchlock, in a pipeline (the README's
             # `-c 'a | b'`): PR_SET_PDEATHSIG does not reach it, only the group

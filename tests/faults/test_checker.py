@@ -541,3 +541,62 @@ def test_audit_follows_a_real_server(tmp_path):
     fences = sorted(h)
     assert len(fences) == 5 and all(f >= 10 ** 15 for f in fences)
     assert [h[f][0] for f in fences] == ["first", "release", "release", "release", "expiry"]
+
+
+# ---- queued kinds (issues 22, 23): checker.check_family -----------------------
+
+
+def fam_hold(h, t_ms, end_ms, **meta):
+    """A hold of a queued kind from t_ms to end_ms: acquired (with the kind's
+    fields), one GET at the start and one at the end, released."""
+    hold, fence = h.acquire(t_ms)
+    h.events[-1].update({"base": LOCK, **meta})
+    h.ev("op", t_ms + 0.2, hold=hold, lock=LOCK, op="get", t0=int(t_ms * MS), t1=int((t_ms + 0.2) * MS), read=0)
+    h.ev("op", end_ms, hold=hold, lock=LOCK, op="get", t0=int((end_ms - 0.2) * MS), t1=int(end_ms * MS), read=0)
+    h.release(hold, end_ms + 0.1)
+    return hold
+
+
+def test_family_semaphore_permits():
+    a, b, c = H("a"), H("b"), H("c")
+    fam_hold(a, 100, 200, kind="sem", permits=2, of=3)
+    fam_hold(b, 120, 180, kind="sem", permits=1, of=3)  # 2 + 1 = 3: fine
+    out = checker.check_family(a.events + b.events + c.events)
+    assert out["permit_violations"] == [] and out["max_permits_in_use"] == 3
+    fam_hold(c, 150, 170, kind="sem", permits=1, of=3)  # 2 + 1 + 1 = 4 > 3
+    out = checker.check_family(a.events + b.events + c.events)
+    assert len(out["permit_violations"]) == 1 and out["permit_violations"][0]["in_use"] == 4
+    assert checker.family_failures(out)
+
+
+def test_family_rwlock_sides():
+    a, b, c = H("a"), H("b"), H("c")
+    fam_hold(a, 100, 200, kind="rw", side="read")
+    fam_hold(b, 120, 180, kind="rw", side="read")  # readers overlap: fine
+    fam_hold(c, 300, 350, kind="rw", side="write")
+    out = checker.check_family(a.events + b.events + c.events)
+    assert out["shared_violations"] == [] and out["max_readers"] == 2
+    d = H("d")
+    fam_hold(d, 320, 330, kind="rw", side="read")  # a reader inside the writer's hold
+    out = checker.check_family(a.events + b.events + c.events + d.events)
+    assert len(out["shared_violations"]) == 1
+    assert out["shared_violations"][0]["earlier_side"] == "write"
+
+
+def test_family_fair_order():
+    a, b, c = H("a"), H("b"), H("c")
+    fam_hold(a, 100, 200, kind="fair")
+    fam_hold(b, 201, 300, kind="fair")
+    b.events[-5]["t_call"] = 110 * MS  # b asked at 110, c at 150: b first
+    fam_hold(c, 301, 400, kind="fair")
+    c.events[-5]["t_call"] = 150 * MS
+    out = checker.check_family(a.events + b.events + c.events)
+    assert out["fifo_inversions"] == [] and out["fifo_checked"] >= 1
+    b.events[-5]["t_call"], c.events[-5]["t_call"] = 150 * MS, 110 * MS  # c asked first, b got it first
+    out = checker.check_family(a.events + b.events + c.events)
+    assert len(out["fifo_inversions"]) == 1 and out["fifo_inversions"][0]["older"] == "c:1"
+    # a fault on the older waiter while it waited excuses it
+    fault = {"ev": "fault", "w": "runner", "t": 120 * MS, "kind": "sigstop", "target": "c", "t0": 120 * MS,
+             "t1": 140 * MS}
+    out = checker.check_family(a.events + b.events + c.events + [fault])
+    assert out["fifo_inversions"] == []

@@ -348,8 +348,17 @@ static bool acquire_hold(hold *h)
                 t_call, watchlock_strerror(rc), msg);
         return false;
     }
+    int64_t fence = watchlock_lock_fencing_token(h->lock);
+    if (fence < 0) {
+        /* A quorum could not confirm the token's raise (issue 21.6): no work
+         * without a token that surely increases; give the hold back. */
+        watchlock_lock_release(h->lock);
+        emit_at(t, "acquire_failed", ",\"lock\":%s,\"t_call\":%" PRId64 ",\"status\":\"%s\",\"detail\":\"fence\"",
+                name, t_call, watchlock_strerror((int)-fence));
+        return false;
+    }
     h->id = ++next_hold;
-    h->fence = watchlock_lock_fencing_token(h->lock);
+    h->fence = fence;
     emit_at(t, "acquired", ",\"hold\":%ld,\"lock\":%s,\"t_call\":%" PRId64 ",\"fence\":%" PRId64
                            ",\"remaining_ms\":%" PRId64 ",\"pid\":%d",
             h->id, name, t_call, h->fence, watchlock_lock_remaining_ms(h->lock), (int)getpid());
@@ -555,9 +564,17 @@ int main(int argc, char **argv)
                            ",\"mode\":\"%s\"",
             (int)getpid(), rt - mono, opt.lease_ms, opt.mode);
 
+    /* --url "U1 U2 U3 ...": a Redlock quorum of those members (issue 21). */
+    static char url_buf[4096];
+    const char *urls[16];
+    size_t n_urls = 0;
+    snprintf(url_buf, sizeof url_buf, "%s", opt.url);
+    char *save = NULL;
+    for (char *t = strtok_r(url_buf, " ", &save); t && n_urls < 16; t = strtok_r(NULL, " ", &save))
+        urls[n_urls++] = t;
     int rc = WATCHLOCK_ECONN;
     for (int i = 0; i < 50 && !stop_flag; i++) {
-        rc = watchlock_client_open(&client, opt.url);
+        rc = n_urls > 1 ? watchlock_client_open_quorum(&client, urls, n_urls) : watchlock_client_open(&client, opt.url);
         if (rc == WATCHLOCK_OK)
             break;
         sleep_ms(100);

@@ -14,6 +14,13 @@ hold (the library takes them in its own global order). Its hold is
 recorded as one hold per name (numbers 2k-1 for --name, 2k for N), each
 with that name's fencing token, so the checker judges every name on its
 own: no two holders of any name at once.
+--lock-kind picks the lock kind (issues 22, 23): plain (the default), fair,
+sem:N:K (a semaphore of N permits, K taken per hold) or rw:P (a read-write
+lock, P% of the holds on the write side). Holds that must exclude each other
+record their work under the lock's name (writers; semaphore holds taking
+more than half the permits); the others under NAME#r (readers) or NAME#kK
+(smaller permit holds), whose counters may legitimately lose updates. Every
+"acquired" event says kind, side or permits, for checker.check_family.
 """
 from __future__ import annotations
 
@@ -53,6 +60,7 @@ def main() -> int:
     p.add_argument("--long-iters", type=int, default=16)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--name2", default=None, help="a multi-lock over --name and this")
+    p.add_argument("--lock-kind", default="plain", help="plain | fair | sem:N:K | rw:P")
     a = p.parse_args()
 
     die_with_parent()
@@ -69,7 +77,8 @@ def main() -> int:
     client = None
     for _ in range(50):
         try:
-            client = watchlock.Client(a.url)
+            # several URLs separated by spaces: a Redlock quorum (issue 21)
+            client = watchlock.Client(a.url.split() if " " in a.url else a.url)
             break
         except watchlock.Error:
             time.sleep(0.1)
@@ -78,6 +87,15 @@ def main() -> int:
         return 69
     res = Redis(a.resource_port)
     work = Work(hist, res, a.scripts, a.name)
+    kind, permits, take, write_pct = a.lock_kind, 0, 1, 0
+    if kind.startswith("sem:"):
+        permits, take = (int(x) for x in kind[4:].split(":"))
+        kind = "sem"
+        if 2 * take <= permits:  # holds of this size may overlap: their own counter
+            work = Work(hist, res, a.scripts, f"{a.name}#k{take}")
+    elif kind.startswith("rw:"):
+        write_pct, kind = int(kind[3:]), "rw"
+    read_work = Work(hist, res, a.scripts, f"{a.name}#r")
     end = time.monotonic() + a.duration_ms / 1000.0
     hold_no = 0
     renew = a.renew_ms / 1000.0 if a.renew_ms else None
@@ -92,13 +110,26 @@ def main() -> int:
         def on_lost(lock, reason, told=told, cur=cur):
             t = time.monotonic_ns()
             told["done"] = True
-            hist.emit("told", t=t, hold=cur["hold"], lock=a.name, how="callback", reason=str(reason),
+            hist.emit("told", t=t, hold=cur["hold"], lock=cur.get("lock", a.name), how="callback", reason=str(reason),
                       fence=cur["fence"])
 
-        lock = client.lock(a.name, ttl=a.lease_ms / 1000.0, renew_interval=renew, on_lost=on_lost)
+        opts = dict(ttl=a.lease_ms / 1000.0, renew_interval=renew, on_lost=on_lost)
+        side, hw = None, work
+        if kind == "fair":
+            lock = client.fair_lock(a.name, **opts)
+        elif kind == "sem":
+            lock = client.semaphore(a.name, permits=permits, **opts)
+        elif kind == "rw":
+            side = "write" if rng.randint(1, 100) <= write_pct else "read"
+            rw = client.rwlock(a.name)
+            lock = rw.write_lock(**opts) if side == "write" else rw.read_lock(**opts)
+            hw = work if side == "write" else read_work
+        else:
+            lock = client.lock(a.name, **opts)
         t_call = time.monotonic_ns()
         try:
-            ok = lock.acquire(timeout=a.wait_ms / 1000.0)
+            ok = lock.acquire(take, timeout=a.wait_ms / 1000.0) if kind == "sem" else \
+                lock.acquire(timeout=a.wait_ms / 1000.0)
         except watchlock.Error as e:
             hist.emit("acquire_failed", lock=a.name, t_call=t_call, status=type(e).__name__, detail=str(e))
             time.sleep(rng.uniform(0.01, 0.06))
@@ -107,18 +138,28 @@ def main() -> int:
         if not ok:
             hist.emit("acquire_failed", t=t, lock=a.name, t_call=t_call, status="timeout", detail="")
             continue
+        try:
+            fence = lock.fencing_token
+        except watchlock.Error as e:  # a quorum could not confirm the token's raise (issue 21.6)
+            hist.emit("acquire_failed", lock=a.name, t_call=t_call, status=type(e).__name__, detail="fence")
+            try:
+                lock.release()
+            except watchlock.Error:
+                pass
+            continue
         hold_no += 1
-        fence = lock.fencing_token
-        cur["hold"], cur["fence"] = hold_no, fence
-        hist.emit("acquired", t=t, hold=hold_no, lock=a.name, t_call=t_call, fence=fence,
-                  remaining_ms=int(lock.remaining * 1000), pid=os.getpid())
+        cur["hold"], cur["fence"], cur["lock"] = hold_no, fence, hw.name
+        family = {} if kind == "plain" else {"kind": kind, "base": a.name, "side": side,
+                                             "permits": take if kind == "sem" else None, "of": permits or None}
+        hist.emit("acquired", t=t, hold=hold_no, lock=hw.name, t_call=t_call, fence=fence,
+                  remaining_ms=int(lock.remaining * 1000), pid=os.getpid(), **family)
 
         owned = getattr(lock, "owned", None) or lock.locked
 
         def check(lock=lock, hold=hold_no, fence=fence, owned=owned):
             if owned():
                 return True
-            hist.emit("told", hold=hold, lock=a.name, how="check",
+            hist.emit("told", hold=hold, lock=hw.name, how="check",
                       reason=str(lock.lost_reason) if lock.lost else "not held", fence=fence)
             return False
 
@@ -126,10 +167,10 @@ def main() -> int:
         for k in range(iters):
             if stop:
                 break
-            if not work.once(hold_no, fence, check, rng.randint(a.idle_min_ms, a.idle_max_ms),
+            if not hw.once(hold_no, fence, check, rng.randint(a.idle_min_ms, a.idle_max_ms),
                              a.window_ms, left=iters - 1 - k):
                 break
-        hist.emit("release_call", hold=hold_no, lock=a.name, held=owned())
+        hist.emit("release_call", hold=hold_no, lock=hw.name, held=owned())
         result, status, detail = "ok", "", ""
         try:
             lock.release()
@@ -140,9 +181,9 @@ def main() -> int:
         except watchlock.Error as e:
             result, status, detail = "error", type(e).__name__, str(e)
         t = time.monotonic_ns()
-        hist.emit("released", t=t, hold=hold_no, lock=a.name, result=result, status=status, detail=detail)
+        hist.emit("released", t=t, hold=hold_no, lock=hw.name, result=result, status=status, detail=detail)
         if result == "lost" and not told["done"]:
-            hist.emit("told", t=t, hold=hold_no, lock=a.name, how="release",
+            hist.emit("told", t=t, hold=hold_no, lock=hw.name, how="release",
                       reason=str(lock.lost_reason), fence=fence)
         del lock
         time.sleep(rng.uniform(0, a.gap_max_ms / 1000.0))

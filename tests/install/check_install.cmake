@@ -15,11 +15,21 @@ endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD} --prefix ${P})
 foreach(f include/watchlock.h lib/libwatchlock.so lib/libwatchlock.a lib/pkgconfig/watchlock.pc
           lib/cmake/watchlock/watchlockConfig.cmake lib/cmake/watchlock/watchlockConfigVersion.cmake
-          lib/cmake/watchlock/watchlockTargets.cmake)
+          lib/cmake/watchlock/watchlockTargets.cmake
+          lib/libwatchlock_preload.so libexec/watchlock/watchlock-keeper)
   if(NOT EXISTS ${P}/${f})
     message(FATAL_ERROR "missing after install: ${f}")
   endif()
 endforeach()
+
+# The preload shim is announced by pkg-config, and finds its keeper once installed.
+set(ENV{PKG_CONFIG_PATH} ${P}/lib/pkgconfig)
+run(pkg-config --variable=preload watchlock)
+string(STRIP "${RUN_OUT}" _preload)
+if(NOT EXISTS "${_preload}")
+  message(FATAL_ERROR "pkg-config's preload variable names no file: ${_preload}")
+endif()
+run(${P}/bin/watchlock exec --help)
 
 # SONAME = major version.
 run(objdump -p ${P}/lib/libwatchlock.so)

@@ -5,7 +5,8 @@
 --   python3 tests/harness/redis_server.py -- lua5.4 tests/lua/run.lua [filter]
 -- with LUA_PATH covering lua/ and tests/lua/, LUA_CPATH the built module.
 math.randomseed(os.time())
-local files = { "test_lock", "test_helpers", "test_errors", "test_counter", "test_check", "test_on_lost", "test_docs", "test_renew_stats", "test_multi" }
+local files = { "test_lock", "test_helpers", "test_errors", "test_counter", "test_check", "test_on_lost", "test_docs", "test_renew_stats",
+  "test_family", "test_multi" }
 local filter = arg and arg[1]
 
 print(("watchlock Lua tests on %s (%s)"):format(_VERSION, jit and jit.version or "PUC Lua"))

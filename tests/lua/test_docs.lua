@@ -32,6 +32,15 @@ local function run(code, tail, name)
   return fn()
 end
 
+test("README's Lua example of the queued kinds runs", function()
+  local code = example("README.md", "## Fair lock, semaphore, read-write lock")
+  local ok, fair, client = run(code, "return ok, fair, client", "README.md (kinds)")
+  H.eq(ok, true, "with_lock over the read side")
+  H.eq(fair:kind(), "fair", "the fair lock's kind")
+  H.eq(client:name_info("encoders").in_use, 0, "the permits were given back")
+  client:close()
+end)
+
 test("README's Lua example runs and uses the client it opened", function()
   local code = example("README.md", "## Lua")
   assert(not code:find("watchlock.wrap(", 1, true), "wrap without the opened client")

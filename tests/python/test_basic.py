@@ -288,8 +288,9 @@ def test_stats_and_repr(client, name):
         assert client.stats()["held_locks"] >= 1
     assert set(client.stats()) == {"held_locks", "renew_rounds", "renew_roundtrips", "renewals",
                                    "watchdog_cpu_us", "subscribe_denied", "acquires", "contended_acquires",
-                                   "acquire_timeouts", "release_retries", "lost", "wait_time", "hold_time",
-                                   "renew_rtt"}
+                                   "acquire_timeouts", "release_retries", "lost", "quorum", "wait_time",
+                                   "hold_time", "renew_rtt"}
+    assert set(client.stats()["quorum"].values()) == {0}  # a plain client
 
 
 def test_version():

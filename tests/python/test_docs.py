@@ -31,7 +31,7 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_URL = re.compile(r'"redis://127\.0\.0\.1:6379(/0)?"')
-FILES = {"README.md": {"python": 2, "c": 1}, "docs/c.md": {"c": 10}}  # blocks expected per file
+FILES = {"README.md": {"python": 3, "c": 2}, "docs/c.md": {"c": 11}}  # blocks expected per file
 
 
 @dataclass
@@ -212,6 +212,11 @@ PY_HARNESS = {
         "",
         "assert len(tokens) == 2 and all(t > 0 for t in tokens)\n"
         "assert reserve() is None and not client.lock('stock:7').locked()\n"
+        "client.close()\n"),
+    ("README.md", "Fair lock, semaphore, read-write lock"): (
+        "",
+        "assert not jobs.owned() and client.name_info('encoders').in_use == 0\n"
+        "assert client.name_info('catalog').holders == 0 and client.name_info('deploy').holders == 0\n"
         "client.close()\n"),
 }
 

@@ -189,7 +189,7 @@ def test_bad_names(client, name):
 def test_other_kind_is_a_clear_error(client, name, redis_server):
     a, q = names_of(name, "a", "q")
     RedisAt(redis_server.port).command("HSET", lock_key(q), "x", "1")
-    with pytest.raises(watchlock.ServerError, match="another lock kind"):
+    with pytest.raises(watchlock.WrongTypeError, match="another lock kind"):
         client.multi_lock([a, q]).acquire(blocking=False)
     assert existing(redis_server, [a]) == []
 

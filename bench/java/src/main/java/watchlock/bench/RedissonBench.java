@@ -16,6 +16,8 @@ import java.util.concurrent.locks.LockSupport;
 import org.redisson.Redisson;
 import org.redisson.api.RBucket;
 import org.redisson.api.RLock;
+import org.redisson.api.RPermitExpirableSemaphore;
+import org.redisson.api.RReadWriteLock;
 import org.redisson.api.RedissonClient;
 import org.redisson.api.redisnode.RedisNode;
 import org.redisson.api.redisnode.RedisNodes;
@@ -30,7 +32,13 @@ import org.redisson.config.Config;
  *   cycle    URL N MAX_S                 RLock lock() + unlock(), uncontended
  *   handoff  URL SHM ID HOLD_US POLITE   one of the contending processes
  *   watchdog URL LOCKS LEASE_MS HOLD_S   one client holds LOCKS locks renewed by its watchdog
+ *   rwmix    URL SHM ID HOLD_US WRITE    one reader (WRITE 0) or the writer (1) of the RReadWriteLock
+ *                                        mixed workload (slots as in wlbench.c's rwmix)
  * </pre>
+ *
+ * cycle and handoff take the lock kind from -Dbench.kind: lock (RLock, the default), fair
+ * (RFairLock), sem (RPermitExpirableSemaphore with 1 permit: acquire() / release(permitId)),
+ * read / write (the sides of an RReadWriteLock).
  *
  * System.nanoTime() is CLOCK_MONOTONIC on Linux, the clock of the C and
  * Python workers, so hand-off latencies across languages are comparable.
@@ -68,19 +76,63 @@ public final class RedissonBench {
         return String.format("{\"ops\": %d, \"seconds\": %.6f}", done, (t1 - t0) / 1e9);
     }
 
-    private static String cycle(String url, long n, double maxS) {
+    /** One lock handle of the kind -Dbench.kind names. */
+    private interface Held {
+        boolean acquire(long waitMs) throws InterruptedException;
+
+        void release();
+    }
+
+    private static Held held(RedissonClient client, String name) {
+        String kind = System.getProperty("bench.kind", "lock");
+        if (kind.equals("sem")) {
+            RPermitExpirableSemaphore sem = client.getPermitExpirableSemaphore(name);
+            sem.trySetPermits(1);
+            return new Held() {
+                private String permit;
+
+                public boolean acquire(long waitMs) throws InterruptedException {
+                    permit = sem.tryAcquire(waitMs, TimeUnit.MILLISECONDS);
+                    return permit != null;
+                }
+
+                public void release() {
+                    sem.release(permit);
+                }
+            };
+        }
+        RLock lock = kind.equals("fair") ? client.getFairLock(name)
+                : kind.equals("read") ? client.getReadWriteLock(name).readLock()
+                : kind.equals("write") ? client.getReadWriteLock(name).writeLock()
+                : client.getLock(name);
+        return new Held() {
+            public boolean acquire(long waitMs) throws InterruptedException {
+                if (waitMs == 0) {
+                    lock.lock(); // uncontended cycle: lock() without a lease, as users mostly call it
+                    return true;
+                }
+                return lock.tryLock(waitMs, TimeUnit.MILLISECONDS);
+            }
+
+            public void release() {
+                lock.unlock();
+            }
+        };
+    }
+
+    private static String cycle(String url, long n, double maxS) throws InterruptedException {
         RedissonClient client = open(url, 0);
-        RLock lock = client.getLock("bench:cycle:redisson:" + ProcessHandle.current().pid());
+        Held lock = held(client, "bench:cycle:redisson:" + ProcessHandle.current().pid());
         for (int i = 0; i < 2000; i++) { // warm-up (JIT)
-            lock.lock();
-            lock.unlock();
+            lock.acquire(0);
+            lock.release();
         }
         long t0 = System.nanoTime();
         long limit = t0 + (long) (maxS * 1e9);
         long done = 0;
         while (done < n) {
-            lock.lock(); // no lease given: the watchdog keeps it, as users mostly call it
-            lock.unlock();
+            lock.acquire(0); // no lease given: the watchdog keeps it, as users mostly call it
+            lock.release();
             done++;
             if ((done & 63) == 0 && System.nanoTime() > limit) {
                 break;
@@ -93,7 +145,8 @@ public final class RedissonBench {
 
     // Slots of the shared file, as in wlbench.c.
     private static final int RELEASE_NS = 0, TURNS = 1, LAST_HOLDER = 2, STOP_NS = 3, IN_CS = 4,
-            VIOLATIONS = 5, START_NS = 6, READY = 8;
+            VIOLATIONS = 5, START_NS = 6, OUT_OF_ORDER = 7, READY = 8, RW_READERS = 32, RW_WRITER = 33,
+            ARRIVAL = 40;
 
     private static String handoff(String url, String shmPath, int id, long holdUs, boolean polite)
             throws IOException, InterruptedException {
@@ -103,12 +156,12 @@ public final class RedissonBench {
         }
         shm.order(ByteOrder.LITTLE_ENDIAN);
         RedissonClient client = open(url, 0);
-        RLock lock = client.getLock("bench:handoff");
+        Held lock = held(client, "bench:handoff");
         // Warm the JIT on another name so the first turns are not interpreted.
-        RLock warm = client.getLock("bench:handoff:warm:" + id);
+        Held warm = held(client, "bench:handoff:warm:" + id);
         for (int i = 0; i < 1000; i++) {
-            warm.lock();
-            warm.unlock();
+            warm.acquire(0);
+            warm.release();
         }
         List<Long> lat = new ArrayList<>();
         long turns = 0, same = 0;
@@ -118,10 +171,20 @@ public final class RedissonBench {
         }
         long stop = shm.getLong(STOP_NS * 8);
         while (System.nanoTime() < stop) {
-            if (!lock.tryLock(30, TimeUnit.SECONDS)) {
+            long arrived = System.nanoTime();
+            shm.putLong((ARRIVAL + id) * 8, arrived);
+            if (!lock.acquire(30_000)) {
                 throw new IllegalStateException("tryLock timed out after 30 s");
             }
             long tAcq = System.nanoTime();
+            shm.putLong((ARRIVAL + id) * 8, 0);
+            for (int i = 0; i < 8; i++) { // granted while an earlier arrival still waits
+                long other = shm.getLong((ARRIVAL + i) * 8);
+                if (i != id && other != 0 && other < arrived) {
+                    shm.putLong(OUT_OF_ORDER * 8, shm.getLong(OUT_OF_ORDER * 8) + 1);
+                    break;
+                }
+            }
             if (shm.getLong(IN_CS * 8) != 0) {
                 shm.putLong(VIOLATIONS * 8, shm.getLong(VIOLATIONS * 8) + 1);
             }
@@ -142,7 +205,7 @@ public final class RedissonBench {
             Thread.sleep(holdUs / 1000, (int) (holdUs % 1000) * 1000);
             shm.putLong(IN_CS * 8, 0);
             shm.putLong(RELEASE_NS * 8, System.nanoTime());
-            lock.unlock();
+            lock.release();
             while (polite && shm.getLong(TURNS * 8) == myTurn && System.nanoTime() < stop) {
                 LockSupport.parkNanos(50_000);
             }
@@ -252,6 +315,71 @@ public final class RedissonBench {
                 cpu / 1000, lostServer, releaseFail, cmds, client.getConfig().getLockWatchdogBatchSize());
     }
 
+    /**
+     * One process of the mixed read/write workload: a reader (write false) or the writer takes its side of
+     * the RReadWriteLock "bench:rwmix", holds it HOLD_US, releases, and contends again at once. Checks
+     * exclusion through the shared slots: readers count themselves in RW_READERS, the writer sets RW_WRITER.
+     */
+    private static String rwmix(String url, String shmPath, int id, long holdUs, boolean write)
+            throws IOException, InterruptedException {
+        java.lang.invoke.VarHandle slot = java.lang.invoke.MethodHandles.byteBufferViewVarHandle(long[].class,
+                ByteOrder.LITTLE_ENDIAN);
+        MappedByteBuffer shm;
+        try (RandomAccessFile f = new RandomAccessFile(shmPath, "rw")) {
+            shm = f.getChannel().map(FileChannel.MapMode.READ_WRITE, 0, 64 * 8);
+        }
+        RedissonClient client = open(url, 0);
+        RReadWriteLock rw = client.getReadWriteLock("bench:rwmix");
+        RLock lock = write ? rw.writeLock() : rw.readLock();
+        RLock warm = write ? client.getReadWriteLock("bench:rwmix:warm:" + id).writeLock()
+                : client.getReadWriteLock("bench:rwmix:warm:" + id).readLock();
+        for (int i = 0; i < 1000; i++) {
+            warm.lock();
+            warm.unlock();
+        }
+        List<Long> waits = new ArrayList<>();
+        long turns = 0, timeouts = 0;
+        slot.setVolatile(shm, (READY + id) * 8, 1L);
+        while ((long) slot.getVolatile(shm, START_NS * 8) == 0) {
+            LockSupport.parkNanos(200_000);
+        }
+        long stop = (long) slot.getVolatile(shm, STOP_NS * 8);
+        while (System.nanoTime() < stop) {
+            long t0 = System.nanoTime();
+            if (!lock.tryLock(Math.max(1, (stop - t0) / 1_000_000 + 1000), TimeUnit.MILLISECONDS)) {
+                timeouts++;
+                continue;
+            }
+            waits.add(System.nanoTime() - t0); // also after stop: a starved writer's only wait
+            if (write) {
+                if ((long) slot.getAndAdd(shm, RW_WRITER * 8, 1L) != 0
+                        || (long) slot.getVolatile(shm, RW_READERS * 8) != 0) {
+                    slot.getAndAdd(shm, VIOLATIONS * 8, 1L);
+                }
+            } else {
+                slot.getAndAdd(shm, RW_READERS * 8, 1L);
+                if ((long) slot.getVolatile(shm, RW_WRITER * 8) != 0) {
+                    slot.getAndAdd(shm, VIOLATIONS * 8, 1L);
+                }
+            }
+            turns++;
+            Thread.sleep(holdUs / 1000, (int) (holdUs % 1000) * 1000);
+            slot.getAndAdd(shm, (write ? RW_WRITER : RW_READERS) * 8, -1L);
+            lock.unlock();
+        }
+        client.shutdown();
+        StringBuilder sb = new StringBuilder();
+        sb.append("{\"turns\": ").append(turns).append(", \"timeouts\": ").append(timeouts)
+                .append(", \"write\": ").append(write ? 1 : 0).append(", \"wait_ns\": [");
+        for (int i = 0; i < waits.size(); i++) {
+            if (i > 0) {
+                sb.append(',');
+            }
+            sb.append(waits.get(i));
+        }
+        return sb.append("]}").toString();
+    }
+
     public static void main(String[] args) throws Exception {
         String out;
         if (args.length == 4 && args[0].equals("ping")) {
@@ -260,6 +388,9 @@ public final class RedissonBench {
             out = cycle(args[1], Long.parseLong(args[2]), Double.parseDouble(args[3]));
         } else if (args.length == 6 && args[0].equals("handoff")) {
             out = handoff(args[1], args[2], Integer.parseInt(args[3]), Long.parseLong(args[4]),
+                    args[5].equals("1"));
+        } else if (args.length == 6 && args[0].equals("rwmix")) {
+            out = rwmix(args[1], args[2], Integer.parseInt(args[3]), Long.parseLong(args[4]),
                     args[5].equals("1"));
         } else if (args.length == 5 && args[0].equals("watchdog")) {
             out = watchdog(args[1], Integer.parseInt(args[2]), Long.parseLong(args[3]),

@@ -1,0 +1,90 @@
+/*
+ * preload.h - private to the preload shim (libwatchlock_preload.so) and its
+ * keeper (watchlock-keeper): the configuration read from the environment,
+ * the pure functions both of them need (path matching, lock names, the
+ * kernel-lock identity) and the keeper <-> shim protocol. Nothing here is
+ * API; docs/preload.md is the user's contract.
+ *
+ * Pure functions of their arguments: no I/O, no allocation except where a
+ * caller's buffer says so, so that the shim's hot path can use them and a
+ * test can call them without LD_PRELOAD (tests/preload/test_preload_logic.c).
+ */
+#ifndef WATCHLOCK_PRELOAD_H
+#define WATCHLOCK_PRELOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Environment variables (docs/preload.md, "Configuration"). */
+#define WLP_ENV_PATHS "WATCHLOCK_PATHS"             /* globs, ':'-separated */
+#define WLP_ENV_URL "WATCHLOCK_URL"                 /* the Redis URL */
+#define WLP_ENV_LEASE "WATCHLOCK_PRELOAD_LEASE"     /* lease, e.g. "30s" */
+#define WLP_ENV_SIGNAL "WATCHLOCK_PRELOAD_SIGNAL"   /* on loss: TERM (default), a name/number, none */
+#define WLP_ENV_LOG "WATCHLOCK_PRELOAD_LOG"         /* syslog (default), stderr, or a file path */
+#define WLP_ENV_FAIL_OPEN "WATCHLOCK_PRELOAD_FAIL_OPEN" /* 1: Redis unreachable -> local lock only */
+#define WLP_ENV_PREFIX "WATCHLOCK_PRELOAD_NAME_PREFIX"  /* prepended to every lock name */
+#define WLP_ENV_MAP "WATCHLOCK_PRELOAD_NAME_MAP"    /* FROM=TO: a path prefix rewritten in names */
+#define WLP_ENV_KEEPER "WATCHLOCK_PRELOAD_KEEPER"   /* the keeper executable (tests, odd installs) */
+
+#define WLP_MAX_GLOBS 32
+#define WLP_PATH_MAX 4096
+
+/* Lock families: flock(2) locks and POSIX (fcntl/lockf, OFD) locks are
+ * independent in Linux (neither conflicts with the other). */
+enum { WLP_FAMILY_FLOCK = 0, WLP_FAMILY_POSIX = 1, WLP_FAMILY_OFD = 2 };
+
+/* The parsed configuration (the shim parses it once, lazily; the keeper at
+ * start). `bad` != NULL: the configuration is unusable, `bad` says why;
+ * every matching lock call fails with ENOLCK (every lock call, when the
+ * globs themselves are what is bad). */
+struct wlp_config {
+    char globs_buf[WLP_PATH_MAX];
+    const char *globs[WLP_MAX_GLOBS];
+    int nglobs;
+    const char *bad;
+};
+
+/* Parses WATCHLOCK_PATHS's value (NULL or "" = no paths: the shim passes
+ * everything through). Every glob must be absolute. Fills *cfg. */
+void wlp_config_parse_paths(struct wlp_config *cfg, const char *paths);
+
+/* 1 when `path` matches one of the globs (fnmatch(3), FNM_PATHNAME: '*'
+ * does not cross '/', as in the shell). */
+int wlp_config_match(const struct wlp_config *cfg, const char *path);
+
+/* Turns the text readlink(/proc/self/fd/N) gave (len bytes, not
+ * NUL-terminated) into a path: strips " (deleted)", refuses pseudo files
+ * ("pipe:[..]", "socket:[..]", "anon_inode:..."). Writes a NUL-terminated
+ * copy to out (size >= len + 1). Returns 0, or -1 when it is no path. */
+int wlp_fd_path(char *out, size_t size, const char *link, size_t len);
+
+/* The lock name of a path: prefix + path, with a leading FROM of `map`
+ * ("FROM=TO") replaced by TO. Returns the length, or -1 when it does not
+ * fit in size (or map is malformed: no '='). */
+int wlp_lock_name(char *out, size_t size, const char *path, const char *prefix,
+                  const char *map);
+
+/* The environment variable that carries a path's fencing token to children
+ * started after the lock: WATCHLOCK_FENCE_ + the path in upper case, with
+ * every byte that is not [A-Z0-9] turned into '_' ("/var/lock/job.lock" ->
+ * "WATCHLOCK_FENCE__VAR_LOCK_JOB_LOCK"). Returns the length or -1. */
+int wlp_fence_var(char *out, size_t size, const char *path);
+
+/* The kernel-lock identity a keeper records in its owner label (boot id,
+ * pid namespace, device, inode and family), for people reading it: the
+ * hand-over finds the keepers of a kernel lock in /proc (keeper.c). */
+int wlp_kernel_id(char *out, size_t size, const char *boot_id, uint64_t pidns, uint64_t dev,
+                  uint64_t ino, int family);
+
+/* One line of /proc/locks: 1 when it is a granted (not a "->" blocked
+ * waiter) lock of `family` on dev:ino, held by `pid` (pid < 0: any owner;
+ * OFD locks show no owner). */
+int wlp_proc_locks_line_matches(const char *line, int family, unsigned dev_major,
+                                unsigned dev_minor, uint64_t ino, long pid);
+
+/* Signal number for WATCHLOCK_PRELOAD_SIGNAL's value: NULL/"" -> SIGTERM,
+ * "none"/"0" -> 0, "TERM"/"SIGTERM"/"15" -> 15 ... ; -1 when unknown. */
+int wlp_signal_parse(const char *text);
+
+#endif /* WATCHLOCK_PRELOAD_H */
