@@ -203,7 +203,8 @@ def test_ctrl_c_while_waiting_leaves_nothing(client, name, redis_server, redis_u
     a, b, c = names_of(name, "a", "b", "c")
     script = tmp_path / "wait.py"
     script.write_text(
-        "import sys, watchlock\n"
+        "import faulthandler, sys, watchlock\n"
+        "faulthandler.dump_traceback_later(25, exit=True)  # a hang shows where, then fails the test\n"
         f"client = watchlock.Client({redis_url!r})\n"
         f"m = client.multi_lock([{a!r}, {b!r}, {c!r}], ttl=30)\n"
         "print('waiting', flush=True)\n"
@@ -213,10 +214,11 @@ def test_ctrl_c_while_waiting_leaves_nothing(client, name, redis_server, redis_u
         "    print('interrupted', flush=True)\n"
         "    sys.exit(3)\n")
     with client.lock(b, ttl=30):
-        p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
         assert p.stdout.readline().strip() == "waiting"
         time.sleep(0.5)  # inside the wait (either way nothing may stay taken)
         p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=30)
-        assert p.returncode == 3 and "interrupted" in out
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 3 and "interrupted" in out, (p.returncode, out, err)
         assert existing(redis_server, [a, c]) == []
