@@ -9,6 +9,7 @@
  */
 #include "queue_helpers.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 static watchlock_lock *fair(watchlock_client *c, const char *name, int64_t lease)
@@ -456,6 +457,106 @@ static void test_admin_view(void)
     watchlock_client_close(c);
 }
 
+/* Issue 22.1: a client's queued waiters have their liveness renewed by
+ * the client's watchdog in its batched rounds, not by one call per waiter:
+ * 200 waiting threads of one client on one name cost the server a few
+ * script calls per liveness interval (one batched call per round, plus
+ * the holder's renewals), not 200 x 3. Counted with INFO commandstats. */
+#define MANY_WAITERS 200
+static atomic_int many_done;
+static void *many_waiter(void *arg)
+{
+    watchlock_lock *l = arg;
+    if (watchlock_lock_acquire(l, 120000) == WATCHLOCK_OK && watchlock_lock_release(l) == WATCHLOCK_OK)
+        atomic_fetch_add(&many_done, 1);
+    return NULL;
+}
+
+static long long script_calls(void)
+{
+    return rh_info(test_server(), "commandstats", "cmdstat_evalsha") +
+           rh_info(test_server(), "commandstats", "cmdstat_eval");
+}
+
+static void test_waiters_batched_liveness(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *holder = fair(c, "f-many", 1000); /* liveness lease 1 s */
+    CHECK_OK(watchlock_lock_acquire(holder, 0));
+    watchlock_lock *ws[MANY_WAITERS];
+    pthread_t th[MANY_WAITERS];
+    atomic_store(&many_done, 0);
+    for (int i = 0; i < MANY_WAITERS; i++) {
+        ws[i] = fair(c, "f-many", 1000);
+        CHECK(pthread_create(&th[i], NULL, many_waiter, ws[i]) == 0);
+    }
+    int64_t until = now_ms() + 30000;
+    while (q_info(c, "f-many", Q_LEN) < MANY_WAITERS && now_ms() < until)
+        sleep_ms(20);
+    CHECK_EQ(q_info(c, "f-many", Q_LEN), MANY_WAITERS);
+    /* two liveness intervals: per-waiter renewals would be 200 x 3 x 2 */
+    long long before = script_calls();
+    int64_t t0 = now_ms();
+    sleep_ms(2000);
+    long long calls = script_calls() - before;
+    int64_t took = now_ms() - t0;
+    printf("    %d waiters: %lld script calls in %lld ms\n", MANY_WAITERS, calls, (long long)took);
+    CHECK_INT(calls, <, 100);
+    /* they are all still queued (their liveness was kept), and all get the
+     * lock in turn once the holder lets go */
+    CHECK_EQ(q_info(c, "f-many", Q_LEN), MANY_WAITERS);
+    CHECK_OK(watchlock_lock_release(holder));
+    for (int i = 0; i < MANY_WAITERS; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ(atomic_load(&many_done), MANY_WAITERS);
+    CHECK_EQ(q_info(c, "f-many", Q_KIND), WATCHLOCK_KIND_NONE);
+    for (int i = 0; i < MANY_WAITERS; i++)
+        watchlock_lock_free(ws[i]);
+    watchlock_lock_free(holder);
+    watchlock_client_close(c);
+}
+
+/* Issue 22.7: the uncontended cycle (acquire + release of a name nobody
+ * else uses) takes fast paths in the queue's scripts: the Redis commands
+ * they run per cycle, counted with INFO commandstats (script calls
+ * included), stay within 16 (before: 20, the acquire script's 11 and the
+ * release script's 9 with its purge and hand-off look-ups). */
+static long long all_calls(void)
+{
+    static const char *const cmds[] = {"cmdstat_exists", "cmdstat_type", "cmdstat_del", "cmdstat_time",
+                                       "cmdstat_incr", "cmdstat_get", "cmdstat_set", "cmdstat_zadd",
+                                       "cmdstat_hset", "cmdstat_pexpire", "cmdstat_hmget", "cmdstat_hget",
+                                       "cmdstat_hdel", "cmdstat_zrem", "cmdstat_zcard", "cmdstat_zscore",
+                                       "cmdstat_zrangebyscore", "cmdstat_zrange", "cmdstat_pttl",
+                                       "cmdstat_hincrby", "cmdstat_zrank", "cmdstat_publish"};
+    long long n = 0;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        n += rh_info(test_server(), "commandstats", cmds[i]);
+    return n;
+}
+
+static void test_uncontended_cycle_cost(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = fair(c, "f-cycle", 10000);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_OK(watchlock_lock_release(l));
+    enum { N = 100 };
+    long long before = all_calls(), scripts = script_calls();
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(watchlock_lock_acquire(l, 0));
+        CHECK_OK(watchlock_lock_release(l));
+    }
+    long long per = (all_calls() - before) / N, calls = (script_calls() - scripts) / N;
+    printf("    uncontended fair cycle: %lld script calls, %lld commands inside them\n", calls, per);
+    CHECK_EQ(calls, 2);
+    CHECK_INT(per, <=, 16);
+    CHECK_EQ(q_info(c, "f-cycle", Q_KIND), WATCHLOCK_KIND_NONE); /* nothing left behind */
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{f-cycle}:q:h watchlock:{f-cycle}:q:d"), 0);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
 static const test_case tests[] = {
     {"basics", test_basics, 0},
     {"fifo_20_processes", test_fifo_20_processes, 0},
@@ -469,6 +570,8 @@ static const test_case tests[] = {
     {"force_release", test_force_release, 0},
     {"kinds_on_one_name", test_kinds_on_one_name, 0},
     {"admin_view", test_admin_view, 0},
+    {"waiters_batched_liveness", test_waiters_batched_liveness, 0},
+    {"uncontended_cycle_cost", test_uncontended_cycle_cost, 0},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)

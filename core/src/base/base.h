@@ -11,6 +11,9 @@
  *   wl_sentinel.mu (sentinel.c) is a leaf like wl_subscriber.mu.
  *   wl_subscriber.mu is a leaf: nothing else is taken while holding it, and
  *   it is never taken while holding client.mu.
+ *   wl_queued.wake_mu (locks/waiter.c: a waiting thread's channel entry, for
+ *   the watchdog's wake-up) is taken under no other library mutex; only
+ *   wl_subscriber.mu is taken under it.
  * No network I/O is done while holding client.mu or a pool/subscriber mutex,
  * except the subscriber thread's non-blocking reads/writes of small commands
  * on its own socket. No user callback runs while any library mutex is held.

@@ -84,6 +84,7 @@ struct watchlock_client {
 /* What the hold layer (the watchdog, the loss timer) and the client's
  * close ask of the lock kind that made a hold, without knowing the kind:
  * installed by locks/ when the handle is made. */
+struct wl_live_args; /* below */
 typedef struct wl_hold_ops {
     /* drops one reference to the kind's handle (may free it, and then the client) */
     void (*unref)(wl_hold *h);
@@ -105,7 +106,24 @@ typedef struct wl_hold_ops {
      * `deadline_moved` runs whenever wl_set_deadline set h's deadline. */
     bool (*lost)(watchlock_client *c, wl_hold *h, int reason, bool fire);
     void (*deadline_moved)(watchlock_client *c, wl_hold *h);
+    /* Optional, a queued kind's waiter (locks/waiter.c), for the batched
+     * liveness renewal of waiters (live_round.c). `live_args` (client->mu
+     * held) gives the 6 keys of the waiter's name and its id, hold key
+     * prefix and channel prefix (pointers into the handle, valid while it
+     * lives). `live_done` (no library mutex held) is told each answer:
+     * 2 granted, 1 still queued, 0 not queued; it wakes the waiting thread
+     * for 2 and 0. */
+    void (*live_args)(wl_hold *h, struct wl_live_args *a);
+    void (*live_done)(wl_hold *h, int result);
 } wl_hold_ops;
+
+#define WL_LIVE_NKEYS 6
+typedef struct wl_live_args {
+    const char *key[WL_LIVE_NKEYS];
+    size_t key_len[WL_LIVE_NKEYS];
+    const char *id, *hold_prefix, *chan_prefix;
+    size_t id_len, hold_prefix_len, chan_prefix_len;
+} wl_live_args;
 
 /* One hold, whatever its kind: what the watchdog, the loss timer and the
  * client's close read and write. A lock kind's handle embeds one (the plain
@@ -155,6 +173,13 @@ struct wl_hold {
     int cb_running;       /* this hold's callbacks now running */
     size_t heap_idx;      /* index in client->renew_heap */
     size_t dl_idx;        /* index in client->deadline_heap */
+    /* A queued kind's waiter (wl_watchdog_wait_begin): while `waiting`, h
+     * sits in renew_heap as a waiter, not a hold: each round renews its
+     * liveness lease (live_ms) in the batched liveness call, every third of
+     * it. wait_gen tells a round's answer for an earlier wait. */
+    bool waiting;
+    uint64_t wait_gen;
+    int64_t live_ms;
 };
 
 /* KEYS and ARGV of the release script for this lock's hold (1 key,
@@ -190,6 +215,11 @@ int wl_watchdog_ensure_started(watchlock_client *c);
 void wl_watchdog_schedule(watchlock_client *c, wl_hold *h); /* (re)insert with fresh wake_us */
 void wl_watchdog_unschedule(watchlock_client *c, wl_hold *h);
 void wl_watchdog_stop(watchlock_client *c); /* called without mu: joins */
+/* A queued waiter (not held) is renewed by the watchdog from now on: its
+ * liveness lease of live_ms, every third of it; _end takes it out (before
+ * its hold begins, and when it stops waiting). client->mu held. */
+int wl_watchdog_wait_begin(watchlock_client *c, wl_hold *h, int64_t live_ms);
+void wl_watchdog_wait_end(watchlock_client *c, wl_hold *h);
 /* Why a held lock whose local deadline passed is lost. */
 int wl_lock_expiry_reason(const wl_hold *h);
 
@@ -245,6 +275,23 @@ void wl_renew_round_close(watchlock_client *c); /* the watchdog's connections */
  * nodes still pending dropped (their entries FAILED). */
 int wl_renew_round_nodes(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms,
                          bool (*decided)(void *arg, const round_entry *es, size_t n), void *arg);
+
+/* One waiter's liveness renewal in a round (live_round.c). */
+typedef struct wl_live_entry {
+    wl_hold *hold;
+    uint64_t gen; /* hold->wait_gen when taken */
+    wl_live_args a;
+    char ident[WL_IDENT_SIZE];
+    char live_s[24], lease_s[24];
+    size_t ident_len;
+    int slot;
+    int result; /* 2 granted, 1 queued, 0 not queued, -1 failed */
+} wl_live_entry;
+/* Sends the liveness renewals es[0..n): one script call per batch of
+ * waiters of one slot (one batch per round for a client's waiters outside
+ * Cluster), sent until budget_ms has passed (the rest FAILED). May reorder
+ * es. Returns the calls made. Without client->mu. */
+int wl_live_round(watchlock_client *c, wl_live_entry *es, size_t n, int64_t budget_ms);
 
 /* Quorum (quorum_round.c): the majority verdict (WL_WRITE_*) of one write's
  * answers res[0..n) from the members, judged with the restart rule at `at`. */

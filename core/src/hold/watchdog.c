@@ -198,17 +198,44 @@ static bool shed(const wl_hold *h, int64_t now, int64_t round_us)
     return now - h->wake_us > margin && h->deadline_us - now < margin;
 }
 
-/* With mu held: pops what is due now and prepares its renewals. */
-static void collect(watchlock_client *c, int64_t now, int64_t round_us, vec *batch)
+/* With mu held: a waiter's liveness renewal into the round's waiters. */
+static void collect_waiter(watchlock_client *c, wl_hold *h, int64_t now, vec *waiters)
 {
-    while (batch->len < ROUND_MAX) {
+    wl_live_entry *e = vec_push(waiters);
+    if (e == NULL) { /* out of memory: try again shortly */
+        h->wake_us = h->renew_at_us = now + RETRY_US;
+        if (wl_heap_update(&c->renew_heap, h) != 0)
+            h->waiting = false; /* its thread renews nothing then: the liveness lease ends the wait */
+        return;
+    }
+    atomic_fetch_add(&h->refs, 1);
+    *e = (wl_live_entry){.hold = h, .gen = h->wait_gen};
+    h->ops->live_args(h, &e->a);
+    e->ident_len = wl_ident(h, 1, e->ident);
+    wl_fmt_i64(e->live_s, h->live_ms);
+    wl_fmt_i64(e->lease_s, h->lease_ms);
+}
+
+/* With mu held: pops what is due now and prepares its renewals (and the
+ * waiters' liveness renewals). */
+static void collect(watchlock_client *c, int64_t now, int64_t round_us, vec *batch, vec *waiters)
+{
+    while (batch->len + waiters->len < ROUND_MAX) {
         wl_hold *h = wl_heap_top(&c->renew_heap);
         /* Piggyback renewals due within a 50th of their interval on this
          * round: locks due a moment apart share a pipeline, and nobody's
-         * interval shrinks by more than 2%. */
-        if (h == NULL || !(h->wake_us <= now || h->renew_at_us - interval_us(h) / PIGGYBACK_DIV <= now))
+         * interval shrinks by more than 2%. A waiter's liveness (renewed
+         * every third of it) rides along when due within half of that: its
+         * lease never lapses, and waiters that queued at different moments
+         * share one batched call from their next round on. */
+        if (h == NULL || !(h->wake_us <= now || (h->waiting ? h->wake_us - h->live_ms * 1000 / 6
+                                                             : h->renew_at_us - interval_us(h) / PIGGYBACK_DIV) <= now))
             break;
         wl_heap_remove(&c->renew_heap, h);
+        if (h->waiting) {
+            collect_waiter(c, h, now, waiters);
+            continue;
+        }
         if (!renewing(h))
             continue; /* auto-renew turned off or release begun: the loss timer ends it */
         if (now >= h->deadline_us) {
@@ -277,12 +304,53 @@ static void apply(watchlock_client *c, round_entry *es, size_t n, int64_t now)
     }
 }
 
+/* A waiter's liveness, every third of it (sooner after a failure). */
+static void schedule_waiter(watchlock_client *c, wl_hold *h, int64_t at)
+{
+    h->wake_us = h->renew_at_us = at;
+    if (wl_heap_update(&c->renew_heap, h) != 0) {
+        h->waiting = false; /* cannot track it: its thread falls back to its own calls */
+        return;
+    }
+    if (at < c->wd_sleep_until)
+        pthread_cond_signal(&c->wd_cond);
+}
+
+int wl_watchdog_wait_begin(watchlock_client *c, wl_hold *h, int64_t live_ms)
+{
+    h->waiting = true;
+    h->wait_gen++;
+    h->live_ms = live_ms;
+    schedule_waiter(c, h, wl_now_us() + live_ms * 1000 / 3);
+    return wl_watchdog_ensure_started(c);
+}
+
+void wl_watchdog_wait_end(watchlock_client *c, wl_hold *h)
+{
+    if (!h->waiting)
+        return;
+    h->waiting = false;
+    wl_heap_remove(&c->renew_heap, h);
+}
+
+/* With mu held: reschedules the waiters of a round that still wait. */
+static void apply_waiters(watchlock_client *c, wl_live_entry *es, size_t n, int64_t now)
+{
+    for (size_t i = 0; i < n; i++) {
+        wl_hold *h = es[i].hold;
+        if (!h->waiting || h->wait_gen != es[i].gen || wl_heap_contains(&c->renew_heap, h))
+            continue;
+        int64_t every = h->live_ms * 1000 / 3;
+        schedule_waiter(c, h, now + (es[i].result >= 0 || every < RETRY_US ? every : RETRY_US));
+    }
+}
+
 static void *watchdog_main(void *arg)
 {
     watchlock_client *c = arg;
     wl_thread_start("watchlock-wd");
 
-    vec batch = {.size = sizeof(round_entry)};
+    vec batch = {.size = sizeof(round_entry)}, waiters = {.size = sizeof(wl_live_entry)};
     int64_t round_us = 0; /* how long recent rounds' I/O took (moving average), for shed() */
     pthread_mutex_lock(&c->mu);
     while (!c->wd_stop) {
@@ -298,16 +366,24 @@ static void *watchdog_main(void *arg)
             c->wd_sleep_until = 0;
             continue;
         }
-        batch.len = 0;
-        collect(c, now, round_us, &batch);
-        if (batch.len > 0) {
+        batch.len = waiters.len = 0;
+        collect(c, now, round_us, &batch, &waiters);
+        if (batch.len > 0 || waiters.len > 0) {
             round_entry *es = batch.items;
             sort_by_deadline(es, batch.len);
             int64_t cap_ms = round_budget_ms(es, batch.len, wl_now_us());
             pthread_mutex_unlock(&c->mu);
             int64_t t_io = wl_now_us();
-            int trips = c->quorum != NULL ? wl_quorum_renew_round(c, es, batch.len, cap_ms) /* quorum_round.c */
-                                          : wl_renew_round(c, es, batch.len, cap_ms);
+            int trips = batch.len == 0    ? 0
+                        : c->quorum != NULL ? wl_quorum_renew_round(c, es, batch.len, cap_ms) /* quorum_round.c */
+                                            : wl_renew_round(c, es, batch.len, cap_ms);
+            wl_live_entry *ws = waiters.items;
+            if (waiters.len > 0) { /* after the holds: waiters never delay a renewal */
+                trips += wl_live_round(c, ws, waiters.len, ROUND_FLOOR_MS);
+                for (size_t i = 0; i < waiters.len; i++)
+                    if (ws[i].result >= 0)
+                        ws[i].hold->ops->live_done(ws[i].hold, ws[i].result);
+            }
             wl_stats_renew_round(c, wl_now_us() - t_io); /* stats.c: renewal round trip */
             round_us += (wl_now_us() - t_io - round_us) / 4;
             update_cpu(c);
@@ -322,12 +398,16 @@ static void *watchdog_main(void *arg)
             c->renew_rounds++;
             c->renew_roundtrips += trips;
             apply(c, es, batch.len, done);
+            apply_waiters(c, ws, waiters.len, done);
+            for (size_t i = 0; i < waiters.len; i++)
+                ws[i].hold->ops->unref(ws[i].hold);
         }
     }
     pthread_mutex_unlock(&c->mu);
     wl_renew_round_close(c);
     update_cpu(c);
     free(batch.items);
+    free(waiters.items);
     return NULL;
 }
 

@@ -499,6 +499,7 @@ int wl_queued_init(watchlock_lock *l, int kind, int64_t cap, int64_t k)
         return rc;
     }
     atomic_init(&q->kind, kind);
+    pthread_mutex_init(&q->wake_mu, NULL);
     q->cap = cap;
     q->k = k;
     q->lock_key = l->hold.keys.lock;
@@ -517,6 +518,7 @@ void wl_queued_free(watchlock_lock *l)
     l->hold.keys.lock = l->q->lock_key; /* the block wl_keys_clear frees */
     l->hold.keys.lock_len = l->q->lock_key_len;
     wl_qkeys_clear(&l->q->keys);
+    pthread_mutex_destroy(&l->q->wake_mu);
     free(l->q);
     l->q = NULL;
 }

@@ -37,7 +37,12 @@ static void *q_owner(wl_hold *h)
 }
 
 static const wl_hold_ops queued_ops = {
-    .unref = q_unref, .abandoned_end = q_abandoned_end, .release = q_release, .owner = q_owner};
+    .unref = q_unref,
+    .abandoned_end = q_abandoned_end,
+    .release = q_release,
+    .owner = q_owner,
+    .live_args = wl_q_live_args, /* waiter.c: the watchdog renews a waiter's liveness */
+    .live_done = wl_q_live_done};
 
 static int queued_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, int kind,
                       int64_t cap)

@@ -34,6 +34,14 @@ typedef struct wl_queued {
     atomic_bool keep_place; /* watchlock_lock_set_wait_slices: a timed-out acquire keeps its place */
     atomic_bool queued;     /* a kept place: the handle may still be in the name's queue */
     size_t lock_key_len;
+    /* The waiting thread's channel entry, for the watchdog to wake it when
+     * a batched liveness renewal finds it granted (waiter.c wl_q_live_done).
+     * wake_mu guards both pointers; order: wake_mu -> subscriber.mu, never
+     * with another library mutex held. */
+    pthread_mutex_t wake_mu;
+    wl_subscriber *wsub;
+    wl_sub_entry *wentry;
+    atomic_uint live_reports; /* answers the watchdog has had for this waiter */
 } wl_queued;
 
 /* The plain lock's handle: its hold (what the hold layer and the client's
@@ -114,7 +122,9 @@ int64_t wl_q_liveness_ms(int64_t lease_ms);
 /* The queued kinds' acquire (waiter.c): k permits (0: the handle's k),
  * waiting as watchlock_lock_acquire. */
 int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms);
-#define WL_Q_FENCE_TTL_MS (INT64_C(24) * 3600 * 1000)
+/* The queued kinds' liveness ops (waiter.c, wl_hold_ops live_args/live_done). */
+void wl_q_live_args(wl_hold *h, wl_live_args *a);
+void wl_q_live_done(wl_hold *h, int result);
 
 /* Waiting (wait.c): the wait a timed-out acquire keeps on the handle. */
 void wl_wait_save(watchlock_lock *l, wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t until_us);

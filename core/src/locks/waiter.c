@@ -3,11 +3,14 @@
  * lock): one call of the queue's acquire script per attempt, which takes the
  * name at once when the queue is empty and enough permits are free, or
  * queues the handle (FIFO) with a liveness lease. While it waits, the
- * handle's thread calls the script again every third of the liveness lease
- * (renewing it; the same call purges dead holders and waiters, grants what
- * is free to the head of the queue, and tells this waiter whether it has
- * been granted), and sooner when the grant's wake-up arrives on the
- * waiter's own channel. A grant is made inside whatever script frees the
+ * client's watchdog renews that lease every third of it, in one batched
+ * script call per round for all the client's waiters (hold/live_round.c;
+ * the same call purges dead holders and waiters, grants what is free to
+ * the head of the queue, and tells whether each waiter has been granted:
+ * the watchdog then wakes its thread). The thread calls the acquire script
+ * again when the grant's wake-up arrives on its own channel, when the
+ * watchdog wakes it, or, when no renewal came for a whole liveness lease,
+ * by itself. A grant is made inside whatever script frees the
  * permits (direct hand-off): the waiter's hold key holds its identity and
  * a fresh fencing token is recorded for it; the waiter's call that learns
  * of it sets the full lease, so the local deadline counts from that call's
@@ -180,10 +183,51 @@ static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
         return wl_fail(WATCHLOCK_ECONN, "%s: the server's reply came past the local deadline of a %" PRId64
                                         " ms lease; the hold was given back", what, lease);
     }
+    wl_watchdog_wait_end(c, &l->hold); /* a waiter no more: the heap entry becomes the hold's */
     rc = begin_hold(c, l, value, sent, lease);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&l->io_mu);
     return rc;
+}
+
+/* The watchdog's batched liveness renewal (hold/live_round.c): the keys
+ * and arguments of this waiter (client->mu held; pointers into the handle). */
+void wl_q_live_args(wl_hold *h, wl_live_args *a)
+{
+    watchlock_lock *l = wl_lock_of(h);
+    for (int i = 0; i < WL_LIVE_NKEYS; i++) {
+        a->key[i] = l->q->keys.k[i];
+        a->key_len[i] = l->q->keys.len[i];
+    }
+    a->id = l->q->id;
+    a->id_len = 16;
+    a->hold_prefix = l->q->keys.hold_prefix;
+    a->hold_prefix_len = l->q->keys.hold_prefix_len;
+    a->chan_prefix = l->q->keys.chan_prefix;
+    a->chan_prefix_len = l->q->keys.chan_prefix_len;
+}
+
+/* Its answer (no library mutex held): granted (2) or no longer queued (0)
+ * wakes the waiting thread, whose next acquire call takes the grant (or
+ * enqueues again); a lost channel message costs at most one round. */
+void wl_q_live_done(wl_hold *h, int result)
+{
+    watchlock_lock *l = wl_lock_of(h);
+    atomic_fetch_add(&l->q->live_reports, 1);
+    if (result == 1)
+        return;
+    pthread_mutex_lock(&l->q->wake_mu);
+    if (l->q->wentry != NULL)
+        wl_sub_poke(l->q->wsub, l->q->wentry);
+    pthread_mutex_unlock(&l->q->wake_mu);
+}
+
+static void set_wake_entry(watchlock_lock *l, wl_subscriber *sub, wl_sub_entry *entry)
+{
+    pthread_mutex_lock(&l->q->wake_mu);
+    l->q->wsub = sub;
+    l->q->wentry = entry;
+    pthread_mutex_unlock(&l->q->wake_mu);
 }
 
 /* The waiter gives up: out of the queue now (a grant made meanwhile is
@@ -272,6 +316,8 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
     bool live;
     int64_t ready_by = wl_now_us() + live_ms * 1000 / 3;
     uint64_t gen = wl_sub_ready(sub, entry, until >= 0 && until < ready_by ? until : ready_by, &live);
+    set_wake_entry(l, sub, entry);
+    bool registered = false;
     for (;;) {
         if (atomic_load(&c->closed)) {
             rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
@@ -282,8 +328,41 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
         if (rc != WATCHLOCK_ETIMEDOUT)
             break;
         queued = true;
-        int64_t now = wl_now_us();
-        if (until >= 0 && now >= until) {
+        if (!registered) {
+            /* From now on the client's watchdog renews this waiter's
+             * liveness in its batched rounds (issue 22.1) and wakes this
+             * thread when a renewal finds it granted or dropped. */
+            pthread_mutex_lock(&c->mu);
+            rc = wl_watchdog_wait_begin(c, &l->hold, live_ms);
+            pthread_mutex_unlock(&c->mu);
+            if (rc != WATCHLOCK_OK) {
+                leave(l);
+                break;
+            }
+            registered = true;
+        }
+        /* Wait for the grant's message on the waiter's channel or the
+         * watchdog's poke; on neither, sleep on while the watchdog's
+         * renewals come (each a third of the liveness lease). Without them
+         * for a whole liveness lease (the watchdog stuck on the network),
+         * this thread calls the script itself. */
+        bool timed_out = false;
+        for (;;) {
+            unsigned seen = atomic_load(&l->q->live_reports);
+            int64_t now = wl_now_us();
+            if (until >= 0 && now >= until) {
+                timed_out = true;
+                break;
+            }
+            int64_t at = now + live_ms * 1000;
+            if (until >= 0 && until < at)
+                at = until;
+            if (wl_sub_wait(sub, entry, gen, at) || wl_sub_moved(sub, entry))
+                break;
+            if (!(until >= 0 && wl_now_us() >= until) && atomic_load(&l->q->live_reports) == seen)
+                break;
+        }
+        if (timed_out) {
             if (atomic_load(&l->q->keep_place))
                 atomic_store(&l->q->queued, true); /* the next slice resumes it; forget_wait leaves */
             else
@@ -291,13 +370,10 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
             rc = WATCHLOCK_ETIMEDOUT;
             break;
         }
-        int64_t at = now + live_ms * 1000 / 3;
-        if (until >= 0 && until < at)
-            at = until;
-        wl_sub_wait(sub, entry, gen, at);
         if (wl_sub_moved(sub, entry)) { /* Cluster: the channel's slot moved; follow it */
             wl_redirect rd;
             bool redirected = wl_sub_take_redirect(sub, &rd);
+            set_wake_entry(l, NULL, NULL);
             wl_sub_leave(sub, entry);
             entry = NULL;
             if (redirected)
@@ -309,8 +385,13 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
                 sub = NULL;
                 break;
             }
+            set_wake_entry(l, sub, entry);
         }
     }
+    pthread_mutex_lock(&c->mu);
+    wl_watchdog_wait_end(c, &l->hold);
+    pthread_mutex_unlock(&c->mu);
+    set_wake_entry(l, NULL, NULL);
     if (entry != NULL)
         wl_sub_leave(sub, entry);
 out:

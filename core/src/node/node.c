@@ -356,19 +356,33 @@ void wl_script_head(int script, bool use_body, int64_t nkeys, char nk[24], const
 int wl_append_script(wl_conn *conn, int script, bool use_body, int nkeys, int nargs, const char *const *argv,
                      const size_t *argvlen)
 {
-    enum { MAX_ARGS = 24 }; /* the queue's acquire script (locks/waiter.c) takes 18 */
-    const char *av[3 + MAX_ARGS];
-    size_t al[3 + MAX_ARGS];
+    enum { MAX_ARGS = 24 }; /* on the stack; the queue's acquire script (locks/waiter.c) takes 18 */
+    const char *av_s[3 + MAX_ARGS];
+    size_t al_s[3 + MAX_ARGS];
+    const char **av = av_s;
+    size_t *al = al_s;
     char nk[24];
     int total = nkeys + nargs;
-    if (total > MAX_ARGS)
-        return -1;
+    if (total > MAX_ARGS) { /* a batch (hold/live_round.c: the waiters' liveness) */
+        av = malloc((3 + (size_t)total) * sizeof *av);
+        al = malloc((3 + (size_t)total) * sizeof *al);
+        if (av == NULL || al == NULL) {
+            free(av);
+            free(al);
+            return -1;
+        }
+    }
     wl_script_head(script, use_body, nkeys, nk, av, al);
     for (int i = 0; i < total; i++) {
         av[3 + i] = argv[i];
         al[3 + i] = argvlen[i];
     }
-    return wl_conn_append(conn, 3 + total, av, al);
+    int rc = wl_conn_append(conn, 3 + total, av, al);
+    if (av != av_s) {
+        free(av);
+        free(al);
+    }
+    return rc;
 }
 
 int wl_node_script_once(wl_server *srv, wl_conn *conn, int script, int nkeys, int nargs, const char *const *argv,

@@ -153,6 +153,9 @@ uint64_t wl_sub_ready(wl_subscriber *sub, wl_sub_entry *entry, int64_t at_us, bo
  * at_us. True when woken (not timed out). */
 bool wl_sub_wait(wl_subscriber *sub, wl_sub_entry *entry, uint64_t gen, int64_t at_us);
 uint64_t wl_sub_generation(wl_subscriber *sub, wl_sub_entry *entry);
+/* Wakes the entry's waiters as a message would (the generation moves on):
+ * the watchdog telling a queued waiter of its grant (locks/waiter.c). */
+void wl_sub_poke(wl_subscriber *sub, wl_sub_entry *entry);
 int64_t wl_sub_denied(wl_subscriber *sub); /* refused SUBSCRIBEs so far */
 /* n->fn(n->arg) runs (with the subscriber's mutex held: it may only
  * signal) whenever the entry's waiters are woken, until removed: for a

@@ -515,6 +515,14 @@ int64_t wl_sub_denied(wl_subscriber *sub)
     return n;
 }
 
+void wl_sub_poke(wl_subscriber *sub, wl_sub_entry *entry)
+{
+    pthread_mutex_lock(&sub->mu);
+    entry->gen++;
+    entry_wake(entry);
+    pthread_mutex_unlock(&sub->mu);
+}
+
 void wl_sub_notify_add(wl_subscriber *sub, wl_sub_entry *entry, wl_sub_notify *n)
 {
     pthread_mutex_lock(&sub->mu);

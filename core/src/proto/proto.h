@@ -105,7 +105,10 @@ typedef struct wl_qkeys {
 } wl_qkeys;
 int wl_qkeys_make(wl_qkeys *q, const wl_keys *keys, const char id[16]);
 void wl_qkeys_clear(wl_qkeys *q);
-extern const char wl_q_acquire_lua[], wl_q_release_lua[], wl_q_set_permits_lua[], wl_q_info_lua[];
+extern const char wl_q_acquire_lua[], wl_q_release_lua[], wl_q_set_permits_lua[], wl_q_info_lua[],
+    wl_q_live_lua[];
+/* The queued kinds' fence counter TTL (qscripts.c's FTTL argument). */
+#define WL_Q_FENCE_TTL_MS (INT64_C(24) * 3600 * 1000)
 /* ---- scripts (scripts.c) ---- */
 enum {
     WL_SCRIPT_ACQUIRE,
@@ -120,6 +123,7 @@ enum {
     WL_SCRIPT_Q_RELEASE,
     WL_SCRIPT_Q_SET_PERMITS,
     WL_SCRIPT_Q_INFO,
+    WL_SCRIPT_Q_LIVE,        /* queued waiters' liveness, batched (hold/live_round.c) */
     WL_SCRIPT_COUNT
 };
 typedef struct wl_script {

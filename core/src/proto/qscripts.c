@@ -38,6 +38,7 @@
 #include "proto/proto.h"
 
 #define Q_COMMON                                                                                               \
+    "local K = KEYS\n"                                                                                      \
     "local now, now_us\n"                                                                                     \
     "local function tick()\n"                                                                                 \
     "  if now then return end\n"                                                                              \
@@ -49,34 +50,34 @@
     "local HP, CP, PUB, FTTL\n"                                                                                \
     "local function fence(incr)\n"                                                                             \
     "  local n\n"                                                                                              \
-    "  if incr then n = redis.call('INCR', KEYS[2]) else n = tonumber(redis.call('GET', KEYS[2]) or '0') end\n" \
+    "  if incr then n = redis.call('INCR', K[2]) else n = tonumber(redis.call('GET', K[2]) or '0') end\n" \
     "  if n < 1000000000000000 then\n"                                                                         \
     "    n = now_us\n"                                                                                         \
-    "    redis.call('SET', KEYS[2], string.format('%.0f', n), 'PX', FTTL)\n"                                   \
+    "    redis.call('SET', K[2], string.format('%.0f', n), 'PX', FTTL)\n"                                   \
     "  end\n"                                                                                                  \
     "  return n\n"                                                                                             \
     "end\n"                                                                                                    \
     "local function drop_holder(h)\n"                                                                          \
-    "  if redis.call('ZREM', KEYS[3], h) == 1 then\n"                                                          \
-    "    used = used - tonumber(redis.call('HGET', KEYS[6], h) or '0')\n"                                      \
+    "  if redis.call('ZREM', K[3], h) == 1 then\n"                                                          \
+    "    used = used - tonumber(redis.call('HGET', K[6], h) or '0')\n"                                      \
     "  end\n"                                                                                                  \
-    "  redis.call('HDEL', KEYS[6], h, 'g:' .. h)\n"                                                            \
+    "  redis.call('HDEL', K[6], h, 'g:' .. h)\n"                                                            \
     "end\n"                                                                                                    \
     "local function drop_waiter(h)\n"                                                                          \
-    "  redis.call('ZREM', KEYS[4], h)\n"                                                                       \
-    "  redis.call('ZREM', KEYS[5], h)\n"                                                                       \
-    "  redis.call('HDEL', KEYS[6], 'w:' .. h)\n"                                                               \
-    "  if not redis.call('ZSCORE', KEYS[3], h) then redis.call('HDEL', KEYS[6], h) end\n"                      \
+    "  redis.call('ZREM', K[4], h)\n"                                                                       \
+    "  redis.call('ZREM', K[5], h)\n"                                                                       \
+    "  redis.call('HDEL', K[6], 'w:' .. h)\n"                                                               \
+    "  if not redis.call('ZSCORE', K[3], h) then redis.call('HDEL', K[6], h) end\n"                      \
     "end\n"                                                                                                    \
     "local function purge()\n"                                                                                 \
     "  tick()\n"                                                                                              \
-    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
+    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', K[3], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
     "    local p = redis.call('PTTL', HP .. h)\n"                                                              \
-    "    if p > 0 then redis.call('ZADD', KEYS[3], now + p, h)\n"                                              \
-    "    elseif p == -1 then redis.call('ZADD', KEYS[3], now + 1000, h)\n"                                     \
+    "    if p > 0 then redis.call('ZADD', K[3], now + p, h)\n"                                              \
+    "    elseif p == -1 then redis.call('ZADD', K[3], now + 1000, h)\n"                                     \
     "    else drop_holder(h) end\n"                                                                            \
     "  end\n"                                                                                                  \
-    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
+    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', K[5], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
     "    drop_waiter(h)\n"                                                                                     \
     "  end\n"                                                                                                  \
     "end\n"                                                                                                    \
@@ -84,18 +85,18 @@
     "  tick()\n"                                                                                              \
     "  local f = fence(rd ~= '1')\n"                                                                           \
     "  redis.call('SET', HP .. h, ident, 'PX', lease)\n"                                                       \
-    "  redis.call('ZADD', KEYS[3], now + tonumber(lease), h)\n"                                                \
-    "  redis.call('HSET', KEYS[6], h, k, 'g:' .. h, string.format('%.0f', f))\n"                              \
+    "  redis.call('ZADD', K[3], now + tonumber(lease), h)\n"                                                \
+    "  redis.call('HSET', K[6], h, k, 'g:' .. h, string.format('%.0f', f))\n"                              \
     "  used = used + k\n"                                                                                      \
     "  return f\n"                                                                                             \
     "end\n"                                                                                                    \
     "local function grant_head()\n"                                                                            \
     "  for i = 1, 128 do\n"                                                                                    \
-    "    local h = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n"                                                   \
+    "    local h = redis.call('ZRANGE', K[4], 0, 0)[1]\n"                                                   \
     "    if not h then return end\n"                                                                           \
-    "    local k = tonumber(redis.call('HGET', KEYS[6], h) or '1')\n"                                          \
+    "    local k = tonumber(redis.call('HGET', K[6], h) or '1')\n"                                          \
     "    if used + k > cap then return end\n"                                                                  \
-    "    local w = redis.call('HGET', KEYS[6], 'w:' .. h)\n"                                                   \
+    "    local w = redis.call('HGET', K[6], 'w:' .. h)\n"                                                   \
     "    drop_waiter(h)\n"                                                                                     \
     "    if w then\n"                                                                                          \
     "      local ident, lease, rd, live = string.match(w, '^(%S+) (%d+) (%d) (%d+)')\n"                      \
@@ -105,22 +106,70 @@
     "  end\n"                                                                                                  \
     "end\n"                                                                                                    \
     "local function finish(want)\n"                                                                           \
-    "  if redis.call('ZCARD', KEYS[3]) == 0 then used = 0 end\n"                                               \
-    "  if used == 0 and redis.call('ZCARD', KEYS[4]) == 0 and redis.call('HGET', KEYS[1], 'fixed') ~= '1' then\n" \
-    "    redis.call('DEL', KEYS[1], KEYS[5], KEYS[6])\n"                                                       \
+    "  if redis.call('ZCARD', K[3]) == 0 then used = 0 end\n"                                               \
+    "  if used == 0 and redis.call('ZCARD', K[4]) == 0 and redis.call('HGET', K[1], 'fixed') ~= '1' then\n" \
+    "    redis.call('DEL', K[1], K[5], K[6])\n"                                                       \
     "    return\n"                                                                                             \
     "  end\n"                                                                                                  \
-    "  redis.call('HSET', KEYS[1], 'used', string.format('%.0f', used))\n"                                    \
+    "  redis.call('HSET', K[1], 'used', string.format('%.0f', used))\n"                                    \
     "  for i = 1, 6 do\n"                                                                                      \
     "    if i ~= 2 then\n"                                                                                     \
-    "      local p = redis.call('PTTL', KEYS[i])\n"                                                            \
-    "      if p == -1 or (p >= 0 and p < want) then redis.call('PEXPIRE', KEYS[i], want) end\n"                \
+    "      local p = redis.call('PTTL', K[i])\n"                                                            \
+    "      if p == -1 or (p >= 0 and p < want) then redis.call('PEXPIRE', K[i], want) end\n"                \
     "    end\n"                                                                                                \
     "  end\n"                                                                                                  \
     "end\n"                                                                                                    \
     "local function load_state()\n"                                                                            \
-    "  local st = redis.call('HMGET', KEYS[1], 'cap', 'used')\n"                                               \
+    "  local st = redis.call('HMGET', K[1], 'cap', 'used')\n"                                               \
     "  cap, used = tonumber(st[1] or '0'), tonumber(st[2] or '0')\n"                                           \
+    "end\n"
+
+/* The uncontended acquire (issue 22.7): a name not in use is taken before
+ * the common part's functions are even made, in as few calls as the hold
+ * needs. Nobody holds or waits (the state outlives every live holder and
+ * waiter: they keep it alive), so whatever keys are left are a dead
+ * state's: dropped; the hold is granted at once and the keys get their TTL.
+ * Another type in the state key goes on to the full script (its errors). */
+#define Q_FAST_ACQUIRE                                                                                          \
+    "if redis.call('EXISTS', KEYS[1]) == 0 then\n"                                                              \
+    "  if ARGV[2] == '0' then return {-4} end\n"                                                                \
+    "  local h, lease = ARGV[3], tonumber(ARGV[6])\n"                                                           \
+    "  if tonumber(ARGV[4]) > tonumber(ARGV[2]) then return {-5, tonumber(ARGV[2])} end\n"                      \
+    "  local want = string.format('%d', 2 * math.max(lease, tonumber(ARGV[7])) + 1000)\n"                       \
+    "  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])\n"                                                 \
+    "  local t = redis.call('TIME')\n"                                                                          \
+    "  local f\n"                                                                                               \
+    "  if ARGV[12] ~= '1' then f = redis.call('INCR', KEYS[2]) else f = tonumber(redis.call('GET', KEYS[2]) or '0') end\n" \
+    "  if f < 1000000000000000 then\n"                                                                          \
+    "    f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                                       \
+    "    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[11])\n"                                \
+    "  end\n"                                                                                                   \
+    "  redis.call('SET', ARGV[8] .. h, ARGV[5], 'PX', ARGV[6])\n"                                               \
+    "  redis.call('ZADD', KEYS[3], string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + lease), h)\n" \
+    "  redis.call('HSET', KEYS[6], h, ARGV[4], 'g:' .. h, string.format('%.0f', f))\n"                          \
+    "  redis.call('HSET', KEYS[1], 'kind', ARGV[1], 'cap', ARGV[2], 'used', ARGV[4], 'seq', '0')\n"             \
+    "  redis.call('PEXPIRE', KEYS[1], want)\n"                                                                  \
+    "  redis.call('PEXPIRE', KEYS[3], want)\n"                                                                  \
+    "  redis.call('PEXPIRE', KEYS[6], want)\n"                                                                  \
+    "  return {1, f}\n"                                                                                         \
+    "end\n"
+
+/* The uncontended release (issue 22.7): the only holder of a name nobody
+ * waits for (and whose count was not fixed) releases: its key and the
+ * name's structure go in one DEL, with no purge or hand-off to look for.
+ * Its key holding its identity means it is that one holder: a holders
+ * entry is dropped only once its key is gone. */
+#define Q_FAST_RELEASE                                                                                          \
+    "if ARGV[1] == 'release' then\n"                                                                            \
+    "  local v = redis.call('GET', ARGV[4] .. ARGV[2])\n"                                                       \
+    "  if v and string.sub(v, 1, #ARGV[3]) == ARGV[3] and redis.call('ZCARD', KEYS[3]) == 1\n"                  \
+    "     and redis.call('ZCARD', KEYS[4]) == 0 then\n"                                                         \
+    "    local st = redis.pcall('HMGET', KEYS[1], 'kind', 'fixed')\n"                                           \
+    "    if type(st) == 'table' and not st.err and st[1] and st[2] ~= '1' then\n"                               \
+    "      redis.call('DEL', ARGV[4] .. ARGV[2], KEYS[1], KEYS[3], KEYS[5], KEYS[6])\n"                        \
+    "      return 1\n"                                                                                          \
+    "    end\n"                                                                                                 \
+    "  end\n"                                                                                                   \
     "end\n"
 
 /* Acquire, and a waiter's liveness renewal (the same call: it enqueues once).
@@ -132,6 +181,7 @@
  * try); {-3, kind, cap} the name is another kind / another count;
  * {-4} a semaphore with count 0 on a name that has none; {-5, cap} k > cap. */
 const char wl_q_acquire_lua[] =
+    Q_FAST_ACQUIRE
     Q_COMMON
     "HP, CP, PUB, FTTL = ARGV[8], ARGV[9], ARGV[10], ARGV[11]\n"
     "tick()\n"
@@ -209,6 +259,7 @@ const char wl_q_acquire_lua[] =
  *    back, 0 not queued; downgrade: 1 done, 0 not a held write side.
  * Then grants to the head of the queue what is free now. */
 const char wl_q_release_lua[] =
+    Q_FAST_RELEASE
     Q_COMMON
     "HP, CP, PUB, FTTL = ARGV[4], ARGV[5], ARGV[6], ARGV[7]\n"
     "local st = redis.pcall('HMGET', KEYS[1], 'kind', 'cap', 'used', 'fixed')\n"
@@ -270,6 +321,55 @@ const char wl_q_set_permits_lua[] =
     "grant_head()\n"
     "finish(tonumber(ARGV[6]))\n"
     "return {1}\n";
+
+/* A client's waiters' liveness renewal, batched (the watchdog's rounds,
+ * hold/live_round.c): KEYS are 6 per waiter (its name's keys as above),
+ * ARGV 1 publish command, 2 fence TTL ms, then 6 per waiter: id, ident
+ * "<token>.1", liveness ms, lease ms, hold key prefix, channel prefix.
+ * For each name once: the liveness of its waiters that are still queued
+ * is set to now + liveness, expired holders and waiters are purged and
+ * what is free granted to the head (as the acquire script does, so a
+ * holder's expiry is handed on within one round). -> one integer per
+ * waiter: 2 granted (its hold key holds its ident: its thread's next
+ * acquire call takes it), 1 queued, 0 not queued (dropped: it enqueues
+ * again). O(log N) per waiter, O(PURGE log N) per name. */
+const char wl_q_live_lua[] =
+    Q_COMMON
+    "PUB, FTTL = ARGV[1], ARGV[2]\n"
+    "local n = #KEYS / 6\n"
+    "local res, names, order = {}, {}, {}\n"
+    "for i = 1, n do\n"
+    "  local g = names[KEYS[6 * i - 5]]\n"
+    "  if not g then g = {}; names[KEYS[6 * i - 5]] = g; order[#order + 1] = i end\n"
+    "  g[#g + 1] = i\n"
+    "end\n"
+    "for _, first in ipairs(order) do\n"
+    "  local b0 = 6 * (first - 1)\n"
+    "  K = {KEYS[b0 + 1], KEYS[b0 + 2], KEYS[b0 + 3], KEYS[b0 + 4], KEYS[b0 + 5], KEYS[b0 + 6]}\n"
+    "  HP, CP = ARGV[2 + b0 + 5], ARGV[2 + b0 + 6]\n"
+    "  local g = names[K[1]]\n"
+    "  if redis.call('TYPE', K[1])['ok'] == 'hash' then\n"
+    "    tick()\n"
+    "    load_state()\n"
+    "    local want = 0\n"
+    "    for _, i in ipairs(g) do\n"
+    "      local b = 2 + 6 * (i - 1)\n"
+    "      local live = tonumber(ARGV[b + 3])\n"
+    "      if redis.call('ZSCORE', K[4], ARGV[b + 1]) then redis.call('ZADD', K[5], now + live, ARGV[b + 1]) end\n"
+    "      want = math.max(want, 2 * math.max(tonumber(ARGV[b + 4]), live) + 1000)\n"
+    "    end\n"
+    "    purge()\n"
+    "    grant_head()\n"
+    "    finish(want)\n"
+    "  end\n"
+    "  for _, i in ipairs(g) do\n"
+    "    local b = 2 + 6 * (i - 1)\n"
+    "    if redis.call('GET', HP .. ARGV[b + 1]) == ARGV[b + 2] then res[i] = 2\n"
+    "    elseif redis.call('ZSCORE', K[4], ARGV[b + 1]) then res[i] = 1\n"
+    "    else res[i] = 0 end\n"
+    "  end\n"
+    "end\n"
+    "return res\n";
 
 /* Admin: what a name is used as. KEYS 1..6 as above.
  * -> {type, kind, cap, used, holders, queue length, oldest wait ms, fence,

@@ -289,6 +289,7 @@ wl_script wl_scripts[WL_SCRIPT_COUNT] = {
     [WL_SCRIPT_Q_RELEASE] = {wl_q_release_lua, ""},
     [WL_SCRIPT_Q_SET_PERMITS] = {wl_q_set_permits_lua, ""},
     [WL_SCRIPT_Q_INFO] = {wl_q_info_lua, ""},
+    [WL_SCRIPT_Q_LIVE] = {wl_q_live_lua, ""},
 };
 
 /* The scripts' SHA1s, as the server names them: learnt from SCRIPT LOAD
