@@ -18,7 +18,8 @@ void cli_help_status(void)
           "its lease is left, and the last fencing token issued for it. Does not take the\n"
           "lock. For a fair lock, a semaphore or a read-write lock (run --fair, --permits,\n"
           "-s) it also shows the kind, the permits in use or the readers and the writer,\n"
-          "and the queue: how many wait, and for how long the oldest has.\n"
+          "the queue (how many wait, and for how long the oldest has), and each hold\n"
+          "(the first 100) with its owner, permits or side.\n"
           "\n"
           "Options:\n"
           "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379);\n"
@@ -31,7 +32,9 @@ void cli_help_status(void)
           "                  for the queued kinds also \"kind\" (fair, semaphore,\n"
           "                  rwlock), \"holders\", \"permits\" and \"in_use\" (semaphore),\n"
           "                  \"readers\" and \"writer\" (rwlock), \"queue\": {\"length\": N,\n"
-          "                  \"oldest_wait_ms\": N}\n"
+          "                  \"oldest_wait_ms\": N}, \"holds\": [{\"host\", \"pid\", \"label\"\n"
+          "                  (null: none recorded), \"permits\", \"side\" (rwlock: read,\n"
+          "                  write), \"remaining_ms\"}], \"holds_not_listed\": N\n"
           "  -h, --help      show this help\n"
           "\n"
           "Exit codes: 0 held; 1 free; 64 usage error; 69 Redis unreachable or\n"
@@ -45,6 +48,8 @@ void cli_help_status(void)
           "  $ watchlock status --json nightly-backup | jq .owner.host\n"          "  $ watchlock status encoders\n"
           "  encoders: semaphore, 3 of 4 permits in use (2 holders); 1 waiting (oldest for\n"
           "  2.1s), 27.4s of lease left, fencing token 1718000000123460\n"
+          "    2 permits by pid 4242 on web1: ffmpeg\n"
+          "    1 permit by pid 977 on web2: ffmpeg\n"
           "  $ if watchlock status nightly-backup >/dev/null; then echo busy; fi\n",
           stdout);
 }
