@@ -55,7 +55,7 @@ struct watchlock_lock_list {
 
 /* ---- owner records ---- */
 
-static watchlock_owner *owner_new(const redisReply *host, const redisReply *pid, const redisReply *label)
+watchlock_owner *wl_owner_new(const redisReply *host, const redisReply *pid, const redisReply *label)
 {
     watchlock_owner *o = malloc(sizeof *o + host->len + 1 + label->len + 1);
     if (o == NULL)
@@ -71,30 +71,6 @@ static watchlock_owner *owner_new(const redisReply *host, const redisReply *pid,
     o->label = p;
     o->label_len = label->len;
     o->pid = wl_reply_i64(pid);
-    return o;
-}
-
-/* An owner record as the queued kinds store it: "<host>\n<pid>\n<label>"
- * (locks/waiter.c writes it, proto/qscripts.c keeps it per hold). NULL for
- * "" or a malformed record (no owner), and when out of memory (*oom set). */
-watchlock_owner *wl_owner_parse(const char *rec, size_t len, bool *oom)
-{
-    const char *nl1 = len ? memchr(rec, '\n', len) : NULL;
-    const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', len - (size_t)(nl1 + 1 - rec)) : NULL;
-    if (nl2 == NULL)
-        return NULL;
-    char pid[24];
-    size_t pid_len = (size_t)(nl2 - nl1 - 1);
-    if (pid_len == 0 || pid_len >= sizeof pid)
-        return NULL;
-    memcpy(pid, nl1 + 1, pid_len);
-    pid[pid_len] = '\0';
-    redisReply host = {.type = REDIS_REPLY_STRING, .str = (char *)rec, .len = (size_t)(nl1 - rec)};
-    redisReply label = {.type = REDIS_REPLY_STRING, .str = (char *)nl2 + 1, .len = len - (size_t)(nl2 + 1 - rec)};
-    redisReply p = {.type = REDIS_REPLY_STRING, .str = pid, .len = pid_len};
-    watchlock_owner *o = owner_new(&host, &p, &label);
-    if (o == NULL)
-        *oom = true;
     return o;
 }
 
@@ -131,7 +107,7 @@ static int parse_inspected(const redisReply *r, inspected *out, const char *what
         for (size_t i = 3; i < 6; i++)
             if (r->element[i]->type != REDIS_REPLY_STRING)
                 return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected owner record from server", what);
-        out->owner = owner_new(r->element[3], r->element[4], r->element[5]);
+        out->owner = wl_owner_new(r->element[3], r->element[4], r->element[5]);
         if (out->owner == NULL)
             return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }

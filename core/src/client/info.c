@@ -11,6 +11,30 @@
 
 #define RW_CAP INT64_C(1099511627776) /* locks/kinds.c: the read-write lock's capacity */
 
+/* An owner record as the queued kinds store it: "<host>\n<pid>\n<label>"
+ * (locks/waiter.c writes it, proto/qscripts.c keeps it per hold). NULL for
+ * "" or a malformed record (no owner), and when out of memory (*oom set). */
+watchlock_owner *wl_owner_parse(const char *rec, size_t len, bool *oom)
+{
+    const char *nl1 = len ? memchr(rec, '\n', len) : NULL;
+    const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', len - (size_t)(nl1 + 1 - rec)) : NULL;
+    if (nl2 == NULL)
+        return NULL;
+    char pid[24];
+    size_t pid_len = (size_t)(nl2 - nl1 - 1);
+    if (pid_len == 0 || pid_len >= sizeof pid)
+        return NULL;
+    memcpy(pid, nl1 + 1, pid_len);
+    pid[pid_len] = '\0';
+    redisReply host = {.type = REDIS_REPLY_STRING, .str = (char *)rec, .len = (size_t)(nl1 - rec)};
+    redisReply label = {.type = REDIS_REPLY_STRING, .str = (char *)nl2 + 1, .len = len - (size_t)(nl2 + 1 - rec)};
+    redisReply p = {.type = REDIS_REPLY_STRING, .str = pid, .len = pid_len};
+    watchlock_owner *o = wl_owner_new(&host, &p, &label);
+    if (o == NULL)
+        *oom = true;
+    return o;
+}
+
 typedef struct holder {
     int64_t remaining_ms, permits;
     watchlock_owner *owner; /* NULL: none recorded */
