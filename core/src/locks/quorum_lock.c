@@ -9,7 +9,9 @@
  *
  * Every attempt has a fresh token: the give-back of a failed attempt (a
  * token-checked release that may land late, behind the attempt on a slow
- * member) can then never delete a later attempt's key.
+ * member) can then never delete a later attempt's key. A successful
+ * attempt keeps the late grants that come within its validity (renewed,
+ * released like the others); a failed one gives back every grant.
  *
  * Validity: an attempt counts only if a majority of members that count
  * (the restart rule) granted before sent + lease - drift, where sent is
@@ -70,6 +72,7 @@ static bool held_now(const watchlock_lock *l)
 
 typedef struct tally {
     wl_quorum *q;
+    int64_t valid_us; /* lease - drift */
     size_t granted, held, unreach, restarted;
     int64_t fence;
     int64_t pttl[WL_QMAX]; /* the holders' leases left (ms) */
@@ -109,10 +112,12 @@ static void count(tally *t, wl_qcall *call)
     }
 }
 
+/* A majority granted (late grants within the validity kept), or cannot. */
 static bool decided(void *arg, wl_qcall *call)
 {
     tally *t = arg;
     count(t, call);
+    call->keep_until_us = t->granted >= t->q->majority ? call->sent_us + t->valid_us : 0;
     return t->granted >= t->q->majority || t->held + t->unreach + t->restarted > t->q->n - t->q->majority;
 }
 
@@ -213,7 +218,7 @@ static int attempt(watchlock_lock *l, tally *t)
     call.decided = decided;
     call.arg = t;
     int64_t margin = wl_margin_us(c, lease);
-    int64_t cap_ms = (lease * 1000 - margin) / 1000;
+    int64_t cap_ms = (t->valid_us = lease * 1000 - margin) / 1000;
     if (c->server.ep.command_timeout_ms < cap_ms)
         cap_ms = c->server.ep.command_timeout_ms;
     wl_quorum_call(q, &call, cap_ms);
