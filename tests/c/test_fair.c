@@ -606,6 +606,24 @@ static void test_holder_owner(void)
     CHECK_OK(watchlock_semaphore_acquire(s, 2, 0));
     check_holder(c, "own-sem", "two permits", 2);
     CHECK_OK(watchlock_lock_release(s));
+    /* status and list read a bounded number of holders: the first 100 */
+    enum { MANY = 105 };
+    watchlock_lock *many[MANY];
+    for (int i = 0; i < MANY; i++) {
+        CHECK_OK(watchlock_semaphore_new(&many[i], c, "own-many", 8, MANY));
+        CHECK_OK(watchlock_lock_set_owner_label(many[i], "one of many"));
+        CHECK_OK(watchlock_semaphore_acquire(many[i], 1, 0));
+    }
+    watchlock_name_info *info = NULL;
+    CHECK_OK(watchlock_client_name_info(&info, c, "own-many", 8));
+    CHECK_EQ(watchlock_name_info_holders(info), MANY);
+    CHECK_EQ(watchlock_name_info_holder_count(info), WATCHLOCK_INFO_MAX_HOLDERS);
+    CHECK_STR(watchlock_owner_label(watchlock_name_info_holder_owner(info, 99), NULL), "one of many");
+    watchlock_name_info_free(info);
+    for (int i = 0; i < MANY; i++) {
+        CHECK_OK(watchlock_lock_release(many[i]));
+        watchlock_lock_free(many[i]);
+    }
     watchlock_lock_free(f);
     watchlock_lock_free(g);
     watchlock_lock_free(s);
