@@ -83,6 +83,11 @@
 %nothread watchlock_name_info_oldest_wait_ms;
 %nothread watchlock_name_info_fence;
 %nothread watchlock_name_info_remaining_ms;
+%nothread watchlock_name_info_holder_count;
+%nothread watchlock_name_info_holder_owner;
+%nothread watchlock_name_info_holder_permits;
+%nothread watchlock_name_info_holder_writer;
+%nothread watchlock_name_info_holder_remaining_ms;
 %nothread watchlock_name_info_free;
 
 /* ---- binary-safe lock names: str (encoded as UTF-8) or bytes ------------- */

@@ -18,7 +18,8 @@ void cli_help_status(void)
           "its lease is left, and the last fencing token issued for it. Does not take the\n"
           "lock. For a fair lock, a semaphore or a read-write lock (run --fair, --permits,\n"
           "-s) it also shows the kind, the permits in use or the readers and the writer,\n"
-          "and the queue: how many wait, and for how long the oldest has.\n"
+          "the queue (how many wait, and for how long the oldest has), and each hold\n"
+          "(the first 100) with its owner, permits or side.\n"
           "\n"
           "Options:\n"
           "  -u, --url URL   Redis server (default: $WATCHLOCK_URL, else redis://127.0.0.1:6379);\n"
@@ -31,7 +32,9 @@ void cli_help_status(void)
           "                  for the queued kinds also \"kind\" (fair, semaphore,\n"
           "                  rwlock), \"holders\", \"permits\" and \"in_use\" (semaphore),\n"
           "                  \"readers\" and \"writer\" (rwlock), \"queue\": {\"length\": N,\n"
-          "                  \"oldest_wait_ms\": N}\n"
+          "                  \"oldest_wait_ms\": N}, \"holds\": [{\"host\", \"pid\", \"label\"\n"
+          "                  (null: none recorded), \"permits\", \"side\" (rwlock: read,\n"
+          "                  write), \"remaining_ms\"}], \"holds_not_listed\": N\n"
           "  -h, --help      show this help\n"
           "\n"
           "Exit codes: 0 held; 1 free; 64 usage error; 69 Redis unreachable or\n"
@@ -45,6 +48,8 @@ void cli_help_status(void)
           "  $ watchlock status --json nightly-backup | jq .owner.host\n"          "  $ watchlock status encoders\n"
           "  encoders: semaphore, 3 of 4 permits in use (2 holders); 1 waiting (oldest for\n"
           "  2.1s), 27.4s of lease left, fencing token 1718000000123460\n"
+          "    2 permits by pid 4242 on web1: ffmpeg\n"
+          "    1 permit by pid 977 on web2: ffmpeg\n"
           "  $ if watchlock status nightly-backup >/dev/null; then echo busy; fi\n",
           stdout);
 }
@@ -191,6 +196,45 @@ static void json_queued_members(cli_json *j, const watchlock_name_info *info)
         cli_json_key(j, "writer");
         cli_json_bool(j, writer);
     }
+    /* each hold listed (the first WATCHLOCK_INFO_MAX_HOLDERS) with its owner */
+    cli_json_key(j, "holds");
+    cli_json_begin_array(j);
+    size_t n = watchlock_name_info_holder_count(info);
+    for (size_t i = 0; i < n; i++) {
+        const watchlock_owner *o = watchlock_name_info_holder_owner(info, i);
+        size_t host_len = 0, label_len = 0;
+        const char *host = watchlock_owner_host(o, &host_len), *label = watchlock_owner_label(o, &label_len);
+        cli_json_begin_object(j);
+        cli_json_key(j, "host");
+        if (o)
+            cli_json_string_n(j, host, host_len);
+        else
+            cli_json_null(j);
+        cli_json_key(j, "pid");
+        if (o)
+            cli_json_int(j, watchlock_owner_pid(o));
+        else
+            cli_json_null(j);
+        cli_json_key(j, "label");
+        if (o)
+            cli_json_string_n(j, label, label_len);
+        else
+            cli_json_null(j);
+        cli_json_key(j, "permits");
+        cli_json_int(j, watchlock_name_info_holder_permits(info, i));
+        if (watchlock_name_info_kind(info) == WATCHLOCK_KIND_RWLOCK) {
+            const char *side = watchlock_name_info_holder_writer(info, i) ? "write" : "read";
+            cli_json_key(j, "side");
+            cli_json_string_n(j, side, strlen(side));
+        }
+        cli_json_key(j, "remaining_ms");
+        cli_json_int(j, watchlock_name_info_holder_remaining_ms(info, i));
+        cli_json_end_object(j);
+    }
+    cli_json_end_array(j);
+    int64_t more = watchlock_name_info_holders(info) - (int64_t)n;
+    cli_json_key(j, "holds_not_listed");
+    cli_json_int(j, more > 0 ? more : 0);
     cli_json_key(j, "queue");
     cli_json_begin_object(j);
     cli_json_key(j, "length");
@@ -225,6 +269,44 @@ static void print_queued(FILE *f, const watchlock_name_info *info)
     } else {
         fputs("; nobody waiting", f);
     }
+}
+
+/* Hold i of a queued kind for people: "read by pid P on HOST: LABEL",
+ * "written by ...", "2 permits by ...", "held by ..." (fair). */
+static void print_hold(FILE *f, const watchlock_name_info *info, size_t i)
+{
+    int kind = watchlock_name_info_kind(info);
+    if (kind == WATCHLOCK_KIND_RWLOCK)
+        fputs(watchlock_name_info_holder_writer(info, i) ? "written" : "read", f);
+    else if (kind == WATCHLOCK_KIND_SEMAPHORE)
+        fprintf(f, "%lld permit%s", (long long)watchlock_name_info_holder_permits(info, i),
+                watchlock_name_info_holder_permits(info, i) == 1 ? "" : "s");
+    else
+        fputs("held", f);
+    const watchlock_owner *o = watchlock_name_info_holder_owner(info, i);
+    if (o != NULL) {
+        fputs(" by ", f);
+        print_owner(f, o);
+    } else {
+        fputs(" (no owner recorded)", f);
+    }
+}
+
+/* "... and N more" when the holders outnumber those listed. */
+static void print_more_holds(FILE *f, const watchlock_name_info *info, const char *sep)
+{
+    int64_t more = watchlock_name_info_holders(info) - (int64_t)watchlock_name_info_holder_count(info);
+    if (more > 0)
+        fprintf(f, "%s... and %lld more", sep, (long long)more);
+}
+
+/* The one holder's owner of a queued kind held once (a fair lock, a writer,
+ * a single reader or permit holder): shown as a plain lock's "owner". */
+static const watchlock_owner *sole_owner(const watchlock_name_info *info)
+{
+    if (watchlock_name_info_holders(info) != 1 || watchlock_name_info_holder_count(info) != 1)
+        return NULL;
+    return watchlock_name_info_holder_owner(info, 0);
 }
 
 static int flush_stdout(const char *sub)
@@ -287,7 +369,8 @@ int cli_cmd_status(int argc, char **argv)
         cli_json j;
         cli_json_init(&j, stdout);
         cli_json_begin_object(&j);
-        json_lock_members(&j, name, strlen(name), held, remaining, fence, owner);
+        json_lock_members(&j, name, strlen(name), held, remaining, fence,
+                          queued_kind(info) ? sole_owner(info) : owner);
         if (queued_kind(info))
             json_queued_members(&j, info);
         cli_json_end_object(&j);
@@ -301,6 +384,14 @@ int cli_cmd_status(int argc, char **argv)
             printf(", %s of lease left", left);
         }
         printf(", fencing token %lld\n", (long long)fence);
+        for (size_t i = 0; i < watchlock_name_info_holder_count(info); i++) {
+            fputs("  ", stdout);
+            print_hold(stdout, info, i);
+            fputc('\n', stdout);
+        }
+        print_more_holds(stdout, info, "  ");
+        if (watchlock_name_info_holders(info) > (int64_t)watchlock_name_info_holder_count(info))
+            fputc('\n', stdout);
     } else if (held) {
         if (remaining < 0) {
             printf("%s: held, no expiry (set outside watchlock?), fencing token %lld", name, (long long)fence);
@@ -371,8 +462,10 @@ int cli_cmd_list(int argc, char **argv)
             size_t len = 0;
             const char *name = watchlock_lock_list_name(list, i, &len);
             cli_json_begin_object(&j);
+            const watchlock_owner *o = infos && queued_kind(infos[i]) ? sole_owner(infos[i])
+                                                                      : watchlock_lock_list_owner(list, i);
             json_lock_members(&j, name, len, 1, watchlock_lock_list_remaining_ms(list, i),
-                              watchlock_lock_list_fence(list, i), watchlock_lock_list_owner(list, i));
+                              watchlock_lock_list_fence(list, i), o);
             if (infos && queued_kind(infos[i]))
                 json_queued_members(&j, infos[i]);
             cli_json_end_object(&j);
@@ -397,11 +490,17 @@ int cli_cmd_list(int argc, char **argv)
             }
             cli_print_text(stdout, name, len);
             printf("  %s  fencing token %lld", left, (long long)watchlock_lock_list_fence(list, i));
+            const watchlock_owner *o = watchlock_lock_list_owner(list, i);
             if (infos && queued_kind(infos[i])) {
                 fputs("  ", stdout);
                 print_queued(stdout, infos[i]);
+                for (size_t k = 0; k < watchlock_name_info_holder_count(infos[i]); k++) {
+                    fputs(k ? "; " : "  ", stdout);
+                    print_hold(stdout, infos[i], k);
+                }
+                print_more_holds(stdout, infos[i], "; ");
+                o = NULL; /* a queued kind's holds say who */
             }
-            const watchlock_owner *o = watchlock_lock_list_owner(list, i);
             if (o != NULL) {
                 fputs("  ", stdout);
                 print_owner(stdout, o);

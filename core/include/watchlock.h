@@ -911,6 +911,31 @@ WATCHLOCK_API int64_t watchlock_name_info_oldest_wait_ms(const watchlock_name_in
 WATCHLOCK_API int64_t watchlock_name_info_fence(const watchlock_name_info *info);
 /* Longest lease left among the holders (ms; -1 no expiry; 0 none). */
 WATCHLOCK_API int64_t watchlock_name_info_remaining_ms(const watchlock_name_info *info);
+/*
+ * The holders of a queued kind, each with its owner record: a fair lock's
+ * holder, each permit acquisition of a semaphore, each reader or the
+ * writer of a read-write lock. A hold whose handle has an owner label
+ * (watchlock_lock_set_owner_label) records host, pid and label when it is
+ * granted, directly or by hand-off to a queued waiter, in the name's queue
+ * data (docs/design.md, "Waiter queue and the lock family"); the record goes
+ * with the hold. At most WATCHLOCK_INFO_MAX_HOLDERS holders are listed (those
+ * whose leases end first); watchlock_name_info_holders() is the full count.
+ * A plain lock lists none here (its owner: watchlock_client_inspect_owner).
+ */
+#define WATCHLOCK_INFO_MAX_HOLDERS 100
+/* Number of holders listed (0 .. WATCHLOCK_INFO_MAX_HOLDERS; 0 for NULL). */
+WATCHLOCK_API size_t watchlock_name_info_holder_count(const watchlock_name_info *info);
+/* Holder i's owner record, NULL when it recorded none (no label) or i is
+ * out of range. Borrowed: valid until watchlock_name_info_free(); never pass
+ * it to watchlock_owner_free(). */
+WATCHLOCK_API const watchlock_owner *watchlock_name_info_holder_owner(const watchlock_name_info *info, size_t i);
+/* Permits holder i holds (semaphore k; 1 for a fair holder, a reader or the
+ * writer); 0 for i out of range. */
+WATCHLOCK_API int64_t watchlock_name_info_holder_permits(const watchlock_name_info *info, size_t i);
+/* 1 when holder i is a read-write lock's writer. */
+WATCHLOCK_API int watchlock_name_info_holder_writer(const watchlock_name_info *info, size_t i);
+/* Holder i's lease left (ms; -1 no expiry; 0 out of range). */
+WATCHLOCK_API int64_t watchlock_name_info_holder_remaining_ms(const watchlock_name_info *info, size_t i);
 /* NULL is accepted. */
 WATCHLOCK_API void watchlock_name_info_free(watchlock_name_info *info);
 /* ---- quorum (Redlock) ------------------------------------------------------ */

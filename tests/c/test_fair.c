@@ -557,7 +557,81 @@ static void test_uncontended_cycle_cost(void)
     watchlock_client_close(c);
 }
 
+/* A labelled fair waiter that waits (in a thread) for its hand-off. */
+static void *owner_waiter(void *arg)
+{
+    return watchlock_lock_acquire(arg, 20000) == WATCHLOCK_OK ? NULL : arg;
+}
+
+/* The one holder's owner as name_info lists it. */
+static void check_holder(watchlock_client *c, const char *name, const char *label, int64_t permits)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    watchlock_name_info *info = NULL;
+    CHECK_OK(watchlock_client_name_info(&info, c, name, strlen(name)));
+    CHECK_EQ(watchlock_name_info_holder_count(info), 1);
+    const watchlock_owner *o = watchlock_name_info_holder_owner(info, 0);
+    CHECK(o != NULL);
+    CHECK_STR(watchlock_owner_label(o, NULL), label);
+    CHECK_STR(watchlock_owner_host(o, NULL), host);
+    CHECK_EQ(watchlock_owner_pid(o), getpid());
+    CHECK_EQ(watchlock_name_info_holder_permits(info, 0), permits);
+    CHECK_EQ(watchlock_name_info_holder_writer(info, 0), 0);
+    CHECK_INT(watchlock_name_info_holder_remaining_ms(info, 0), >, 0);
+    watchlock_name_info_free(info);
+}
+
+/* A fair holder's and a permit holder's owner record (issue 22.4): written
+ * at a direct grant and at a hand-off to a queued waiter, gone with it. */
+static void test_holder_owner(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *f = fair(c, "own-fair", 5000), *g = fair(c, "own-fair", 5000), *s = NULL;
+    CHECK_OK(watchlock_lock_set_owner_label(f, "first holder"));
+    CHECK_OK(watchlock_lock_set_owner_label(g, "next in line"));
+    CHECK_OK(watchlock_lock_acquire(f, 0));
+    check_holder(c, "own-fair", "first holder", 1);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, owner_waiter, g) == 0);
+    WAIT_FOR(q_info(c, "own-fair", Q_LEN) == 1, 20000);
+    CHECK_OK(watchlock_lock_release(f));
+    void *res = NULL;
+    pthread_join(th, &res);
+    CHECK(res == NULL);
+    check_holder(c, "own-fair", "next in line", 1);
+    CHECK_OK(watchlock_lock_release(g));
+    CHECK_OK(watchlock_semaphore_new(&s, c, "own-sem", 7, 5));
+    CHECK_OK(watchlock_lock_set_owner_label(s, "two permits"));
+    CHECK_OK(watchlock_semaphore_acquire(s, 2, 0));
+    check_holder(c, "own-sem", "two permits", 2);
+    CHECK_OK(watchlock_lock_release(s));
+    /* status and list read a bounded number of holders: the first 100 */
+    enum { MANY = 105 };
+    watchlock_lock *many[MANY];
+    for (int i = 0; i < MANY; i++) {
+        CHECK_OK(watchlock_semaphore_new(&many[i], c, "own-many", 8, MANY));
+        CHECK_OK(watchlock_lock_set_owner_label(many[i], "one of many"));
+        CHECK_OK(watchlock_semaphore_acquire(many[i], 1, 0));
+    }
+    watchlock_name_info *info = NULL;
+    CHECK_OK(watchlock_client_name_info(&info, c, "own-many", 8));
+    CHECK_EQ(watchlock_name_info_holders(info), MANY);
+    CHECK_EQ(watchlock_name_info_holder_count(info), WATCHLOCK_INFO_MAX_HOLDERS);
+    CHECK_STR(watchlock_owner_label(watchlock_name_info_holder_owner(info, 99), NULL), "one of many");
+    watchlock_name_info_free(info);
+    for (int i = 0; i < MANY; i++) {
+        CHECK_OK(watchlock_lock_release(many[i]));
+        watchlock_lock_free(many[i]);
+    }
+    watchlock_lock_free(f);
+    watchlock_lock_free(g);
+    watchlock_lock_free(s);
+    watchlock_client_close(c);
+}
+
 static const test_case tests[] = {
+    {"holder_owner", test_holder_owner, 0},
     {"basics", test_basics, 0},
     {"fifo_20_processes", test_fifo_20_processes, 0},
     {"no_barging", test_no_barging, 0},

@@ -5,9 +5,11 @@
  * waiting writer waits, the readers queued before the next writer enter
  * together, a writer is not starved by a stream of readers (its wait
  * measured), SIGKILL of a reader, of the writer and of a queued waiter,
- * fencing tokens, downgrade, kinds on one name.
+ * fencing tokens, downgrade, kinds on one name, each holder's owner record.
  */
 #include "queue_helpers.h"
+
+#include <pthread.h>
 
 static watchlock_lock *rw(watchlock_client *c, const char *name, int write, int64_t lease)
 {
@@ -297,6 +299,81 @@ static void test_kinds_on_one_name(void)
     watchlock_client_close(c);
 }
 
+/* A writer that waits (in a thread) for its turn. */
+static void *waiting_writer(void *arg)
+{
+    watchlock_lock *w = arg;
+    if (watchlock_lock_acquire(w, 20000) != WATCHLOCK_OK)
+        return w;
+    return NULL;
+}
+
+/* Holder i's owner (pid, label) as name_info lists it; 1 when it matches. */
+static int has_holder(const watchlock_name_info *info, const char *label, int64_t pid, int writer)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    for (size_t i = 0; i < watchlock_name_info_holder_count(info); i++) {
+        const watchlock_owner *o = watchlock_name_info_holder_owner(info, i);
+        if (o != NULL && strcmp(watchlock_owner_label(o, NULL), label) == 0 && watchlock_owner_pid(o) == pid &&
+            strcmp(watchlock_owner_host(o, NULL), host) == 0 && watchlock_name_info_holder_writer(info, i) == writer &&
+            watchlock_name_info_holder_permits(info, i) == 1 && watchlock_name_info_holder_remaining_ms(info, i) > 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Each hold records its owner (host, pid, label) when granted, directly or
+ * by hand-off, and loses it with the hold: two readers, then a writer the
+ * readers' release hands the name to (issue 22.4, 24.7). */
+static void test_holder_owners(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *r1 = rw(c, "rw-own", 0, 5000), *r2 = rw(c, "rw-own", 0, 5000), *r3 = rw(c, "rw-own", 0, 5000),
+                   *w = rw(c, "rw-own", 1, 5000);
+    CHECK_OK(watchlock_lock_set_owner_label(r1, "reader one"));
+    CHECK_OK(watchlock_lock_set_owner_label(r2, "reader two"));
+    CHECK_OK(watchlock_lock_set_owner_label(w, "the writer"));
+    CHECK_OK(watchlock_lock_acquire(r1, 0));
+    CHECK_OK(watchlock_lock_acquire(r2, 0));
+    CHECK_OK(watchlock_lock_acquire(r3, 0)); /* no label: no owner */
+    watchlock_name_info *info = NULL;
+    CHECK_OK(watchlock_client_name_info(&info, c, "rw-own", 6));
+    CHECK_EQ(watchlock_name_info_holder_count(info), 3);
+    CHECK(has_holder(info, "reader one", getpid(), 0));
+    CHECK(has_holder(info, "reader two", getpid(), 0));
+    int unlabelled = 0;
+    for (size_t i = 0; i < 3; i++)
+        unlabelled += watchlock_name_info_holder_owner(info, i) == NULL;
+    CHECK_EQ(unlabelled, 1);
+    CHECK(watchlock_name_info_holder_owner(info, 3) == NULL);
+    CHECK_EQ(watchlock_name_info_holder_permits(info, 3), 0);
+    watchlock_name_info_free(info);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, waiting_writer, w) == 0);
+    WAIT_FOR(q_info(c, "rw-own", Q_LEN) == 1, 20000);
+    CHECK_OK(watchlock_lock_release(r1));
+    CHECK_OK(watchlock_lock_release(r2));
+    CHECK_OK(watchlock_lock_release(r3));
+    void *res = NULL;
+    pthread_join(th, &res);
+    CHECK(res == NULL);
+    CHECK_OK(watchlock_client_name_info(&info, c, "rw-own", 6));
+    CHECK_EQ(watchlock_name_info_holder_count(info), 1);
+    CHECK(has_holder(info, "the writer", getpid(), 1));
+    watchlock_name_info_free(info);
+    CHECK_OK(watchlock_lock_release(w));
+    CHECK_OK(watchlock_client_name_info(&info, c, "rw-own", 6));
+    CHECK_EQ(watchlock_name_info_holder_count(info), 0);
+    watchlock_name_info_free(info);
+    CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{rw-own}:q:d"), 0);
+    watchlock_lock_free(r1);
+    watchlock_lock_free(r2);
+    watchlock_lock_free(r3);
+    watchlock_lock_free(w);
+    watchlock_client_close(c);
+}
+
 static const test_case tests[] = {
     {"readers_overlap_writer_excludes", test_readers_overlap_writer_excludes, 0},
     {"phase_order", test_phase_order, 0},
@@ -306,6 +383,7 @@ static const test_case tests[] = {
     {"sigkill_queued_writer", test_sigkill_queued_writer, 0},
     {"downgrade", test_downgrade, 0},
     {"kinds_on_one_name", test_kinds_on_one_name, 0},
+    {"holder_owners", test_holder_owners, 0},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)

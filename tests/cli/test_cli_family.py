@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -131,6 +132,36 @@ def test_status_shows_kinds(cli, name, holders, tmp_path):
         assert h.finish() == 0
     r = cli.run("status", f"{name}:s")
     assert r.returncode == 1, r.stdout  # free again: exit 1, as for a plain lock
+
+
+def test_status_shows_each_holders_owner(cli, name, holders, tmp_path):
+    """status/list of a queued kind show every hold's owner: host, pid and
+    label, with its permits and side (issue 22.4)."""
+    host = socket.gethostname()
+    r1 = hold(holders, cli, f"{name}:r", "-s", "--label", "reader one", tag="r1")
+    r2 = hold(holders, cli, f"{name}:r", "-s", "--label", "reader two", tag="r2")
+    st = cli.status(f"{name}:r")
+    assert st["holders"] == 2 and st["holds_not_listed"] == 0, st
+    got = sorted((h["host"], h["pid"], h["label"], h["permits"], h["side"]) for h in st["holds"])
+    assert got == sorted([(host, r1.proc.pid, "reader one", 1, "read"), (host, r2.proc.pid, "reader two", 1, "read")]), st
+    assert all(0 < h["remaining_ms"] for h in st["holds"]), st
+    text = cli.run("status", f"{name}:r").stdout
+    assert f"read by pid {r1.proc.pid} on {host}: reader one" in text, text
+    assert f"read by pid {r2.proc.pid} on {host}: reader two" in text, text
+    f = hold(holders, cli, f"{name}:f", "--fair", "--label", "fair one", tag="f")
+    st = cli.status(f"{name}:f")
+    assert st["owner"] == {"host": host, "pid": f.proc.pid, "label": "fair one"}, st  # the one holder, as a plain lock
+    assert [(h["pid"], h["label"], h["permits"]) for h in st["holds"]] == [(f.proc.pid, "fair one", 1)], st
+    s = hold(holders, cli, f"{name}:s", "--permits", "3", "--take", "2", "--label", "two permits", tag="s")
+    st = cli.status(f"{name}:s")
+    assert [(h["pid"], h["label"], h["permits"]) for h in st["holds"]] == [(s.proc.pid, "two permits", 2)], st
+    out = cli.run("list", "--json", f"{name}:*")
+    listed = {e["name"]: e for e in json.loads(out.stdout)}
+    assert len(listed[f"{name}:r"]["holds"]) == 2 and listed[f"{name}:s"]["holds"][0]["label"] == "two permits", listed
+    text = cli.run("list", f"{name}:*").stdout
+    assert f"by pid {f.proc.pid} on {host}: fair one" in text and "2 permits by pid" in text, text
+    for h in (r1, r2, f, s):
+        assert h.finish() == 0
 
 
 def test_list_shows_kinds(cli, name, holders, tmp_path):

@@ -11,6 +11,7 @@ import ctypes  # noqa: F401  (used in the worker source below)
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -377,6 +378,8 @@ def test_sigkill_of_the_keeper_frees_the_lock_within_a_lease(world, locker):
     a = Holder(world.hosts[0], world.env, [locker, "flock", world.lock])
     assert a.first.startswith("LOCKED")
     keeper, = keepers(world.lock)
+    owner = status(world, world.lock)["owner"]  # the write side's one hold records its keeper
+    assert owner["pid"] == keeper and owner["host"] == socket.gethostname() and world.lock in owner["label"], owner
     t0 = time.monotonic()
     os.kill(keeper, signal.SIGKILL)
     b = world.hosts[1].run(["flock", "-w", "6", world.lock, "-c", "true"], world.env)
@@ -507,6 +510,10 @@ def test_watchlock_exec_sets_up_the_shim(world):
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
     assert st["held"] and st["kind"] == "rwlock" and st["writer"], st  # flock -n: LOCK_EX, the write side
+    # the hold's owner: the path and the host (issue 24.7)
+    assert world.lock in st["owner"]["label"] and st["owner"]["host"] == socket.gethostname(), st
+    assert f"on {socket.gethostname()}" in st["owner"]["label"], st
+    assert [h["side"] for h in st["holds"]] == ["write"] and world.lock in st["holds"][0]["label"], st
     assert subprocess.run([CLI, "exec", "--", "true"], env=env).returncode == 64  # no --paths
 
 
@@ -597,6 +604,10 @@ def test_shared_locks_overlap_on_two_hosts(world, locker, sh, sh_nb, ex, ex_nb):
     assert st["held"] and st["kind"] == "rwlock" and st["readers"] == 2 and not st["writer"], st
     text = subprocess.run([CLI, "status", "--url", world.url, world.lock], capture_output=True, text=True)
     assert text.returncode == 0 and "rwlock, 2 readers" in text.stdout, text.stdout
+    # each share's owner: its keeper on its host, with the path (issue 24.7)
+    assert len(st["holds"]) == 2 and all(h["side"] == "read" and world.lock in h["label"] and
+                                         h["host"] == socket.gethostname() for h in st["holds"]), st
+    assert text.stdout.count("read by pid ") == 2 and f"preload {world.lock} on " in text.stdout, text.stdout
     assert fence_of(a.first) == fence_of(b.first)  # a reader's token is the last writer's
     assert b.say("unlock") == "UNLOCKED"
     assert wait_for(lambda: status(world, world.lock).get("readers") == 1, 5)

@@ -55,7 +55,7 @@ struct watchlock_lock_list {
 
 /* ---- owner records ---- */
 
-static watchlock_owner *owner_new(const redisReply *host, const redisReply *pid, const redisReply *label)
+watchlock_owner *wl_owner_new(const redisReply *host, const redisReply *pid, const redisReply *label)
 {
     watchlock_owner *o = malloc(sizeof *o + host->len + 1 + label->len + 1);
     if (o == NULL)
@@ -107,7 +107,7 @@ static int parse_inspected(const redisReply *r, inspected *out, const char *what
         for (size_t i = 3; i < 6; i++)
             if (r->element[i]->type != REDIS_REPLY_STRING)
                 return wl_fail(WATCHLOCK_ESERVER, "%s: unexpected owner record from server", what);
-        out->owner = owner_new(r->element[3], r->element[4], r->element[5]);
+        out->owner = wl_owner_new(r->element[3], r->element[4], r->element[5]);
         if (out->owner == NULL)
             return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }

@@ -32,6 +32,8 @@ int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len
 int wl_client_force_release_one(watchlock_client *c, const void *name, size_t name_len, int *released);
 int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
                                 watchlock_client *c, const void *name, size_t name_len);
+watchlock_owner *wl_owner_new(const redisReply *host, const redisReply *pid, const redisReply *label);
+watchlock_owner *wl_owner_parse(const char *rec, size_t len, bool *oom);
 int wl_client_list_one(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len);
 int wl_client_check_one(watchlock_report **out, watchlock_client *client);
 /* A quorum's list from its members' (admin.c): the names on at least need

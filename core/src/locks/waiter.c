@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static bool held_now(const watchlock_lock *l)
 {
@@ -98,7 +99,22 @@ static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
     l->q->k = k;
     char ident[WL_IDENT_SIZE];
     size_t ident_len = wl_ident(&l->hold, 1, ident);
+    /* The owner record "<host>\n<pid>\n<label>" of a labelled handle, kept
+     * per hold in the queue's data (admin: watchlock_name_info_holder_owner) */
+    char label[WATCHLOCK_MAX_LABEL + 1];
+    bool labelled = l->owner_label != NULL;
+    if (labelled)
+        snprintf(label, sizeof label, "%s", l->owner_label);
     pthread_mutex_unlock(&c->mu);
+    char owner[256 + 24 + WATCHLOCK_MAX_LABEL + 3] = "";
+    if (labelled) {
+        char host[256];
+        if (gethostname(host, sizeof host) != 0)
+            host[0] = '\0';
+        host[sizeof host - 1] = '\0';
+        host[strcspn(host, "\n")] = '\0';
+        snprintf(owner, sizeof owner, "%s\n%ld\n%s", host, (long)getpid(), label);
+    }
 
     char cap_s[24], k_s[24], lease_s[24], live_s[24], fttl_s[24];
     wl_fmt_i64(cap_s, l->q->cap);
@@ -108,13 +124,14 @@ static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
     wl_fmt_i64(fttl_s, WL_Q_FENCE_TTL_MS);
     const char *kind = my_kind(l);
     bool reader = atomic_load(&l->q->kind) == WATCHLOCK_KIND_READ;
-    const char *argv[WL_QKEY_COUNT + 12];
-    size_t lens[WL_QKEY_COUNT + 12];
+    const char *argv[WL_QKEY_COUNT + 13];
+    size_t lens[WL_QKEY_COUNT + 13];
     wl_q_keys_argv(l, argv, lens);
-    const char *a[12] = {kind,  cap_s, l->q->id, k_s, ident, lease_s, live_s, l->q->keys.hold_prefix,
-                         l->q->keys.chan_prefix, wl_publish_command(&c->server), fttl_s, reader ? "1" : "0"};
-    size_t al[12];
-    for (int i = 0; i < 12; i++)
+    const char *a[13] = {kind,  cap_s, l->q->id, k_s, ident, lease_s, live_s, l->q->keys.hold_prefix,
+                         l->q->keys.chan_prefix, wl_publish_command(&c->server), fttl_s, reader ? "1" : "0",
+                         owner};
+    size_t al[13];
+    for (int i = 0; i < 13; i++)
         al[i] = strlen(a[i]);
     al[2] = 16;
     al[4] = ident_len;
@@ -124,7 +141,7 @@ static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
     wl_what(what, sizeof what, "acquire", l->hold.quoted);
     int64_t sent = wl_now_us();
     redisReply *r;
-    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_Q_ACQUIRE, WL_QKEY_COUNT, 12, argv, lens, &r, what, NULL, NULL);
+    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_Q_ACQUIRE, WL_QKEY_COUNT, 13, argv, lens, &r, what, NULL, NULL);
     if (rc == WATCHLOCK_ESERVER && strstr(watchlock_last_error(), "WRONGTYPE") != NULL)
         rc = wl_fail(WATCHLOCK_EWRONGTYPE, "%s: a key of the name holds another type", what);
     if (rc != WATCHLOCK_OK) {

@@ -18,7 +18,10 @@
  *   6 data    watchlock:{N}:q:d    hash: <id> -> permits asked for or held;
  *             "w:<id>" -> "<ident> <lease ms> <reader 0|1> <liveness ms>
  *             <enqueued ms>" for
- *             a waiter; "g:<id>" -> the fencing token of its current hold
+ *             a waiter; "g:<id>" -> the fencing token of its current hold;
+ *             "o:<id>" -> the owner record "<host>\n<pid>\n<label>" of a
+ *             labelled waiter or hold (written at enqueue or grant, dropped
+ *             with the hold or the waiter)
  * plus, built inside the scripts from ARGV prefixes (same tag, same slot):
  *   watchlock:{N}:q:h:<id>  a hold's own key: "<token>.<epoch>" with PX lease,
  *             renewed and extended by the plain renew script (scripts.c), so
@@ -61,13 +64,13 @@
     "  if redis.call('ZREM', K[3], h) == 1 then\n"                                                          \
     "    used = used - tonumber(redis.call('HGET', K[6], h) or '0')\n"                                      \
     "  end\n"                                                                                                  \
-    "  redis.call('HDEL', K[6], h, 'g:' .. h)\n"                                                            \
+    "  redis.call('HDEL', K[6], h, 'g:' .. h, 'o:' .. h)\n"                                                        \
     "end\n"                                                                                                    \
     "local function drop_waiter(h)\n"                                                                          \
     "  redis.call('ZREM', K[4], h)\n"                                                                       \
     "  redis.call('ZREM', K[5], h)\n"                                                                       \
     "  redis.call('HDEL', K[6], 'w:' .. h)\n"                                                               \
-    "  if not redis.call('ZSCORE', K[3], h) then redis.call('HDEL', K[6], h) end\n"                      \
+    "  if not redis.call('ZSCORE', K[3], h) then redis.call('HDEL', K[6], h, 'o:' .. h) end\n"                      \
     "end\n"                                                                                                    \
     "local function purge()\n"                                                                                 \
     "  tick()\n"                                                                                              \
@@ -81,12 +84,13 @@
     "    drop_waiter(h)\n"                                                                                     \
     "  end\n"                                                                                                  \
     "end\n"                                                                                                    \
-    "local function grant(h, k, ident, lease, rd)\n"                                                           \
+    "local function grant(h, k, ident, lease, rd, o)\n"                                                           \
     "  tick()\n"                                                                                              \
     "  local f = fence(rd ~= '1')\n"                                                                           \
     "  redis.call('SET', HP .. h, ident, 'PX', lease)\n"                                                       \
     "  redis.call('ZADD', K[3], now + tonumber(lease), h)\n"                                                \
     "  redis.call('HSET', K[6], h, k, 'g:' .. h, string.format('%.0f', f))\n"                              \
+    "  if o and o ~= '' then redis.call('HSET', K[6], 'o:' .. h, o) end\n"                                  \
     "  used = used + k\n"                                                                                      \
     "  return f\n"                                                                                             \
     "end\n"                                                                                                    \
@@ -97,10 +101,11 @@
     "    local k = tonumber(redis.call('HGET', K[6], h) or '1')\n"                                          \
     "    if used + k > cap then return end\n"                                                                  \
     "    local w = redis.call('HGET', K[6], 'w:' .. h)\n"                                                   \
+    "    local o = redis.call('HGET', K[6], 'o:' .. h)\n"                                                   \
     "    drop_waiter(h)\n"                                                                                     \
     "    if w then\n"                                                                                          \
     "      local ident, lease, rd, live = string.match(w, '^(%S+) (%d+) (%d) (%d+)')\n"                      \
-    "      grant(h, k, ident, math.min(tonumber(lease), tonumber(live)), rd)\n"                                \
+    "      grant(h, k, ident, math.min(tonumber(lease), tonumber(live)), rd, o)\n"                                \
     "      redis.pcall(PUB, CP .. h, '')\n"                                                                    \
     "    end\n"                                                                                                \
     "  end\n"                                                                                                  \
@@ -147,6 +152,7 @@
     "  redis.call('SET', ARGV[8] .. h, ARGV[5], 'PX', ARGV[6])\n"                                               \
     "  redis.call('ZADD', KEYS[3], string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + lease), h)\n" \
     "  redis.call('HSET', KEYS[6], h, ARGV[4], 'g:' .. h, string.format('%.0f', f))\n"                          \
+    "  if ARGV[13] ~= '' then redis.call('HSET', KEYS[6], 'o:' .. h, ARGV[13]) end\n"                          \
     "  redis.call('HSET', KEYS[1], 'kind', ARGV[1], 'cap', ARGV[2], 'used', ARGV[4], 'seq', '0')\n"             \
     "  redis.call('PEXPIRE', KEYS[1], want)\n"                                                                  \
     "  redis.call('PEXPIRE', KEYS[3], want)\n"                                                                  \
@@ -175,7 +181,10 @@
 /* Acquire, and a waiter's liveness renewal (the same call: it enqueues once).
  * ARGV: 1 kind, 2 cap (0: the name's), 3 id, 4 k, 5 ident "<token>.1",
  * 6 lease ms, 7 liveness ms (0: try once, never queue), 8 hold key prefix,
- * 9 channel prefix, 10 publish command, 11 fence TTL ms, 12 reader (0|1).
+ * 9 channel prefix, 10 publish command, 11 fence TTL ms, 12 reader (0|1),
+ * 13 owner record "<host>\n<pid>\n<label>" ("" none: no label), written to
+ * data "o:<id>" at a direct grant or at enqueue (grant_head keeps it for the
+ * hold it grants; it goes with the hold or the waiter).
  * -> {1, fence} held (the hold's key holds ident with the full lease, set or
  * refreshed by this call); {0, position} queued (position 0: not queued, a
  * try); {-3, kind, cap} the name is another kind / another count;
@@ -200,7 +209,7 @@ const char wl_q_acquire_lua[] =
     "  local h, k, lease = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[6])\n"
     "  local want = 2 * math.max(lease, tonumber(ARGV[7])) + 1000\n"
     "  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])\n"
-    "  local f = grant(h, k, ARGV[5], ARGV[6], ARGV[12])\n"
+    "  local f = grant(h, k, ARGV[5], ARGV[6], ARGV[12], ARGV[13])\n"
     "  redis.call('HSET', KEYS[1], 'kind', ARGV[1], 'cap', ARGV[2], 'used', k, 'seq', 0)\n"
     "  redis.call('PEXPIRE', KEYS[1], want)\n"
     "  redis.call('PEXPIRE', KEYS[3], want)\n"
@@ -226,7 +235,7 @@ const char wl_q_acquire_lua[] =
     "local pos = redis.call('ZRANK', KEYS[4], h)\n"
     "if not pos then\n"
     "  if redis.call('ZCARD', KEYS[4]) == 0 and used + k <= cap then\n"
-    "    local f = grant(h, k, ident, ARGV[6], ARGV[12])\n"
+    "    local f = grant(h, k, ident, ARGV[6], ARGV[12], ARGV[13])\n"
     "    finish(want)\n"
     "    return {1, f}\n"
     "  end\n"
@@ -238,6 +247,7 @@ const char wl_q_acquire_lua[] =
     "  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)\n"
     "  redis.call('ZADD', KEYS[4], seq, h)\n"
     "  redis.call('HSET', KEYS[6], h, k, 'w:' .. h, ident .. ' ' .. ARGV[6] .. ' ' .. ARGV[12] .. ' ' .. ARGV[7] .. ' ' .. now)\n"
+    "  if ARGV[13] ~= '' then redis.call('HSET', KEYS[6], 'o:' .. h, ARGV[13]) end\n"
     "end\n"
     "redis.call('ZADD', KEYS[5], now + live, h)\n"
     "grant_head()\n"
@@ -371,10 +381,14 @@ const char wl_q_live_lua[] =
     "end\n"
     "return res\n";
 
-/* Admin: what a name is used as. KEYS 1..6 as above.
+/* Admin: what a name is used as. KEYS 1..6 as above; ARGV 1 the hold key
+ * prefix (optional: without it no holders are listed).
  * -> {type, kind, cap, used, holders, queue length, oldest wait ms, fence,
- *    remaining ms}: type "none" | "string" (a plain lock: remaining is its
- *    PTTL) | "hash" (a queued kind) | another type. Reads only. */
+ *    remaining ms[, holders listed]}: type "none" | "string" (a plain lock:
+ *    remaining is its PTTL) | "hash" (a queued kind) | another type; the
+ *    holders listed are the first 100 by lease end (O(100 log N)), each
+ *    {PTTL of its key, permits, owner record or ""}, those whose key is gone
+ *    (not purged yet) left out. Reads only. */
 const char wl_q_info_lua[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -396,5 +410,15 @@ const char wl_q_info_lua[] =
     "local rem = 0\n"
     "local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')\n"
     "if last[2] then rem = math.max(0, tonumber(last[2]) - now) end\n"
+    "local hl = {}\n"
+    "if ARGV[1] then\n"
+    "  for _, h in ipairs(redis.call('ZRANGE', KEYS[3], 0, 99)) do\n"
+    "    local p = redis.call('PTTL', ARGV[1] .. h)\n"
+    "    if p ~= -2 then\n"
+    "      local d = redis.call('HMGET', KEYS[6], h, 'o:' .. h)\n"
+    "      hl[#hl + 1] = {p, tonumber(d[1] or '0'), d[2] or ''}\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
     "return {ty, st[1] or '', tonumber(st[2] or '0'), tonumber(st[3] or '0'), redis.call('ZCARD', KEYS[3]), nq,\n"
-    "        oldest, f, rem}\n";
+    "        oldest, f, rem, hl}\n";
