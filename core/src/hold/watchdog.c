@@ -432,3 +432,30 @@ void wl_watchdog_stop(watchlock_client *c)
     if (started)
         pthread_join(c->wd_thread, NULL);
 }
+
+/* A hold begins (client->mu held): what every kind's acquire does once the
+ * server granted it — the first epoch with this fence, confirmed at `sent`,
+ * LOST at `deadline_us` unless renewed; scheduled for renewal, and the
+ * watchdog and the loss timer started. */
+int wl_hold_begin(watchlock_client *c, wl_hold *h, int64_t fence, int64_t sent, int64_t lease_ms, int64_t deadline_us)
+{
+    h->state = WATCHLOCK_HELD;
+    h->hold_count = 1;
+    h->hold_gen++;
+    h->epoch = h->epoch_to = 1;
+    h->epoch_ms = lease_ms;
+    h->fence = fence;
+    h->renewals = 0;
+    h->lost_reason = WATCHLOCK_LOST_NONE;
+    h->stop_reason = WATCHLOCK_LOST_NONE;
+    h->renew_failing = false;
+    h->renew_inflight = false;
+    h->releasing = false;
+    h->acquired_us = h->confirmed_us = sent;
+    c->held++;
+    wl_set_deadline(c, h, deadline_us);
+    if (h->state == WATCHLOCK_HELD)
+        wl_watchdog_schedule(c, h);
+    int rc = wl_watchdog_ensure_started(c);
+    return rc == WATCHLOCK_OK ? wl_timer_ensure_started(c) : rc;
+}

@@ -48,25 +48,7 @@ static const char *my_kind(const watchlock_lock *l)
 static int begin_hold(watchlock_client *c, watchlock_lock *l, int64_t fence, int64_t sent, int64_t lease)
 {
     l->token_used = true;
-    l->hold.state = WATCHLOCK_HELD;
-    l->hold.hold_count = 1;
-    l->hold.hold_gen++;
-    l->hold.epoch = l->hold.epoch_to = 1;
-    l->hold.epoch_ms = lease;
-    l->hold.fence = fence;
-    l->hold.renewals = 0;
-    l->hold.lost_reason = WATCHLOCK_LOST_NONE;
-    l->hold.stop_reason = WATCHLOCK_LOST_NONE;
-    l->hold.renew_failing = false;
-    l->hold.renew_inflight = false;
-    l->hold.releasing = false;
-    l->hold.acquired_us = l->hold.confirmed_us = sent;
-    c->held++;
-    wl_set_deadline(c, &l->hold, sent + lease * 1000 - wl_margin_us(c, lease));
-    if (l->hold.state == WATCHLOCK_HELD)
-        wl_watchdog_schedule(c, &l->hold);
-    int rc = wl_watchdog_ensure_started(c);
-    return rc == WATCHLOCK_OK ? wl_timer_ensure_started(c) : rc;
+    return wl_hold_begin(c, &l->hold, fence, sent, lease, sent + lease * 1000 - wl_margin_us(c, lease));
 }
 
 /* One call of the acquire script. OK: held. ETIMEDOUT: not held (queued
