@@ -42,8 +42,11 @@ typedef struct wl_quorum {
 int wl_qdrain_new(struct wl_quorum *q, wl_qdrain **out);
 /* Hands conn (`left` replies to come; reply number grant_at, counted down,
  * is an acquire's whose grant counts as late; -1 none) to the drain for at
- * most cap_ms; frees it when the drain cannot take it. */
-void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, int64_t cap_ms);
+ * most cap_ms; frees it when the drain cannot take it. Once every reply was
+ * read, a poolable conn (it passed the restart rule's INFO check) goes back
+ * to srv's pool; otherwise, or when a reply is still missing, it is freed. */
+void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, bool poolable,
+                   int64_t cap_ms);
 void wl_qdrain_stop(wl_qdrain *d); /* joins; frees what is left */
 void wl_qdrain_free(wl_qdrain *d); /* NULL-safe */
 
