@@ -30,6 +30,7 @@
 
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
 #define SPLIT_JITTER_MAX_US 20000 /* a split vote: retry after up to this much (random) */
+#define WAKE_JITTER_MIN_US 4000   /* a wake-up: attempt after up to max(this, 8 attempts' time) (random) */
 
 struct wl_qlock {
     int verdict[WL_QMAX]; /* the last attempt's, WATCHLOCK_MEMBER_* */
@@ -338,6 +339,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
     int64_t until = wl_deadline_after_ms(wait_ms);
     tally t;
     rc = attempt(l, &t);
+    int64_t attempt_us = wl_now_us() - t0_us; /* the last attempt's round trip: scales the spread */
     bool waited = false;
     wl_sub_entry *entries[WL_QMAX] = {0};
     wl_sub_notify nodes[WL_QMAX];
@@ -388,14 +390,31 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
         bool woken = waitset_wait(&ws, seen, at, true);
         if (!woken && until >= 0 && wl_now_us() >= until)
             break;
-        if (split) /* a split vote: every contender gave back; spread the retries */
-            waitset_wait(&ws, seen, wl_now_us() + jitter_us(SPLIT_JITTER_MAX_US), false);
+        /* One attempt per release, spread among the waiters: a release is
+         * published by every member that held the key (up to N wake-ups),
+         * and every waiter hears it. A random slice of a few attempts'
+         * time absorbs the rest of that burst, and the waiters' attempts
+         * follow one another instead of colliding: the first takes the
+         * majority, the others find it held (no grant to give back, no
+         * give-back's wake-up) and wait for the next release. A split
+         * vote (every contender gave back) spreads wider. */
+        int64_t spread_max = split ? SPLIT_JITTER_MAX_US : 8 * attempt_us;
+        if (spread_max < WAKE_JITTER_MIN_US)
+            spread_max = WAKE_JITTER_MIN_US;
+        if (spread_max > SPLIT_JITTER_MAX_US)
+            spread_max = SPLIT_JITTER_MAX_US;
+        int64_t spread_until = wl_now_us() + jitter_us(spread_max);
+        if (until >= 0 && until < spread_until)
+            spread_until = until;
+        waitset_wait(&ws, seen, spread_until, false);
         if (atomic_load(&c->closed)) {
             rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
             break;
         }
-        seen = waitset_count(&ws); /* one attempt per wake-up */
+        seen = waitset_count(&ws); /* the wake-ups so far are answered by this attempt */
+        int64_t a0 = wl_now_us();
         rc = attempt(l, &t);
+        attempt_us = wl_now_us() - a0;
     }
     for (size_t k = 0; k < q->n; k++)
         if (entries[k] != NULL) {
