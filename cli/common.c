@@ -292,7 +292,7 @@ int cli_open_client_urls(watchlock_client **out, const struct cli_urls *u)
         return CLI_EXIT_USAGE;
     }
     if (st == WATCHLOCK_ECONN)
-        cli_error("cannot open a quorum of %zu Redis masters (%s): a member is unreachable: %s", u->n, shown,
+        cli_error("cannot open a quorum of %zu Redis masters (%s): %s", u->n, shown,
                   *detail ? detail : watchlock_strerror(st));
     else
         cli_error("cannot open a quorum of %zu Redis masters (%s): %s%s%s", u->n, shown, watchlock_strerror(st),

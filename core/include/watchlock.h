@@ -249,8 +249,9 @@ enum {
      *   _QUORUM_UNREACHED     member writes of releases (and give-backs)
      *                         that got no answer: a release that returned OK
      *                         may have left a key on these until its lease ends
-     *   _QUORUM_LATE_GRANTS   grants that came after an acquire was decided
-     *                         (or were not counted) and were given back
+     *   _QUORUM_LATE_GRANTS   grants that came after an acquire was decided:
+     *                         kept when the acquire succeeded and they came
+     *                         within its validity, given back otherwise
      *   _QUORUM_FENCE_UNAVAILABLE fencing tokens reported unavailable
      *   _QUORUM_SPLIT_VOTES   attempts that got neither a majority of grants
      *                         nor a majority held by others (contention split,
@@ -922,16 +923,24 @@ WATCHLOCK_API void watchlock_name_info_free(watchlock_name_info *info);
  * redis-cluster:// members are refused (EINVAL). n == 1 opens a plain
  * client (watchlock_client_open(urls[0])); n == 2 is refused (EINVAL: two
  * members tolerate no failure, use 1 or >= 3); n >= 3 (odd recommended; at
- * most WATCHLOCK_QUORUM_MAX). Every member is connected once (as
- * watchlock_client_open does) and asked for its run_id and uptime; a
- * member that does not answer fails the open (ECONN naming it).
+ * most WATCHLOCK_QUORUM_MAX). Every member is connected at once, in
+ * parallel (as watchlock_client_open does: PING; then its run_id and
+ * uptime), so members that are down or frozen cost one connect/command
+ * timeout together. The open succeeds when a majority of members answered;
+ * the others are reported WATCHLOCK_MEMBER_UNREACHABLE by
+ * watchlock_client_member_state() and watchlock_client_check() and are
+ * tried again by every call. Fewer than a majority: ECONN naming each
+ * member that did not answer and why. A member that answered with an error
+ * (authentication, TLS) fails the open with that error, naming it.
  *
  * Every watchlock_lock_* call works on a quorum client's plain locks:
  *  - acquire writes to every member before reading any reply and returns
  *    as soon as a majority granted (validity = lease - time since this
  *    attempt was sent - drift, on the monotonic clock) or a majority cannot
- *    grant; late grants and the grants of a failed attempt are given back
- *    (token-checked). It waits, when asked to, woken by a release on any
+ *    grant; the grants of a failed attempt are given back (token-checked);
+ *    after a success, grants that come later but within the validity are
+ *    kept (the hold's, renewed and released with it; later ones are given
+ *    back), so a hold may live on more than a majority. It waits, when asked to, woken by a release on any
  *    member, bounded by the lease the holders reported, with jitter.
  *    ETIMEDOUT ("busy") when a majority is held by others (or others hold
  *    some and no member was unreachable: a contention split); ECONN when

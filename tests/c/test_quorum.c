@@ -94,9 +94,20 @@ static void open_refusals(void)
     const char *cl[3] = {rh_url(s), "redis-cluster://127.0.0.1:1,127.0.0.1:2", rh_url(s)};
     CHECK_FAILS_WITH_MSG(watchlock_client_open_quorum(&c, cl, 3), WATCHLOCK_EINVAL);
     CHECK(strstr(watchlock_last_error(), "member 2") != NULL && strstr(watchlock_last_error(), "cluster") != NULL);
+    /* one of three down: opens (a majority answered), the member reported */
     const char *down[3] = {rh_url(s), rh_url(s), "redis://127.0.0.1:1?connect_timeout=300ms"};
-    CHECK_FAILS_WITH_MSG(watchlock_client_open_quorum(&c, down, 3), WATCHLOCK_ECONN);
-    CHECK(strstr(watchlock_last_error(), "member 3") != NULL);
+    CHECK_OK(watchlock_client_open_quorum(&c, down, 3));
+    CHECK_EQ(watchlock_client_member_state(c, 2), WATCHLOCK_MEMBER_UNREACHABLE);
+    CHECK_EQ(watchlock_client_member_state(c, 0), WATCHLOCK_MEMBER_GRANTED);
+    watchlock_client_close(c);
+    c = NULL;
+    /* two of three: ECONN naming both */
+    const char *down2[3] = {rh_url(s), "redis://127.0.0.1:1?connect_timeout=300ms",
+                            "redis://127.0.0.1:1?connect_timeout=300ms"};
+    CHECK_FAILS_WITH_MSG(watchlock_client_open_quorum(&c, down2, 3), WATCHLOCK_ECONN);
+    CHECK(strstr(watchlock_last_error(), "member 2") != NULL && strstr(watchlock_last_error(), "member 3") != NULL);
+    CHECK(strstr(watchlock_last_error(), "member 1 ") == NULL);
+    CHECK(c == NULL);
     /* one URL: the plain client */
     CHECK_OK(watchlock_client_open_quorum(&c, one, 1));
     CHECK_EQ(watchlock_client_member_count(c), 1);
@@ -340,6 +351,225 @@ static void loss_before_majority_expires(void)
     five_free(&f);
 }
 
+/* ---- opening with members frozen ---- */
+
+/* A quorum opens when a majority of members answer (a CLI run or a cron
+ * job opens a fresh client each time): the frozen ones (member 1, the
+ * client's own server, among them) are reported unreachable and retried
+ * on use. Members are probed in parallel: two frozen members cost one
+ * command timeout, not two. Fewer than a majority: ECONN naming them. */
+static void open_with_two_frozen(void)
+{
+    five f;
+    five_start(&f);
+    {
+        watchlock_client *c = settled(&f);
+        watchlock_client_close(c);
+    }
+    CHECK_EQ(rh_pause(f.s[0]), 0);
+    CHECK_EQ(rh_pause(f.s[1]), 0);
+    watchlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_client_open_quorum(&c, f.urls, N));
+    int64_t took = now_ms() - t0;
+    testing_note("open with members 1 and 2 frozen: %lld ms (command timeout 1000 ms)", (long long)took);
+    CHECK_INT(took, <, 1800); /* one timeout, not two */
+    CHECK_EQ(watchlock_client_member_state(c, 0), WATCHLOCK_MEMBER_UNREACHABLE);
+    CHECK_EQ(watchlock_client_member_state(c, 1), WATCHLOCK_MEMBER_UNREACHABLE);
+    for (size_t i = 2; i < N; i++)
+        CHECK_EQ(watchlock_client_member_state(c, i), WATCHLOCK_MEMBER_GRANTED);
+    watchlock_lock *l = lock_lease(c, "opened", LEASE);
+    CHECK_OK(watchlock_lock_acquire(l, 4 * LEASE)); /* may wait out the restart rule for the three */
+    CHECK_EQ(count_status(l, WATCHLOCK_MEMBER_GRANTED), 3);
+    WAIT_FOR(watchlock_lock_renewals(l) >= 3, 3 * LEASE);
+    CHECK_INT(watchlock_lock_renewals(l), >=, 3);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    CHECK_OK(watchlock_lock_release(l));
+    for (int i = 2; i < N; i++)
+        CHECK_EQ(key_exists(f.s[i], "opened"), 0);
+    watchlock_report *rep = NULL;
+    CHECK_OK(watchlock_client_check(&rep, c));
+    int down = 0;
+    for (size_t i = 0; i < watchlock_report_count(rep); i++)
+        down += watchlock_report_code(rep, i) == WATCHLOCK_CHECK_MEMBER_UNREACHABLE;
+    CHECK_EQ(down, 2);
+    watchlock_report_free(rep);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    /* three frozen: fewer than a majority, ECONN naming each, no doubled prefix */
+    CHECK_EQ(rh_pause(f.s[2]), 0);
+    c = NULL;
+    t0 = now_ms();
+    CHECK_FAILS_WITH_MSG(watchlock_client_open_quorum(&c, f.urls, N), WATCHLOCK_ECONN);
+    took = now_ms() - t0;
+    testing_note("open with 3 of 5 frozen failed in %lld ms: %s", (long long)took, watchlock_last_error());
+    CHECK(c == NULL);
+    CHECK_INT(took, <, 1800);
+    const char *msg = watchlock_last_error();
+    CHECK(strstr(msg, "member 1 ") != NULL && strstr(msg, "member 2 ") != NULL && strstr(msg, "member 3 ") != NULL);
+    CHECK(strstr(msg, "member 4 ") == NULL);
+    CHECK(strstr(msg, "quorum member 1: quorum member") == NULL);
+    CHECK(strstr(msg, "timed out") != NULL);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(rh_resume(f.s[i]), 0);
+    five_free(&f);
+}
+
+/* ---- a holder keeps its lock while members 1 and 2 are frozen ---- */
+
+/* Members 1 and 2 frozen (member 1 is the client's own server) while
+ * another client contends: the key stays on the three running members,
+ * renewed there, and the holder must not be told LOST. */
+/* The members from `from` on whose key carries the holder's token: the
+ * token ("<token>.<rest>") that a majority of members carry (EXISTS alone
+ * would count a contender's grant on its way back). */
+static int ours_on(five *f, const char *name, int from)
+{
+    char val[N][128];
+    for (int i = 0; i < N; i++) {
+        val[i][0] = '\0';
+        redisReply *r = rh_command(f->s[i], "GET watchlock:{%s}", name);
+        if (r != NULL && r->type == REDIS_REPLY_STRING) {
+            const char *dot = memchr(r->str, '.', r->len);
+            size_t n = dot != NULL ? (size_t)(dot - r->str) : r->len;
+            snprintf(val[i], sizeof val[i], "%.*s", (int)(n < 127 ? n : 127), r->str);
+        }
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    for (int i = 0; i < N; i++) {
+        int same = 0;
+        for (int j = 0; j < N; j++)
+            same += val[i][0] != '\0' && strcmp(val[i], val[j]) == 0;
+        if (same >= N / 2 + 1) {
+            int on = 0;
+            for (int j = from; j < N; j++)
+                on += strcmp(val[i], val[j]) == 0;
+            return on;
+        }
+    }
+    return 0;
+}
+
+typedef struct contender {
+    watchlock_client *c;
+    volatile int stop;
+    pthread_t th;
+} contender;
+
+static void *contend(void *arg)
+{
+    contender *x = arg;
+    watchlock_lock *l = lock_lease(x->c, "frozen01", LEASE);
+    while (!__atomic_load_n(&x->stop, __ATOMIC_SEQ_CST))
+        if (watchlock_lock_acquire(l, 500) == WATCHLOCK_OK)
+            watchlock_lock_release(l);
+    watchlock_lock_free(l);
+    return NULL;
+}
+
+static void kept_with_members_0_1_frozen(void)
+{
+    five f;
+    for (int i = 0; i < N; i++) {
+        f.s[i] = rh_start(NULL);
+        CHECK(f.s[i] != NULL);
+        snprintf(f.url[i], sizeof f.url[i], "%s?connect_timeout=400ms&command_timeout=400ms", rh_url(f.s[i]));
+        f.urls[i] = f.url[i];
+    }
+    watchlock_client *c = settled(&f);
+    contender x = {.c = settled(&f)};
+    CHECK_EQ(pthread_create(&x.th, NULL, contend, &x), 0);
+    for (int trial = 0; trial < 2; trial++) {
+        lost_at = 0;
+        watchlock_lock *l = lock_lease(c, "frozen01", LEASE);
+        CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, NULL));
+        /* a hold on the three that keep running (members 3 to 5) */
+        int on = 0;
+        for (int attempt = 0; attempt < 20 && on < 3; attempt++) {
+            int rc;
+            while ((rc = watchlock_lock_acquire(l, 5000)) == WATCHLOCK_ETIMEDOUT)
+                ;
+            CHECK_OK(rc);
+            int64_t r0 = watchlock_lock_renewals(l);
+            WAIT_FOR(watchlock_lock_renewals(l) > r0, 2 * LEASE);
+            on = ours_on(&f, "frozen01", 2);
+            if (on < 3)
+                CHECK_OK(watchlock_lock_release(l));
+        }
+        CHECK_EQ(on, 3);
+        CHECK_EQ(rh_pause(f.s[0]), 0);
+        CHECK_EQ(rh_pause(f.s[1]), 0);
+        int64_t t0 = now_ms();
+        WAIT_FOR(__atomic_load_n(&lost_at, __ATOMIC_SEQ_CST) != 0, 2 * LEASE);
+        int64_t at = __atomic_load_n(&lost_at, __ATOMIC_SEQ_CST);
+        testing_note("trial %d: %s after members 1 and 2 froze", trial,
+                     at != 0 ? "LOST" : "still held 2 leases");
+        if (at != 0)
+            testing_note("lost %lld ms after the freeze", (long long)(at - t0));
+        CHECK_EQ(at, 0);
+        CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+        CHECK_EQ(rh_resume(f.s[0]), 0);
+        CHECK_EQ(rh_resume(f.s[1]), 0);
+        watchlock_lock_release(l);
+        watchlock_lock_free(l);
+    }
+    __atomic_store_n(&x.stop, 1, __ATOMIC_SEQ_CST);
+    pthread_join(x.th, NULL);
+    watchlock_client_close(x.c);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
+/* ---- late grants of a successful acquire are kept ---- */
+
+/* Member 5 answers 300 ms late (a delay proxy): the acquire is decided by
+ * the other four. Its grant arrives within the validity: it is kept (our
+ * hold's identity there, renewed by the watchdog), so the hold lives on
+ * all five and survives the loss of any two. Before, it was given back. */
+static void late_grant_kept(void)
+{
+    five f;
+    five_start(&f);
+    ph_proxy *px = ph_start(rh_port(f.s[4]));
+    CHECK(px != NULL);
+    char purl[512];
+    snprintf(purl, sizeof purl, "%s?%s", ph_url(px), OPTS);
+    f.urls[4] = purl;
+    watchlock_client *c = settled(&f);
+    CHECK_EQ(ph_cmd(px, "delay both 150"), 0);
+    watchlock_lock *l = lock_lease(c, "late", LEASE);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(watchlock_lock_member_status(l, 4), WATCHLOCK_MEMBER_UNKNOWN); /* decided without it */
+    WAIT_FOR(watchlock_lock_renewals(l) >= 3, 3 * LEASE); /* past one lease */
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    CHECK_EQ(ours_on(&f, "late", 0), 5);
+    CHECK_INT(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_LATE_GRANTS), >=, 1);
+    CHECK_OK(watchlock_lock_release(l));
+    WAIT_FOR(key_exists(f.s[4], "late") == 0, 2 * LEASE);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(key_exists(f.s[i], "late"), 0);
+    CHECK_EQ(ph_cmd(px, "delay both 0"), 0);
+    /* a grant that comes after the validity is given back (the drain sends
+     * the release behind it): member 4 frozen through the acquire and past
+     * the validity, renewals going on; once it thaws it holds nothing */
+    CHECK_EQ(rh_pause(f.s[3]), 0);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    int64_t r0 = watchlock_lock_renewals(l);
+    WAIT_FOR(watchlock_lock_renewals(l) >= r0 + 3, 3 * LEASE); /* past the validity */
+    CHECK_EQ(rh_resume(f.s[3]), 0);
+    r0 = watchlock_lock_renewals(l);
+    WAIT_FOR(watchlock_lock_renewals(l) >= r0 + 3, 3 * LEASE); /* renewals reach it again */
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_HELD);
+    CHECK_EQ(key_exists(f.s[3], "late"), 0);
+    CHECK_EQ(ours_on(&f, "late", 0), 4);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    ph_free(px);
+    five_free(&f);
+}
+
 /* ---- a member restarted empty is not counted for one lease ---- */
 
 static void restarted_member_kept_out(void)
@@ -357,6 +587,11 @@ static void restarted_member_kept_out(void)
     CHECK(ta > 0);
     CHECK_EQ(rh_resume(f.s[3]), 0);
     CHECK_EQ(rh_resume(f.s[4]), 0);
+    /* their grants, late but within the validity, are a's (kept): taken
+     * away here, so that only the restart rule can keep b out below */
+    WAIT_FOR(watchlock_client_stat(a, WATCHLOCK_STAT_QUORUM_LATE_GRANTS) >= 2, LEASE / 2);
+    rh_int(f.s[3], "DEL watchlock:{rst}");
+    rh_int(f.s[4], "DEL watchlock:{rst}");
     /* 1 and 2 restart empty: a's keys there are gone */
     int64_t back = now_ms(); /* they came back after this */
     CHECK_EQ(rh_restart(f.s[1]), 0);
@@ -598,15 +833,15 @@ static void cycles_keep_connections(void)
 #define CONTENDERS 4
 #define HANDOFF_ROUNDS 12
 
-typedef struct contender {
+typedef struct handoff_contender {
     five *f;
     pthread_barrier_t *ready;
     int acquired, failed;
-} contender;
+} handoff_contender;
 
-static void *contend(void *arg)
+static void *handoff_contend(void *arg)
 {
-    contender *ct = arg;
+    handoff_contender *ct = arg;
     watchlock_client *c = NULL;
     int rc = watchlock_client_open_quorum(&c, ct->f->urls, N);
     watchlock_lock *l = NULL;
@@ -650,11 +885,11 @@ static void handoff_script_calls(void)
     five_start(&f);
     pthread_barrier_t ready;
     pthread_barrier_init(&ready, NULL, CONTENDERS + 1);
-    contender ct[CONTENDERS];
+    handoff_contender ct[CONTENDERS];
     pthread_t th[CONTENDERS];
     for (int i = 0; i < CONTENDERS; i++) {
-        ct[i] = (contender){&f, &ready, 0, 0};
-        CHECK(pthread_create(&th[i], NULL, contend, &ct[i]) == 0);
+        ct[i] = (handoff_contender){&f, &ready, 0, 0};
+        CHECK(pthread_create(&th[i], NULL, handoff_contend, &ct[i]) == 0);
     }
     pthread_barrier_wait(&ready);
     long long runs0 = 0;
@@ -687,6 +922,9 @@ static const test_case tests[] = {
     {"two_stopped", two_stopped, 0},
     {"three_stopped", three_stopped, 0},
     {"loss_before_majority_expires", loss_before_majority_expires, 0},
+    {"open_with_two_frozen", open_with_two_frozen, 0},
+    {"kept_with_members_0_1_frozen", kept_with_members_0_1_frozen, 0},
+    {"late_grant_kept", late_grant_kept, 0},
     {"restarted_member_kept_out", restarted_member_kept_out, 0},
     {"fencing_monotonic", fencing_monotonic, 0},
     {"fencing_raise_needed", fencing_raise_needed, 0},

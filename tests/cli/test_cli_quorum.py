@@ -154,6 +154,7 @@ def test_three_stopped_is_unreachable_not_busy(quorum, name):
         took = time.monotonic() - t0
         assert r.returncode == EX_UNAVAILABLE, (r.returncode, r.stderr)
         assert "unreachable" in r.stderr
+        assert "quorum member 1: quorum member" not in r.stderr, r.stderr
         assert took < 1 + 5, took
         wait_for(lambda: quorum.holders(lock_key(name), [3, 4]) == 0, "grants given back", timeout=5)
         r = cli("status", *url_args(quorum), name)
@@ -163,6 +164,16 @@ def test_three_stopped_is_unreachable_not_busy(quorum, name):
         assert r.returncode == EX_UNAVAILABLE, r.stderr
         ck = json.loads(r.stdout)
         assert ck["reachable"] == 2 and ck["verdict"] == "unavailable"
+
+
+def test_run_opens_and_acquires_with_two_members_stopped(quorum, name):
+    """A fresh `run` while 2 of 5 are frozen, member 1 (the client's own
+    server) among them: the open needs a majority only, so run acquires,
+    runs the command and releases (exit 0)."""
+    with quorum.paused(0, 1):
+        r = cli("run", *url_args(quorum), "--ttl", "3s", name, "--", "true")
+        assert r.returncode == 0, (r.returncode, r.stderr)
+        assert quorum.holders(lock_key(name), [2, 3, 4]) == 0
 
 
 def test_two_stopped_while_held_renews_and_releases(quorum, name, tmp_path):

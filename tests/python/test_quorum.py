@@ -124,6 +124,32 @@ def test_two_stopped_still_acquires_renews_releases(quorum, qclient, name):
         assert quorum.holders(key, [2, 3, 4]) == 0
 
 
+def test_client_opens_with_two_members_stopped(quorum, name):
+    """A fresh client while 2 of 5 are frozen (member 0, the client's own
+    server, among them): it opens (a majority answered), reports the frozen
+    ones unreachable, acquires, renews and releases on the three. With 3
+    frozen: ConnectionError naming each, once."""
+    key = lock_key(name)
+    with quorum.paused(0, 1):
+        c = watchlock.Client(urls_of(quorum))
+        try:
+            lock = c.lock(name, ttl=1.5)
+            assert lock.acquire(timeout=5)
+            assert lock.members[2:] == ["granted"] * 3
+            assert wait_for(lambda: lock.renewals >= 2, timeout=10), lock.renewals
+            assert lock.owned() and not lock.lost
+            lock.release()
+            assert quorum.holders(key, [2, 3, 4]) == 0
+        finally:
+            c.close()
+        with quorum.paused(2):
+            with pytest.raises(watchlock.ConnectionError) as ei:
+                watchlock.Client(urls_of(quorum))
+            msg = str(ei.value)
+            assert all(f"member {i} (" in msg for i in (1, 2, 3)), msg
+            assert "member 4 (" not in msg and "quorum member 1: quorum member" not in msg, msg
+
+
 def test_three_stopped_fails_as_unreachable_within_the_wait(quorum, qclient, name):
     key = lock_key(name)
     with quorum.paused(0, 1, 2):

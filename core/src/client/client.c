@@ -77,7 +77,9 @@ static void on_switch_master(void *arg)
 }
 
 /* Checks the server once: reachable, credentials good, scripts runnable. */
-int watchlock_client_open(watchlock_client **out, const char *url)
+/* ping: PING the server now (any client); false for a quorum's member 0,
+ * which quorum.c probes in parallel with the other members. */
+static int client_open(watchlock_client **out, const char *url, bool ping)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
@@ -108,7 +110,7 @@ int watchlock_client_open(watchlock_client **out, const char *url)
         client_free(c);
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
-    if ((rc = wl_node_ping(&c->server)) != WATCHLOCK_OK ||
+    if ((ping && (rc = wl_node_ping(&c->server)) != WATCHLOCK_OK) ||
         (rc = wl_sentinel_start(&c->server, on_switch_master, c)) != WATCHLOCK_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", watchlock_last_error());
@@ -117,6 +119,16 @@ int watchlock_client_open(watchlock_client **out, const char *url)
     }
     *out = c;
     return WATCHLOCK_OK;
+}
+
+int watchlock_client_open(watchlock_client **out, const char *url)
+{
+    return client_open(out, url, true);
+}
+
+int wl_client_open_unprobed(watchlock_client **out, const char *url)
+{
+    return client_open(out, url, false);
 }
 
 void watchlock_client_close(watchlock_client *c)

@@ -21,6 +21,9 @@ wl_subscriber *wl_client_sub(watchlock_client *c, const char *channel, size_t le
 int wl_client_join(watchlock_client *c, const char *channel, size_t len, const char *what, wl_subscriber **sub,
                    wl_sub_entry **entry);
 void wl_client_unref(watchlock_client *c);
+/* watchlock_client_open without the PING: a quorum's member 0, probed in
+ * parallel with the others (topology/quorum.c). */
+int wl_client_open_unprobed(watchlock_client **out, const char *url);
 /* One server's admin calls and check (client.c, admin.c, check.c); the
  * public ones are quorum_client.c's, which run these on a plain client and
  * on each member of a quorum. */

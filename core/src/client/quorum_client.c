@@ -26,8 +26,13 @@ int watchlock_client_open_quorum(watchlock_client **out, const char *const *urls
     for (size_t i = 0; i < n; i++) {
         wl_endpoint ep;
         int rc = wl_endpoint_parse(&ep, urls[i]);
+        if (rc != WATCHLOCK_OK && n > 1) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+            return wl_fail(rc, "quorum member %zu: %s", i + 1, msg);
+        }
         if (rc != WATCHLOCK_OK)
-            return n == 1 ? rc : wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
+            return rc;
         bool cluster = ep.kind == WL_KIND_CLUSTER;
         wl_endpoint_clear(&ep);
         if (cluster && n > 1)
@@ -37,15 +42,25 @@ int watchlock_client_open_quorum(watchlock_client **out, const char *const *urls
                            i + 1);
     }
     watchlock_client *c;
-    int rc = watchlock_client_open(&c, urls[0]);
-    if (rc != WATCHLOCK_OK)
-        return n == 1 ? rc : wl_fail(rc, "quorum member 1: %s", watchlock_last_error());
-    if (n == 1) {
-        *out = c;
-        return WATCHLOCK_OK;
+    if (n == 1)
+        return watchlock_client_open(out, urls[0]);
+    /* member 0 unprobed: wl_quorum_new probes every member at once */
+    int rc = wl_client_open_unprobed(&c, urls[0]);
+    if (rc != WATCHLOCK_OK) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", watchlock_last_error()); /* not an argument of wl_fail: the same buffer */
+        return wl_fail(rc, "quorum member 1: %s", msg);
     }
     wl_quorum *q;
-    if ((rc = wl_quorum_new(&q, &c->server, c->sub, urls, n)) != WATCHLOCK_OK) {
+    if ((rc = wl_quorum_new(&q, &c->server, c->sub, urls, n)) == WATCHLOCK_OK &&
+        (rc = wl_quorum_probe_all(q)) != WATCHLOCK_OK) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+        wl_quorum_stop(q);
+        wl_quorum_free(q);
+        wl_fail(rc, "%s", msg);
+    }
+    if (rc != WATCHLOCK_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", watchlock_last_error());
         watchlock_client_close(c);

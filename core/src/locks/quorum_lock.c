@@ -9,7 +9,9 @@
  *
  * Every attempt has a fresh token: the give-back of a failed attempt (a
  * token-checked release that may land late, behind the attempt on a slow
- * member) can then never delete a later attempt's key.
+ * member) can then never delete a later attempt's key. A successful
+ * attempt keeps the late grants that come within its validity (renewed,
+ * released like the others); a failed one gives back every grant.
  *
  * Validity: an attempt counts only if a majority of members that count
  * (the restart rule) granted before sent + lease - drift, where sent is
@@ -29,8 +31,6 @@
 #include <string.h>
 
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
-#define SPLIT_JITTER_MAX_US 20000 /* a split vote: retry after up to this much (random) */
-#define WAKE_JITTER_MIN_US 4000   /* a wake-up: attempt after up to max(this, 8 attempts' time) (random) */
 
 struct wl_qlock {
     int verdict[WL_QMAX]; /* the last attempt's, WATCHLOCK_MEMBER_* */
@@ -54,14 +54,6 @@ static const char raise_lua[] =
     "end\n"
     "return 1\n";
 
-static int64_t jitter_us(int64_t max_us)
-{
-    uint32_t r = 0;
-    if (max_us <= 0 || wl_random_bytes(&r, sizeof r) != 0)
-        return 0;
-    return (int64_t)(r % (uint64_t)max_us);
-}
-
 static bool held_now(const watchlock_lock *l)
 {
     return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
@@ -71,6 +63,7 @@ static bool held_now(const watchlock_lock *l)
 
 typedef struct tally {
     wl_quorum *q;
+    int64_t valid_us; /* lease - drift */
     size_t granted, held, unreach, restarted;
     int64_t fence;
     int64_t pttl[WL_QMAX]; /* the holders' leases left (ms) */
@@ -110,10 +103,12 @@ static void count(tally *t, wl_qcall *call)
     }
 }
 
+/* A majority granted (late grants within the validity kept), or cannot. */
 static bool decided(void *arg, wl_qcall *call)
 {
     tally *t = arg;
     count(t, call);
+    call->keep_until_us = t->granted >= t->q->majority ? call->sent_us + t->valid_us : 0;
     return t->granted >= t->q->majority || t->held + t->unreach + t->restarted > t->q->n - t->q->majority;
 }
 
@@ -214,7 +209,7 @@ static int attempt(watchlock_lock *l, tally *t)
     call.decided = decided;
     call.arg = t;
     int64_t margin = wl_margin_us(c, lease);
-    int64_t cap_ms = (lease * 1000 - margin) / 1000;
+    int64_t cap_ms = (t->valid_us = lease * 1000 - margin) / 1000;
     if (c->server.ep.command_timeout_ms < cap_ms)
         cap_ms = c->server.ep.command_timeout_ms;
     wl_quorum_call(q, &call, cap_ms);
@@ -279,42 +274,6 @@ static int attempt(watchlock_lock *l, tally *t)
     return rc;
 }
 
-/* ---- waiting on every member's release channel ---- */
-
-typedef struct waitset {
-    pthread_mutex_t mu;
-    pthread_cond_t cond;
-    uint64_t count;
-} waitset;
-
-static void waitset_signal(void *arg) /* under a subscriber's mutex: only signals */
-{
-    waitset *ws = arg;
-    pthread_mutex_lock(&ws->mu);
-    ws->count++;
-    pthread_cond_broadcast(&ws->cond);
-    pthread_mutex_unlock(&ws->mu);
-}
-
-static uint64_t waitset_count(waitset *ws)
-{
-    pthread_mutex_lock(&ws->mu);
-    uint64_t v = ws->count;
-    pthread_mutex_unlock(&ws->mu);
-    return v;
-}
-
-/* Sleeps until a wake-up after `seen` (when wakeable) or at_us. */
-static bool waitset_wait(waitset *ws, uint64_t seen, int64_t at_us, bool wakeable)
-{
-    pthread_mutex_lock(&ws->mu);
-    while ((!wakeable || ws->count == seen) && wl_now_us() < at_us)
-        wl_cond_wait_until(&ws->cond, &ws->mu, at_us);
-    bool woken = wakeable && ws->count != seen;
-    pthread_mutex_unlock(&ws->mu);
-    return woken;
-}
-
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
 {
     watchlock_client *c = l->hold.client;
@@ -343,7 +302,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
     bool waited = false;
     wl_sub_entry *entries[WL_QMAX] = {0};
     wl_sub_notify nodes[WL_QMAX];
-    waitset ws = {.count = 0};
+    wl_qwait ws = {.count = 0};
     bool ws_made = false;
     uint64_t seen = 0; /* wake-ups counted before the last attempt */
     while (rc == WATCHLOCK_ETIMEDOUT && wait_ms != 0 && t.unreach < q->majority) {
@@ -362,7 +321,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
                     entries[k] = NULL; /* that member's wake-ups are missed: the lease bounds the wait */
                     continue;
                 }
-                nodes[k] = (wl_sub_notify){waitset_signal, &ws, NULL};
+                nodes[k] = (wl_sub_notify){wl_qwait_signal, &ws, NULL};
                 wl_sub_notify_add(q->m[k].sub, entries[k], &nodes[k]);
             }
             int64_t ready_by = wl_now_us() + 100000; /* subscriptions run in parallel; a stopped member's is not awaited */
@@ -373,7 +332,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
                 if (entries[k] != NULL)
                     wl_sub_ready(q->m[k].sub, entries[k], ready_by, &live);
             }
-            seen = waitset_count(&ws);
+            seen = wl_qwait_count(&ws);
             if (atomic_load(&c->closed)) {
                 rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
                 break;
@@ -384,34 +343,19 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
         }
         bool split = t.held < q->majority;
         int64_t bound = retry_after_us(&t);
-        int64_t at = wl_now_us() + bound + jitter_us(bound / 8 + 1000);
+        int64_t at = wl_now_us() + bound + wl_jitter_us(bound / 8 + 1000);
         if (until >= 0 && until < at)
             at = until;
-        bool woken = waitset_wait(&ws, seen, at, true);
+        bool woken = wl_qwait_until(&ws, seen, at, true);
         if (!woken && until >= 0 && wl_now_us() >= until)
             break;
-        /* One attempt per release, spread among the waiters: a release is
-         * published by every member that held the key (up to N wake-ups),
-         * and every waiter hears it. A random slice of a few attempts'
-         * time absorbs the rest of that burst, and the waiters' attempts
-         * follow one another instead of colliding: the first takes the
-         * majority, the others find it held (no grant to give back, no
-         * give-back's wake-up) and wait for the next release. A split
-         * vote (every contender gave back) spreads wider. */
-        int64_t spread_max = split ? SPLIT_JITTER_MAX_US : 8 * attempt_us;
-        if (spread_max < WAKE_JITTER_MIN_US)
-            spread_max = WAKE_JITTER_MIN_US;
-        if (spread_max > SPLIT_JITTER_MAX_US)
-            spread_max = SPLIT_JITTER_MAX_US;
-        int64_t spread_until = wl_now_us() + jitter_us(spread_max);
-        if (until >= 0 && until < spread_until)
-            spread_until = until;
-        waitset_wait(&ws, seen, spread_until, false);
+        int64_t spread_until = wl_now_us() + wl_qwait_spread_us(split, attempt_us); /* one attempt per release */
+        wl_qwait_until(&ws, seen, until >= 0 && until < spread_until ? until : spread_until, false);
         if (atomic_load(&c->closed)) {
             rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
             break;
         }
-        seen = waitset_count(&ws); /* the wake-ups so far are answered by this attempt */
+        seen = wl_qwait_count(&ws); /* the wake-ups so far are answered by this attempt */
         int64_t a0 = wl_now_us();
         rc = attempt(l, &t);
         attempt_us = wl_now_us() - a0;

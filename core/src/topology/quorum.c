@@ -25,11 +25,14 @@
  * reads any reply, then reads them all from one poll() loop, and stops as
  * soon as the caller's predicate says the outcome is decided. Members
  * still pending then get the caller's give-back script pipelined behind
- * (a late grant is released, token-checked) and their connections go to
- * the drain: a thread that reads and drops their replies and returns each
- * connection to its member's pool once every reply on it was read (freed
- * when one is still missing at its time limit), so a late reply is never
- * matched to a later request.
+ * (a late grant is released, token-checked; when the predicate said the
+ * call succeeded, the drain sends it behind a grant that comes too late
+ * only: an acquire keeps the late grants that come within its validity,
+ * see locks/quorum_lock.c), and their connections go to the drain: a
+ * thread that reads and drops their replies and returns each connection
+ * to its member's pool once every reply on it was read (freed when one is
+ * still missing at its time limit), so a late reply is never matched to a
+ * later request.
  *
  * Threads: calls run on the caller's thread without any library mutex;
  * the drain thread takes q->drain->mu (a leaf) to pick up connections; q->mu
@@ -145,6 +148,15 @@ int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn)
     return rc;
 }
 
+/* "quorum member <i+1>: <last error>" (copied first: wl_fail writes the
+ * buffer watchlock_last_error() returns). */
+static int member_fail(int rc, size_t i)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+    return wl_fail(rc, "quorum member %zu: %s", i + 1, msg);
+}
+
 static void on_member_switch(void *arg)
 {
     wl_qmember *m = arg;
@@ -164,7 +176,7 @@ static int member_open(wl_quorum *q, size_t i, const char *url)
     if (rc != WATCHLOCK_OK) {
         free(m->srv);
         m->srv = NULL;
-        return wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
+        return member_fail(rc, i);
     }
     if (m->srv->ep.kind == WL_KIND_CLUSTER)
         return wl_fail(WATCHLOCK_EINVAL,
@@ -173,9 +185,8 @@ static int member_open(wl_quorum *q, size_t i, const char *url)
                        i + 1, m->srv->ep.label);
     if ((m->sub = wl_subscriber_new(m->srv)) == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-    if ((rc = wl_node_ping(m->srv)) != WATCHLOCK_OK ||
-        (rc = wl_sentinel_start(m->srv, on_member_switch, m)) != WATCHLOCK_OK)
-        return wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
+    if ((rc = wl_sentinel_start(m->srv, on_member_switch, m)) != WATCHLOCK_OK)
+        return member_fail(rc, i);
     return WATCHLOCK_OK;
 }
 
@@ -198,17 +209,6 @@ int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, c
     q->m[0].sub = first_sub;
     for (size_t i = 0; rc == WATCHLOCK_OK && i < n; i++)
         rc = member_open(q, i, urls[i]);
-    for (size_t i = 0; rc == WATCHLOCK_OK && i < n; i++) {
-        wl_conn *conn;
-        bool reused;
-        rc = wl_server_get(q->m[i].srv, &conn, &reused);
-        if (rc == WATCHLOCK_OK) {
-            rc = wl_quorum_probe(q, i, conn);
-            wl_server_put(q->m[i].srv, conn);
-        }
-        if (rc != WATCHLOCK_OK)
-            rc = wl_fail(rc, "quorum member %zu: %s", i + 1, watchlock_last_error());
-    }
     if (rc != WATCHLOCK_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", watchlock_last_error());
@@ -370,7 +370,8 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
                 grant_at = mc->tail - k; /* counted down: the value `left` has when it is read */
             info_due |= mc->kinds[k % KQ] == K_INFO;
         }
-        if (call->after != NULL) {
+        bool hold_back = call->after != NULL && call->keep_until_us > 0 && grant_at > 0;
+        if (call->after != NULL && !hold_back) {
             mcall tmp = *mc;
             if (push_script(&tmp, call->after, true))
                 left++, grant_at += grant_at > 0;
@@ -379,7 +380,8 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
         wl_conn_write_some(mc->conn, &done);
         /* A timed-out member (frozen, or a slow link) may still run what
          * was written to it: the give-back behind it runs there too. */
-        wl_qdrain_add(q->drain, q->m[i].srv, mc->conn, left, call->after != NULL ? grant_at : -1, !info_due, cap_ms);
+        wl_qdrain_add(q->drain, q->m[i].srv, mc->conn, left, call->after != NULL ? grant_at : -1, cap_ms,
+                      hold_back ? call->after : NULL, call->keep_until_us, !info_due);
         mc->conn = NULL;
         if (timed_out) {
             call->state[i] = WL_QM_FAILED;
@@ -456,6 +458,7 @@ size_t wl_quorum_call(wl_quorum *q, wl_qcall *call, int64_t cap_ms)
     if (cap_ms < 1)
         cap_ms = 1;
     call->sent_us = wl_now_us();
+    call->keep_until_us = 0;
     for (size_t i = 0; i < q->n; i++) {
         call->state[i] = call->skip[i] ? WL_QM_SKIPPED : WL_QM_PENDING;
         call->reply[i] = NULL;
@@ -572,6 +575,6 @@ void wl_quorum_send(wl_quorum *q, const wl_qscript *s, const bool *skip)
         }
         /* with its body (EVAL): a member that never ran it has no script */
         /* back to the pool after its reply only if it passed the INFO check */
-        wl_qdrain_add(q->drain, q->m[i].srv, mc.conn, 1, -1, reused, q->m[i].srv->ep.command_timeout_ms);
+        wl_qdrain_add(q->drain, q->m[i].srv, mc.conn, 1, -1, q->m[i].srv->ep.command_timeout_ms, NULL, 0, reused);
     }
 }

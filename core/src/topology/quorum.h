@@ -16,6 +16,7 @@
 #define WL_QMAX WATCHLOCK_QUORUM_MAX
 
 typedef struct wl_qdrain wl_qdrain; /* quorum.c's */
+typedef struct wl_qscript wl_qscript;
 
 typedef struct wl_qmember {
     wl_server *srv;     /* member 0: the client's own server; the others owned here */
@@ -42,17 +43,20 @@ typedef struct wl_quorum {
 int wl_qdrain_new(struct wl_quorum *q, wl_qdrain **out);
 /* Hands conn (`left` replies to come; reply number grant_at, counted down,
  * is an acquire's whose grant counts as late; -1 none) to the drain for at
- * most cap_ms; frees it when the drain cannot take it. Once every reply was
- * read, a poolable conn (it passed the restart rule's INFO check) goes back
- * to srv's pool; otherwise, or when a reply is still missing, it is freed. */
-void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, bool poolable,
-                   int64_t cap_ms);
+ * most cap_ms; frees it when the drain cannot take it. give (copied; NULL
+ * none): a give-back sent behind the grant when it comes at or after
+ * keep_until_us, or when the drain gives up on the connection first. Once
+ * every reply was read (a give-back's included), a poolable conn (it passed
+ * the restart rule's INFO check) goes back to srv's pool; otherwise, or
+ * when a reply is still missing, it is freed. */
+void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, int64_t cap_ms,
+                   const wl_qscript *give, int64_t keep_until_us, bool poolable);
 void wl_qdrain_stop(wl_qdrain *d); /* joins; frees what is left */
 void wl_qdrain_free(wl_qdrain *d); /* NULL-safe */
 
 /* Members 1..n-1 from urls[1..n) (member 0 is `first`, the client's server,
- * already open); each is pinged and asked INFO. EINVAL for cluster URLs.
- * On failure nothing is kept. */
+ * already open), not contacted yet: wl_quorum_probe_all does that. EINVAL
+ * for cluster URLs. On failure nothing is kept. */
 int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, const char *const *urls, size_t n);
 void wl_quorum_stop(wl_quorum *q);    /* joins the drain and the subscribers (close) */
 void wl_quorum_close(wl_quorum *q);   /* members' idle connections (close) */
@@ -62,6 +66,10 @@ bool wl_quorum_counts(wl_quorum *q, size_t i, int64_t now);
 size_t wl_quorum_kept_out(wl_quorum *q); /* members the restart rule keeps out now */
 /* Records a lease in use (the restart rule's window is the longest). */
 void wl_quorum_note_lease(wl_quorum *q, int64_t lease_ms);
+/* Probes every member at once (quorum_open.c): PING, INFO, SCRIPT LOAD.
+ * OK when a majority answered (the rest marked unreachable); ECONN naming
+ * the members that did not, when fewer; a member's other error as is. */
+int wl_quorum_probe_all(wl_quorum *q);
 /* Asks member i INFO server on conn now (one round trip): applies the rule. */
 int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn);
 
@@ -84,6 +92,10 @@ struct wl_qcall {
     /* after each reply: true when the caller needs no more (the rest go to the drain) */
     bool (*decided)(void *arg, wl_qcall *call);
     void *arg;
+    /* set by decided() when the call succeeded: the members still pending
+     * get `after` only if their reply comes at or after this time (or never
+     * comes), sent by the drain behind it; 0: `after` pipelined at once */
+    int64_t keep_until_us;
     /* out, per member */
     int state[WL_QMAX];
     redisReply *reply[WL_QMAX]; /* the script's reply when REPLIED (freed by wl_qcall_clear) */
@@ -93,8 +105,8 @@ struct wl_qcall {
 /* Sends s to every member not skipped (INFO first on fresh connections:
  * the restart rule), reads replies from all at once until decided(), every
  * member answered, or cap_ms. Members still pending then are FAILED (or,
- * once decided, left PENDING with `after` queued behind, their replies read
- * by the drain). Returns the number of members that replied. */
+ * once decided, left PENDING with `after` queued behind, or held back
+ * per keep_until_us, their replies read by the drain). Returns the number of members that replied. */
 size_t wl_quorum_call(wl_quorum *q, wl_qcall *call, int64_t cap_ms);
 void wl_qcall_clear(wl_qcall *call); /* frees the replies */
 /* Writes s to every member not skipped and leaves the replies to the

@@ -18,6 +18,17 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+/* A give-back held back (a successful acquire's, wl_qcall.keep_until_us):
+ * sent on the connection behind the grant when the grant comes after
+ * keep_until, or when the drain gives up on the connection first. */
+typedef struct wl_qgive {
+    int script, nkeys, nargs;
+    int64_t keep_until;
+    const char *argv[16];
+    size_t lens[16];
+    char data[];
+} wl_qgive;
+
 typedef struct drain_item {
     wl_server *srv;
     wl_conn *conn;
@@ -25,7 +36,45 @@ typedef struct drain_item {
     int grant_at;  /* the reply (counted down from left) that is an acquire's: a late grant; -1 none */
     bool poolable; /* passed the INFO check: back to the pool once every reply was read */
     int64_t until;
+    wl_qgive *give; /* NULL: none held back */
 } drain_item;
+
+static wl_qgive *give_copy(const wl_qscript *s, int64_t keep_until)
+{
+    int n = s->nkeys + s->nargs;
+    if (s->script < 0 || n > 16)
+        return NULL;
+    size_t bytes = 0;
+    for (int k = 0; k < n; k++)
+        bytes += s->lens[k] + 1;
+    wl_qgive *g = malloc(sizeof *g + bytes);
+    if (g == NULL)
+        return NULL;
+    *g = (wl_qgive){.script = s->script, .nkeys = s->nkeys, .nargs = s->nargs, .keep_until = keep_until};
+    char *p = g->data;
+    for (int k = 0; k < n; k++) {
+        memcpy(p, s->argv[k], s->lens[k]);
+        p[s->lens[k]] = '\0';
+        g->argv[k] = p;
+        g->lens[k] = s->lens[k];
+        p += s->lens[k] + 1;
+    }
+    return g;
+}
+
+/* Sends the held-back give-back on the item's connection (behind the
+ * acquire: the member runs it after the grant); one more reply to read. */
+static void give_back(drain_item *it)
+{
+    wl_qgive *g = it->give;
+    it->give = NULL;
+    bool done;
+    if (wl_append_script(it->conn, g->script, true, g->nkeys, g->nargs, g->argv, g->lens) == 0) {
+        it->left++;
+        wl_conn_write_some(it->conn, &done);
+    }
+    free(g);
+}
 
 struct wl_qdrain {
     wl_quorum *q;
@@ -39,6 +88,8 @@ struct wl_qdrain {
 
 static void item_end(wl_quorum *q, drain_item *it, bool abandon)
 {
+    if (it->give != NULL) /* the grant did not come in time: given back behind it, best effort */
+        give_back(it);
     if (it->left > 0) { /* replies that never came: WATCHLOCK_STAT_QUORUM_UNREACHED */
         atomic_fetch_add(&q->unreached, 1);
         wl_conn_free(it->conn); /* broken for good: a reply is still due on it */
@@ -63,10 +114,21 @@ static void item_read(wl_quorum *q, drain_item *it)
             return;
         bool acquired;
         int64_t v;
-        if (it->left == it->grant_at && wl_reply_acquire(r, &acquired, &v) && acquired)
+        bool grant = it->left == it->grant_at && wl_reply_acquire(r, &acquired, &v) && acquired;
+        if (it->left == it->grant_at)
+            it->grant_at = -1;
+        if (grant)
             atomic_fetch_add(&q->late_grants, 1);
         freeReplyObject(r);
         it->left--;
+        if (it->give != NULL && it->grant_at < 0) {
+            if (grant && wl_now_us() >= it->give->keep_until)
+                give_back(it); /* past the hold's validity: not counted on, given back */
+            else {
+                free(it->give); /* in time (kept: the hold's), or no grant */
+                it->give = NULL;
+            }
+        }
     }
     item_end(q, it, false);
 }
@@ -148,8 +210,17 @@ static void *drain_main(void *arg)
 
 /* Hands conn (left replies to come) to the drain; frees it when the drain
  * cannot take it. */
-void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, bool poolable, int64_t cap_ms)
+void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, int64_t cap_ms,
+                   const wl_qscript *give, int64_t keep_until_us, bool poolable)
 {
+    wl_qgive *held = give != NULL && grant_at > 0 ? give_copy(give, keep_until_us) : NULL;
+    if (give != NULL && grant_at > 0 && held == NULL) { /* cannot hold it back: behind at once, as on failure */
+        bool done;
+        if (wl_append_script(conn, give->script, true, give->nkeys, give->nargs, give->argv, give->lens) == 0) {
+            left++, grant_at++;
+            wl_conn_write_some(conn, &done);
+        }
+    }
     pthread_mutex_lock(&d->mu);
     bool ok = !d->stop;
     if (ok && !d->started) {
@@ -166,9 +237,13 @@ void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int gr
         }
     }
     if (ok)
-        d->in[d->n_in++] = (drain_item){srv, conn, left, grant_at, poolable, wl_now_us() + cap_ms * 1000};
+        d->in[d->n_in++] = (drain_item){srv, conn, left, grant_at, poolable, wl_now_us() + cap_ms * 1000, held};
     pthread_mutex_unlock(&d->mu);
     if (!ok) {
+        if (held != NULL) {
+            drain_item tmp = {.conn = conn, .left = left, .give = held};
+            give_back(&tmp);
+        }
         wl_conn_free(conn);
         return;
     }
@@ -208,8 +283,11 @@ void wl_qdrain_stop(wl_qdrain *d)
         d->started = false;
         pthread_mutex_unlock(&d->mu);
     }
-    for (size_t i = 0; i < d->n_in; i++)
+    for (size_t i = 0; i < d->n_in; i++) {
+        if (d->in[i].give != NULL)
+            give_back(&d->in[i]);
         wl_conn_free(d->in[i].conn);
+    }
     d->n_in = 0;
 }
 
