@@ -274,6 +274,20 @@ static int attempt(watchlock_lock *l, tally *t)
     return rc;
 }
 
+/* The wake-ups a failed attempt causes itself: its give-back publishes a
+ * release on every member that granted it (counted or not) and that we
+ * listen to. Not counted as wake-ups (it would wake itself into a loop);
+ * one missing (a key gone before the give-back) costs at most an
+ * answered wake-up, and the wait stays bounded by the lease. */
+static uint64_t own_wakeups(const tally *t, wl_sub_entry *const *entries)
+{
+    uint64_t n = 0;
+    for (size_t k = 0; k < t->q->n; k++)
+        n += entries[k] != NULL &&
+             (t->verdict[k] == WATCHLOCK_MEMBER_GRANTED || t->verdict[k] == WATCHLOCK_MEMBER_RESTARTED);
+    return n;
+}
+
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
 {
     watchlock_client *c = l->hold.client;
@@ -304,7 +318,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
     wl_sub_notify nodes[WL_QMAX];
     wl_qwait ws = {.count = 0};
     bool ws_made = false;
-    uint64_t seen = 0; /* wake-ups counted before the last attempt */
+    uint64_t seen = 0; /* wake-ups answered: counted before the last attempt, plus its give-backs' */
     while (rc == WATCHLOCK_ETIMEDOUT && wait_ms != 0 && t.unreach < q->majority) {
         if (!ws_made) {
             if (pthread_mutex_init(&ws.mu, NULL) != 0 || wl_cond_init(&ws.cond) != 0) {
@@ -338,6 +352,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
                 break;
             }
             rc = attempt(l, &t);
+            seen += own_wakeups(&t, entries);
             if (rc != WATCHLOCK_ETIMEDOUT || t.unreach >= q->majority)
                 break;
         }
@@ -359,6 +374,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
         int64_t a0 = wl_now_us();
         rc = attempt(l, &t);
         attempt_us = wl_now_us() - a0;
+        seen += own_wakeups(&t, entries);
     }
     for (size_t k = 0; k < q->n; k++)
         if (entries[k] != NULL) {

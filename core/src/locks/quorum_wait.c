@@ -59,9 +59,9 @@ uint64_t wl_qwait_count(wl_qwait *w)
 bool wl_qwait_until(wl_qwait *w, uint64_t seen, int64_t at_us, bool wakeable)
 {
     pthread_mutex_lock(&w->mu);
-    while ((!wakeable || w->count == seen) && wl_now_us() < at_us)
+    while ((!wakeable || w->count <= seen) && wl_now_us() < at_us)
         wl_cond_wait_until(&w->cond, &w->mu, at_us);
-    bool woken = wakeable && w->count != seen;
+    bool woken = wakeable && w->count > seen;
     pthread_mutex_unlock(&w->mu);
     return woken;
 }
