@@ -16,6 +16,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdlib.h>
 
 #define N 5
@@ -788,6 +789,161 @@ static void mixed_members(void)
     rh_free(p2);
 }
 
+/* ---- cost: pooled connections, script calls per hand-off ---- */
+
+static long long scripts_run(rh_server *s)
+{
+    return rh_info(s, "commandstats", "cmdstat_evalsha") + rh_info(s, "commandstats", "cmdstat_eval");
+}
+
+/* Uncontended cycles keep their connections: a call decided at a majority
+ * leaves the members still pending to be read in the background, and their
+ * connections go back to the pool once every reply on them was read (they
+ * used to be closed, so the next call opened fresh ones, INFO first). */
+static void cycles_keep_connections(void)
+{
+    five f;
+    five_start(&f);
+    watchlock_client *c = open_q(f.urls, N);
+    watchlock_lock *l = lock_lease(c, "pool", LEASE);
+    CHECK_OK(watchlock_lock_acquire(l, 4 * LEASE)); /* waits out the restart window */
+    CHECK_OK(watchlock_lock_release(l));
+    long long conns0[N];
+    for (int i = 0; i < N; i++)
+        conns0[i] = rh_info(f.s[i], "stats", "total_connections_received");
+    int cycles = 300;
+    for (int k = 0; k < cycles; k++) {
+        CHECK_OK(watchlock_lock_acquire(l, 2 * LEASE));
+        CHECK_OK(watchlock_lock_release(l));
+    }
+    long long worst = 0;
+    for (int i = 0; i < N; i++) {
+        long long d = rh_info(f.s[i], "stats", "total_connections_received") - conns0[i];
+        if (d > worst)
+            worst = d;
+    }
+    testing_note("%d cycles over %d members: at most %lld new connections on one member", cycles, N, worst);
+    /* a few for a slow moment (a reply still missing at a call's time limit) */
+    CHECK_INT(worst, <=, 10);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
+/* A waiter kept out only by the restart rule (fresh servers: every member
+ * grants, none counts yet) is not woken by its own give-backs: it waits for
+ * the window's end, with a few attempts, not one every few milliseconds. */
+static void restart_window_not_polled(void)
+{
+    five f;
+    five_start(&f);
+    long long runs0 = 0;
+    for (int i = 0; i < N; i++)
+        runs0 += scripts_run(f.s[i]);
+    watchlock_client *c = open_q(f.urls, N);
+    watchlock_lock *l = lock_lease(c, "window", LEASE);
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_acquire(l, 4 * LEASE));
+    int64_t took = now_ms() - t0;
+    long long runs = -runs0;
+    for (int i = 0; i < N; i++)
+        runs += scripts_run(f.s[i]);
+    testing_note("acquire through the restart window took %lld ms: %lld scripts on %d members", (long long)took,
+                 runs, N);
+    /* attempts (and their give-backs): a handful per member, not one per wake-up of its own */
+    CHECK_INT(runs / N, <=, 12);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
+#define CONTENDERS 4
+#define HANDOFF_ROUNDS 12
+
+typedef struct handoff_contender {
+    five *f;
+    pthread_barrier_t *ready;
+    int acquired, failed;
+} handoff_contender;
+
+static void *handoff_contend(void *arg)
+{
+    handoff_contender *ct = arg;
+    watchlock_client *c = NULL;
+    int rc = watchlock_client_open_quorum(&c, ct->f->urls, N);
+    watchlock_lock *l = NULL;
+    if (rc == WATCHLOCK_OK) {
+        l = new_lock(c, "handoff");
+        watchlock_lock_set_lease(l, LEASE);
+        /* the restart rule's window (fresh servers) is waited out first,
+         * through an acquire with a wait, and not counted */
+        rc = watchlock_lock_acquire(l, 20 * LEASE);
+        if (rc == WATCHLOCK_OK)
+            rc = watchlock_lock_release(l);
+    }
+    pthread_barrier_wait(ct->ready);
+    pthread_barrier_wait(ct->ready); /* main read the counters */
+    for (int k = 0; rc == WATCHLOCK_OK && k < HANDOFF_ROUNDS; k++) {
+        if (watchlock_lock_acquire(l, 20 * LEASE) != WATCHLOCK_OK) {
+            ct->failed++;
+            continue;
+        }
+        ct->acquired++;
+        struct timespec hold = {0, 10 * 1000 * 1000}; /* the work done under the lock */
+        nanosleep(&hold, NULL);
+        if (watchlock_lock_release(l) != WATCHLOCK_OK)
+            ct->failed++;
+    }
+    if (rc != WATCHLOCK_OK)
+        ct->failed++;
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    return NULL;
+}
+
+/* Hand-off under contention: a waiter is woken by a release (on any member,
+ * once per release, not once per member that publishes it) and makes one
+ * attempt, so the members run a few scripts per acquire (the winner's
+ * attempt and release, the other waiters' one failed attempt each), not
+ * dozens. */
+static void handoff_script_calls(void)
+{
+    five f;
+    five_start(&f);
+    pthread_barrier_t ready;
+    pthread_barrier_init(&ready, NULL, CONTENDERS + 1);
+    handoff_contender ct[CONTENDERS];
+    pthread_t th[CONTENDERS];
+    for (int i = 0; i < CONTENDERS; i++) {
+        ct[i] = (handoff_contender){&f, &ready, 0, 0};
+        CHECK(pthread_create(&th[i], NULL, handoff_contend, &ct[i]) == 0);
+    }
+    pthread_barrier_wait(&ready);
+    long long runs0 = 0;
+    for (int i = 0; i < N; i++)
+        runs0 += scripts_run(f.s[i]);
+    pthread_barrier_wait(&ready);
+    int acquired = 0, failed = 0;
+    for (int i = 0; i < CONTENDERS; i++) {
+        pthread_join(th[i], NULL);
+        acquired += ct[i].acquired;
+        failed += ct[i].failed;
+    }
+    long long runs = -runs0;
+    for (int i = 0; i < N; i++)
+        runs += scripts_run(f.s[i]);
+    CHECK_EQ(failed, 0);
+    CHECK_EQ(acquired, CONTENDERS * HANDOFF_ROUNDS);
+    double per = (double)runs / (double)acquired / N;
+    testing_note("%d contenders, %d acquires: %lld scripts run on %d members, %.2f per acquire per member "
+                 "(attempts, give-backs and the release)",
+                 CONTENDERS, acquired, runs, N, per);
+    CHECK(per <= 8.0); /* ~4 typical (1 attempt per waiter per release + the release); 51 before */
+    pthread_barrier_destroy(&ready);
+    five_free(&f);
+}
+
 static const test_case tests[] = {
     {"open_refusals", open_refusals, 0},
     {"acquire_release_five", acquire_release_five, 0},
@@ -802,6 +958,9 @@ static const test_case tests[] = {
     {"fencing_raise_needed", fencing_raise_needed, 0},
     {"min_replicas_per_member", min_replicas_per_member, 0},
     {"mixed_members", mixed_members, 0},
+    {"cycles_keep_connections", cycles_keep_connections, 0},
+    {"handoff_script_calls", handoff_script_calls, 0},
+    {"restart_window_not_polled", restart_window_not_polled, 0},
     {NULL, NULL, 0},
 };
 

@@ -86,6 +86,21 @@ int64_t wl_lock_fence(const watchlock_lock *l);
  * quorum yet (fair, semaphore, rwlock, multi): EINVAL with a message naming
  * `kind` on a quorum client, OK on any other; call it from the kind's
  * constructor. */
+/* A quorum waiter's wake-ups (quorum_wait.c): wl_qwait_signal is the
+ * subscribers' notify function; wl_qwait_until sleeps until the count
+ * exceeds `seen` (when wakeable) or at_us, true when woken. */
+typedef struct wl_qwait {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    uint64_t count;
+} wl_qwait;
+void wl_qwait_signal(void *arg);
+uint64_t wl_qwait_count(wl_qwait *w);
+bool wl_qwait_until(wl_qwait *w, uint64_t seen, int64_t at_us, bool wakeable);
+int64_t wl_jitter_us(int64_t max_us); /* random in [0, max_us) */
+/* The random slice before a woken waiter's one attempt (a split vote's
+ * wider): one attempt per release, the waiters' attempts spread. */
+int64_t wl_qwait_spread_us(bool split, int64_t attempt_us);
 int wl_quorum_refuse(watchlock_client *c, const char *kind);
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
 int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms);

@@ -31,7 +31,6 @@
 #include <string.h>
 
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
-#define SPLIT_JITTER_MAX_US 20000 /* a split vote: retry after up to this much (random) */
 
 struct wl_qlock {
     int verdict[WL_QMAX]; /* the last attempt's, WATCHLOCK_MEMBER_* */
@@ -54,14 +53,6 @@ static const char raise_lua[] =
     "  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')\n"
     "end\n"
     "return 1\n";
-
-static int64_t jitter_us(int64_t max_us)
-{
-    uint32_t r = 0;
-    if (max_us <= 0 || wl_random_bytes(&r, sizeof r) != 0)
-        return 0;
-    return (int64_t)(r % (uint64_t)max_us);
-}
 
 static bool held_now(const watchlock_lock *l)
 {
@@ -283,40 +274,18 @@ static int attempt(watchlock_lock *l, tally *t)
     return rc;
 }
 
-/* ---- waiting on every member's release channel ---- */
-
-typedef struct waitset {
-    pthread_mutex_t mu;
-    pthread_cond_t cond;
-    uint64_t count;
-} waitset;
-
-static void waitset_signal(void *arg) /* under a subscriber's mutex: only signals */
+/* The wake-ups a failed attempt causes itself: its give-back publishes a
+ * release on every member that granted it (counted or not) and that we
+ * listen to. Not counted as wake-ups (it would wake itself into a loop);
+ * one missing (a key gone before the give-back) costs at most an
+ * answered wake-up, and the wait stays bounded by the lease. */
+static uint64_t own_wakeups(const tally *t, wl_sub_entry *const *entries)
 {
-    waitset *ws = arg;
-    pthread_mutex_lock(&ws->mu);
-    ws->count++;
-    pthread_cond_broadcast(&ws->cond);
-    pthread_mutex_unlock(&ws->mu);
-}
-
-static uint64_t waitset_count(waitset *ws)
-{
-    pthread_mutex_lock(&ws->mu);
-    uint64_t v = ws->count;
-    pthread_mutex_unlock(&ws->mu);
-    return v;
-}
-
-/* Sleeps until a wake-up after `seen` (when wakeable) or at_us. */
-static bool waitset_wait(waitset *ws, uint64_t seen, int64_t at_us, bool wakeable)
-{
-    pthread_mutex_lock(&ws->mu);
-    while ((!wakeable || ws->count == seen) && wl_now_us() < at_us)
-        wl_cond_wait_until(&ws->cond, &ws->mu, at_us);
-    bool woken = wakeable && ws->count != seen;
-    pthread_mutex_unlock(&ws->mu);
-    return woken;
+    uint64_t n = 0;
+    for (size_t k = 0; k < t->q->n; k++)
+        n += entries[k] != NULL &&
+             (t->verdict[k] == WATCHLOCK_MEMBER_GRANTED || t->verdict[k] == WATCHLOCK_MEMBER_RESTARTED);
+    return n;
 }
 
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
@@ -343,12 +312,13 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
     int64_t until = wl_deadline_after_ms(wait_ms);
     tally t;
     rc = attempt(l, &t);
+    int64_t attempt_us = wl_now_us() - t0_us; /* the last attempt's round trip: scales the spread */
     bool waited = false;
     wl_sub_entry *entries[WL_QMAX] = {0};
     wl_sub_notify nodes[WL_QMAX];
-    waitset ws = {.count = 0};
+    wl_qwait ws = {.count = 0};
     bool ws_made = false;
-    uint64_t seen = 0; /* wake-ups counted before the last attempt */
+    uint64_t seen = 0; /* wake-ups answered: counted before the last attempt, plus its give-backs' */
     while (rc == WATCHLOCK_ETIMEDOUT && wait_ms != 0 && t.unreach < q->majority) {
         if (!ws_made) {
             if (pthread_mutex_init(&ws.mu, NULL) != 0 || wl_cond_init(&ws.cond) != 0) {
@@ -365,7 +335,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
                     entries[k] = NULL; /* that member's wake-ups are missed: the lease bounds the wait */
                     continue;
                 }
-                nodes[k] = (wl_sub_notify){waitset_signal, &ws, NULL};
+                nodes[k] = (wl_sub_notify){wl_qwait_signal, &ws, NULL};
                 wl_sub_notify_add(q->m[k].sub, entries[k], &nodes[k]);
             }
             int64_t ready_by = wl_now_us() + 100000; /* subscriptions run in parallel; a stopped member's is not awaited */
@@ -376,31 +346,35 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
                 if (entries[k] != NULL)
                     wl_sub_ready(q->m[k].sub, entries[k], ready_by, &live);
             }
-            seen = waitset_count(&ws);
+            seen = wl_qwait_count(&ws);
             if (atomic_load(&c->closed)) {
                 rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
                 break;
             }
             rc = attempt(l, &t);
+            seen += own_wakeups(&t, entries);
             if (rc != WATCHLOCK_ETIMEDOUT || t.unreach >= q->majority)
                 break;
         }
         bool split = t.held < q->majority;
         int64_t bound = retry_after_us(&t);
-        int64_t at = wl_now_us() + bound + jitter_us(bound / 8 + 1000);
+        int64_t at = wl_now_us() + bound + wl_jitter_us(bound / 8 + 1000);
         if (until >= 0 && until < at)
             at = until;
-        bool woken = waitset_wait(&ws, seen, at, true);
+        bool woken = wl_qwait_until(&ws, seen, at, true);
         if (!woken && until >= 0 && wl_now_us() >= until)
             break;
-        if (split) /* a split vote: every contender gave back; spread the retries */
-            waitset_wait(&ws, seen, wl_now_us() + jitter_us(SPLIT_JITTER_MAX_US), false);
+        int64_t spread_until = wl_now_us() + wl_qwait_spread_us(split, attempt_us); /* one attempt per release */
+        wl_qwait_until(&ws, seen, until >= 0 && until < spread_until ? until : spread_until, false);
         if (atomic_load(&c->closed)) {
             rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
             break;
         }
-        seen = waitset_count(&ws); /* one attempt per wake-up */
+        seen = wl_qwait_count(&ws); /* the wake-ups so far are answered by this attempt */
+        int64_t a0 = wl_now_us();
         rc = attempt(l, &t);
+        attempt_us = wl_now_us() - a0;
+        seen += own_wakeups(&t, entries);
     }
     for (size_t k = 0; k < q->n; k++)
         if (entries[k] != NULL) {

@@ -17,8 +17,9 @@
  * long (a Sentinel failover to a replica), the moment the change was seen.
  * INFO goes first on every fresh connection to a member: a restart drops
  * every connection, so no connection opened after it escapes the check.
- * The pool only ever holds connections that passed it (the drain frees
- * the connections it finishes instead of pooling them).
+ * The pool only ever holds connections that passed it (the drain pools
+ * only the connections whose INFO reply was read by the call, or that came
+ * from the pool).
  *
  * One call. wl_quorum_call writes the script to every member before it
  * reads any reply, then reads them all from one poll() loop, and stops as
@@ -27,9 +28,11 @@
  * (a late grant is released, token-checked; when the predicate said the
  * call succeeded, the drain sends it behind a grant that comes too late
  * only: an acquire keeps the late grants that come within its validity,
- * see locks/quorum_lock.c), and their connections go to
- * the drain: a thread that reads and drops their replies and frees the
- * connections, so a late reply is never matched to a later request.
+ * see locks/quorum_lock.c), and their connections go to the drain: a
+ * thread that reads and drops their replies and returns each connection
+ * to its member's pool once every reply on it was read (freed when one is
+ * still missing at its time limit), so a late reply is never matched to a
+ * later request.
  *
  * Threads: calls run on the caller's thread without any library mutex;
  * the drain thread takes q->drain->mu (a leaf) to pick up connections; q->mu
@@ -259,6 +262,8 @@ void wl_quorum_free(wl_quorum *q)
 /* ---- one call on every member ---- */
 
 enum { K_INFO, K_SCRIPT, K_WAIT, K_IGNORE };
+#define LINGER_MIN_US 100
+#define LINGER_MAX_US 1000
 #define KQ 8
 
 typedef struct mcall {
@@ -359,9 +364,12 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
         if (call->state[i] != WL_QM_PENDING || mc->conn == NULL)
             continue;
         int left = mc->tail - mc->head, grant_at = -1;
-        for (int k = mc->head; k < mc->tail; k++)
+        bool info_due = false; /* an INFO not read yet: the connection has not passed the check */
+        for (int k = mc->head; k < mc->tail; k++) {
             if (mc->kinds[k % KQ] == K_SCRIPT)
                 grant_at = mc->tail - k; /* counted down: the value `left` has when it is read */
+            info_due |= mc->kinds[k % KQ] == K_INFO;
+        }
         bool hold_back = call->after != NULL && call->keep_until_us > 0 && grant_at > 0;
         if (call->after != NULL && !hold_back) {
             mcall tmp = *mc;
@@ -373,7 +381,7 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
         /* A timed-out member (frozen, or a slow link) may still run what
          * was written to it: the give-back behind it runs there too. */
         wl_qdrain_add(q->drain, q->m[i].srv, mc->conn, left, call->after != NULL ? grant_at : -1, cap_ms,
-                      hold_back ? call->after : NULL, call->keep_until_us);
+                      hold_back ? call->after : NULL, call->keep_until_us, !info_due);
         mc->conn = NULL;
         if (timed_out) {
             call->state[i] = WL_QM_FAILED;
@@ -462,10 +470,11 @@ size_t wl_quorum_call(wl_quorum *q, wl_qcall *call, int64_t cap_ms)
     struct pollfd pfd[WL_QMAX];
     size_t who[WL_QMAX], replied = 0;
     bool decided = false, timed_out = false;
-    size_t settled = 0; /* members no longer pending when decided() was last asked */
+    size_t settled = 0;     /* members no longer pending when decided() was last asked */
+    int64_t linger_end = 0; /* once decided: until when the members still pending are read here */
     for (;;) {
         size_t np = 0;
-        for (size_t i = 0; i < q->n && !decided; i++) {
+        for (size_t i = 0; i < q->n; i++) {
             mcall *mc = &ms[i];
             if (call->state[i] != WL_QM_PENDING)
                 continue;
@@ -497,19 +506,36 @@ size_t wl_quorum_call(wl_quorum *q, wl_qcall *call, int64_t cap_ms)
         if (!decided && now_settled != settled && call->decided != NULL) {
             settled = now_settled;
             decided = call->decided(call->arg, call);
+            if (decided) {
+                /* The members still pending are read here a little longer
+                 * (as long as the majority took, 100 us to 1 ms): their
+                 * replies are usually just behind, and a connection whose
+                 * every reply was read goes straight back to the pool; the
+                 * drain (a thread wake-up, and a give-back for a late grant)
+                 * is left to members that are really late. */
+                int64_t now = wl_now_us(), took = now - call->sent_us;
+                linger_end = now + (took < LINGER_MIN_US ? LINGER_MIN_US : took > LINGER_MAX_US ? LINGER_MAX_US : took);
+                if (linger_end > deadline)
+                    linger_end = deadline;
+            }
         }
-        if (decided || np == 0) {
-            if (!decided && now_settled < q->n) /* a member failed and was retried: go round once more */
+        if (decided && (np == 0 || wl_now_us() >= linger_end))
+            break;
+        if (np == 0) {
+            if (now_settled < q->n) /* a member failed and was retried: go round once more */
                 for (size_t i = 0; i < q->n; i++)
                     np += call->state[i] == WL_QM_PENDING;
-            if (decided || np == 0)
+            if (np == 0)
                 break;
             continue;
         }
-        int64_t left = deadline - wl_now_us();
+        int64_t until = decided ? linger_end : deadline;
+        int64_t left = until - wl_now_us();
         int got = left > 0 ? poll(pfd, np, (int)((left + 999) / 1000)) : 0;
-        if (got <= 0 && wl_now_us() >= deadline) {
-            timed_out = true; /* the members still pending: unreachable, their replies left to the drain */
+        if (got <= 0 && wl_now_us() >= until) {
+            /* undecided: the members still pending are unreachable, their
+             * replies left to the drain; decided: they go to the drain */
+            timed_out = !decided;
             break;
         }
         for (size_t p = 0; got > 0 && p < np; p++)
@@ -548,6 +574,7 @@ void wl_quorum_send(wl_quorum *q, const wl_qscript *s, const bool *skip)
             continue;
         }
         /* with its body (EVAL): a member that never ran it has no script */
-        wl_qdrain_add(q->drain, q->m[i].srv, mc.conn, 1, -1, q->m[i].srv->ep.command_timeout_ms, NULL, 0);
+        /* back to the pool after its reply only if it passed the INFO check */
+        wl_qdrain_add(q->drain, q->m[i].srv, mc.conn, 1, -1, q->m[i].srv->ep.command_timeout_ms, NULL, 0, reused);
     }
 }

@@ -45,9 +45,12 @@ int wl_qdrain_new(struct wl_quorum *q, wl_qdrain **out);
  * is an acquire's whose grant counts as late; -1 none) to the drain for at
  * most cap_ms; frees it when the drain cannot take it. give (copied; NULL
  * none): a give-back sent behind the grant when it comes at or after
- * keep_until_us, or when the drain gives up on the connection first. */
+ * keep_until_us, or when the drain gives up on the connection first. Once
+ * every reply was read (a give-back's included), a poolable conn (it passed
+ * the restart rule's INFO check) goes back to srv's pool; otherwise, or
+ * when a reply is still missing, it is freed. */
 void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, int64_t cap_ms,
-                   const wl_qscript *give, int64_t keep_until_us);
+                   const wl_qscript *give, int64_t keep_until_us, bool poolable);
 void wl_qdrain_stop(wl_qdrain *d); /* joins; frees what is left */
 void wl_qdrain_free(wl_qdrain *d); /* NULL-safe */
 

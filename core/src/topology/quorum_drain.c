@@ -2,11 +2,13 @@
  * quorum_drain.c - the quorum's drain (topology/quorum.h): a thread that
  * reads the replies a decided quorum call no longer waits for (late grants,
  * the give-backs pipelined behind them, fire-and-forget releases), counts
- * late grants, and frees each connection once its replies are read or its
- * time is up; never pooled (the pool holds only connections that passed
- * the restart rule's INFO check), so a late reply is never matched to a
- * later request. Started on first use; wl_qdrain_stop joins it. Its mutex
- * is a leaf.
+ * late grants, and once every reply of a connection was read (a late grant's
+ * give-back, pipelined behind it, included) returns it to its member's pool
+ * when it passed the restart rule's INFO check (a pooled one, or a fresh one
+ * whose INFO was read by the call); a connection with a reply still missing
+ * when its time is up, or that failed, is freed: a late reply is never
+ * matched to a later request. Started on first use; wl_qdrain_stop joins
+ * it. Its mutex is a leaf; the pool's (srv->mu) is taken without it.
  */
 #include "topology/quorum.h"
 
@@ -32,6 +34,7 @@ typedef struct drain_item {
     wl_conn *conn;
     int left;      /* replies still to read */
     int grant_at;  /* the reply (counted down from left) that is an acquire's: a late grant; -1 none */
+    bool poolable; /* passed the INFO check: back to the pool once every reply was read */
     int64_t until;
     wl_qgive *give; /* NULL: none held back */
 } drain_item;
@@ -83,14 +86,18 @@ struct wl_qdrain {
     pthread_t th;
 };
 
-static void item_end(wl_quorum *q, drain_item *it)
+static void item_end(wl_quorum *q, drain_item *it, bool abandon)
 {
     if (it->give != NULL) /* the grant did not come in time: given back behind it, best effort */
         give_back(it);
-    if (it->left > 0) /* replies that never came: WATCHLOCK_STAT_QUORUM_UNREACHED */
+    if (it->left > 0) { /* replies that never came: WATCHLOCK_STAT_QUORUM_UNREACHED */
         atomic_fetch_add(&q->unreached, 1);
-    /* Never pooled: the connection did not pass this call's INFO check. */
-    wl_conn_free(it->conn);
+        wl_conn_free(it->conn); /* broken for good: a reply is still due on it */
+    } else if (it->poolable && !abandon && wl_conn_err(it->conn) == WL_CERR_NONE) {
+        wl_server_put(it->srv, it->conn); /* every reply read: nothing late can follow */
+    } else {
+        wl_conn_free(it->conn);
+    }
     it->conn = NULL;
 }
 
@@ -100,7 +107,7 @@ static void item_read(wl_quorum *q, drain_item *it)
     while (it->left > 0) {
         int got = wl_conn_next_reply(it->conn, &r);
         if (got < 0) {
-            item_end(q, it);
+            item_end(q, it, true);
             return;
         }
         if (got == 0)
@@ -123,7 +130,7 @@ static void item_read(wl_quorum *q, drain_item *it)
             }
         }
     }
-    item_end(q, it);
+    item_end(q, it, false);
 }
 
 static void *drain_main(void *arg)
@@ -164,7 +171,7 @@ static void *drain_main(void *arg)
             drain_item *it = &items[i];
             bool done;
             if (it->conn != NULL && (stop || now >= it->until || wl_conn_write_some(it->conn, &done) != 0))
-                item_end(d->q, it);
+                item_end(d->q, it, true);
             if (it->conn != NULL)
                 item_read(d->q, it);
             if (it->conn == NULL) {
@@ -192,7 +199,7 @@ static void *drain_main(void *arg)
             }
             drain_item *it = &items[who[p]];
             if (wl_conn_read_some(it->conn) != 0)
-                item_end(d->q, it);
+                item_end(d->q, it, true);
         }
     }
     free(items);
@@ -204,7 +211,7 @@ static void *drain_main(void *arg)
 /* Hands conn (left replies to come) to the drain; frees it when the drain
  * cannot take it. */
 void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, int64_t cap_ms,
-                   const wl_qscript *give, int64_t keep_until_us)
+                   const wl_qscript *give, int64_t keep_until_us, bool poolable)
 {
     wl_qgive *held = give != NULL && grant_at > 0 ? give_copy(give, keep_until_us) : NULL;
     if (give != NULL && grant_at > 0 && held == NULL) { /* cannot hold it back: behind at once, as on failure */
@@ -230,7 +237,7 @@ void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int gr
         }
     }
     if (ok)
-        d->in[d->n_in++] = (drain_item){srv, conn, left, grant_at, wl_now_us() + cap_ms * 1000, held};
+        d->in[d->n_in++] = (drain_item){srv, conn, left, grant_at, poolable, wl_now_us() + cap_ms * 1000, held};
     pthread_mutex_unlock(&d->mu);
     if (!ok) {
         if (held != NULL) {
