@@ -247,28 +247,9 @@ static int attempt(watchlock_lock *l, tally *t)
         return WATCHLOCK_ETIMEDOUT;
     }
     l->token_used = true;
-    l->hold.state = WATCHLOCK_HELD;
-    l->hold.hold_count = 1;
-    l->hold.hold_gen++;
-    l->hold.epoch = l->hold.epoch_to = 1;
-    l->hold.epoch_ms = lease;
-    l->hold.fence = t->fence;
     l->quorum->fence_max = t->fence;
     l->quorum->token = 0;
-    l->hold.renewals = 0;
-    l->hold.lost_reason = WATCHLOCK_LOST_NONE;
-    l->hold.stop_reason = WATCHLOCK_LOST_NONE;
-    l->hold.renew_failing = false;
-    l->hold.renew_inflight = false;
-    l->hold.releasing = false;
-    l->hold.acquired_us = l->hold.confirmed_us = sent;
-    c->held++;
-    wl_set_deadline(c, &l->hold, deadline);
-    if (l->hold.state == WATCHLOCK_HELD)
-        wl_watchdog_schedule(c, &l->hold);
-    int rc = wl_watchdog_ensure_started(c);
-    if (rc == WATCHLOCK_OK)
-        rc = wl_timer_ensure_started(c);
+    int rc = wl_hold_begin(c, &l->hold, t->fence, sent, lease, deadline);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&l->io_mu);
     return rc;
