@@ -74,7 +74,11 @@ typedef struct tally {
 static void count(tally *t, wl_qcall *call)
 {
     wl_quorum *q = t->q;
-    int64_t now = wl_now_us();
+    /* The restart rule is judged at this attempt's send: a member kept out
+     * then stays out for the attempt, also when the tally is made again
+     * after a call that ran to its time limit (a later `now` would count a
+     * grant the decision did not, and turn a wait into a too-late grant). */
+    int64_t now = call->sent_us;
     t->granted = t->held = t->unreach = t->restarted = t->npttl = 0;
     t->fence = 0;
     for (size_t k = 0; k < q->n; k++) {
