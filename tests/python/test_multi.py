@@ -203,7 +203,8 @@ def test_ctrl_c_while_waiting_leaves_nothing(client, name, redis_server, redis_u
     a, b, c = names_of(name, "a", "b", "c")
     script = tmp_path / "wait.py"
     script.write_text(
-        "import faulthandler, sys, watchlock\n"
+        "import faulthandler, signal, sys, watchlock\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # not inherited SIG_IGN (a background job)\n"
         "faulthandler.dump_traceback_later(25, exit=True)  # a hang shows where, then fails the test\n"
         f"client = watchlock.Client({redis_url!r})\n"
         f"m = client.multi_lock([{a!r}, {b!r}, {c!r}], ttl=30)\n"
