@@ -25,4 +25,14 @@
 %include "lua.i"
 #endif
 
+/* The outputs-first variants (issue 30.4) are for C callers; the bindings
+ * wrap the older forms, whose typemaps they already have. */
+%ignore watchlock_client_inspect_v2;
+%ignore watchlock_client_member_inspect_v2;
+%ignore watchlock_client_force_release_v2;
+%ignore watchlock_client_next_lost_event_v2;
+%ignore watchlock_client_histogram_v2;
+%ignore watchlock_parse_renew_interval_v2;
+%ignore watchlock_lock_fetch_fencing_token;
+
 %include "watchlock.h"

@@ -1041,6 +1041,61 @@ enum {
  * HELD after an attempt). No I/O. */
 WATCHLOCK_API int watchlock_lock_member_status(const watchlock_lock *lock, size_t i);
 
+/* ---- the API's own rules: outputs first, one code->text scheme ---------- */
+/*
+ * Every call that fills out-parameters takes them first, its inputs after
+ * (as watchlock_client_open and watchlock_client_inspect_owner). These six
+ * variants put the outputs first; the older names (watchlock_client_inspect,
+ * _member_inspect, _force_release, _next_lost_event, _histogram,
+ * watchlock_parse_renew_interval) keep their order and stay as documented
+ * aliases until the next major version. Behaviour, errors and blocking are
+ * exactly those of the older call named in each comment.
+ */
+/* = watchlock_client_inspect(client, name, name_len, held, remaining_ms, fence). */
+WATCHLOCK_API int watchlock_client_inspect_v2(int *held, int64_t *remaining_ms, int64_t *fence,
+                                              watchlock_client *client, const void *name, size_t name_len);
+/* = watchlock_client_member_inspect(client, i, name, name_len, held, remaining_ms, fence). */
+WATCHLOCK_API int watchlock_client_member_inspect_v2(int *held, int64_t *remaining_ms, int64_t *fence,
+                                                     watchlock_client *client, size_t i, const void *name,
+                                                     size_t name_len);
+/* = watchlock_client_force_release(client, name, name_len, released). */
+WATCHLOCK_API int watchlock_client_force_release_v2(int *released, watchlock_client *client, const void *name,
+                                                    size_t name_len);
+/* = watchlock_client_next_lost_event(client, timeout_ms, lock_id, reason). */
+WATCHLOCK_API int watchlock_client_next_lost_event_v2(uint64_t *lock_id, int *reason, watchlock_client *client,
+                                                      int64_t timeout_ms);
+/* = watchlock_client_histogram(client, which, bucket, upper_us, count). */
+WATCHLOCK_API int watchlock_client_histogram_v2(int64_t *upper_us, int64_t *count, watchlock_client *client,
+                                                int which, int bucket);
+/* = watchlock_parse_renew_interval(text, out_ms, renew_num, renew_den). */
+WATCHLOCK_API int watchlock_parse_renew_interval_v2(int64_t *out_ms, int *renew_num, int *renew_den,
+                                                    const char *text);
+
+/*
+ * The fencing token of the lock's current (or last) hold, as a status:
+ * *token gets it (0 when the handle never held). On a quorum client the
+ * first call of a hold does network work (the raise, see
+ * watchlock_lock_fencing_token): WATCHLOCK_EUNAVAIL when no majority
+ * confirmed it within the hold's validity (*token is 0: no token may be
+ * used). Also EINVAL (NULL), EFORKED. Blocking on a quorum's first call of
+ * a hold; never blocks otherwise. watchlock_lock_fencing_token() is the
+ * older form (the error in-band, as a negative number).
+ */
+WATCHLOCK_API int watchlock_lock_fetch_fencing_token(int64_t *token, watchlock_lock *lock);
+
+/*
+ * Code -> text, one scheme: watchlock_<what>_str(code), static, never NULL.
+ * watchlock_status_str = watchlock_strerror (kept as an alias);
+ * watchlock_lost_reason_str (above); watchlock_check_str =
+ * watchlock_check_name (kept as an alias); watchlock_kind_str names a
+ * WATCHLOCK_KIND_* ("lock", "fair lock", "semaphore", "read-write lock",
+ * "read-write lock (read side)", "read-write lock (write side)",
+ * "multi-lock", "none"; "unknown kind" for other codes).
+ */
+WATCHLOCK_API const char *watchlock_status_str(int status);
+WATCHLOCK_API const char *watchlock_check_str(int code);
+WATCHLOCK_API const char *watchlock_kind_str(int kind);
+
 #ifdef __cplusplus
 }
 #endif
