@@ -21,17 +21,18 @@ def test_write_lock_reused_after_downgrade_writes_again(client, name):
     last = 0
     for _ in range(3):
         assert w.acquire(blocking=False)
-        assert w.kind == "write" and client.name_info(name).writer
+        assert r.acquire(blocking=False) is False  # no reader beside a writer
+        assert client.name_info(name).writer
         assert w.fencing_token > last  # a writer's token rises
         last = w.fencing_token
-        assert r.acquire(blocking=False) is False  # no reader beside a writer
+        assert w.kind == "write"
         w.downgrade()
         assert w.kind == "read" and not client.name_info(name).writer
         assert r.acquire(blocking=False)  # readers share
         r.release()
         w.release()
-        assert w.kind == "write"
         assert client.name_info(name).holders == 0
+    assert w.kind == "write"  # not held: the handle's side
 
 
 HOLDER = """
@@ -52,10 +53,11 @@ def test_exit_hands_queued_holds_on_at_once(client, name, redis_server):
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, fname, sname], env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    fw = worker(redis_server, "wait", "fair", fname, ttl=5)
-    sw = worker(redis_server, "wait", "sem:2:1", sname, ttl=5)
+    fw = sw = None
     try:
-        expect_line(holder, "held")
+        expect_line(holder, "held")  # holds both before the waiters start
+        fw = worker(redis_server, "wait", "fair", fname, ttl=5)
+        sw = worker(redis_server, "wait", "sem:2:1", sname, ttl=5)
         expect_line(fw, "waiting")
         expect_line(sw, "waiting")
         wait_queue(client, fname, 1)
@@ -69,4 +71,4 @@ def test_exit_hands_queued_holds_on_at_once(client, name, redis_server):
         expect_line(fw, "got")
         expect_line(sw, "got")
     finally:
-        stop(holder, fw, sw)
+        stop(*(p for p in (holder, fw, sw) if p is not None))
