@@ -104,6 +104,8 @@ int watchlock_lock_kind(const watchlock_lock *lock)
         return -1;
     if (lock->q == NULL)
         return WATCHLOCK_KIND_PLAIN;
+    if (lock->fork_gen != wl_fork_generation())
+        return atomic_load(&lock->q->kind); /* a forked child holds nothing; the parent's mutex is not ours */
     pthread_mutex_lock(&lock->hold.client->mu);
     int side = wl_q_side(lock); /* the hold's side: a downgraded write hold is a read share */
     pthread_mutex_unlock(&lock->hold.client->mu);
