@@ -384,9 +384,9 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
                 l->q->kept_k = k;
                 pthread_mutex_unlock(&c->mu);
                 atomic_store(&l->q->queued, true); /* the next slice resumes it; forget_wait leaves */
-            }
-            else
+            } else {
                 leave(l);
+            }
             rc = WATCHLOCK_ETIMEDOUT;
             break;
         }
