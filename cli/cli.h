@@ -112,6 +112,8 @@ void cli_quorum_report_acquire(watchlock_client *client, const watchlock_lock *l
 /* Maps a failed library status to an exit code and prints one line:
  * "watchlock: <what>: <strerror>: <detail>". */
 int cli_fail(int status, const char *what);
+/* cli_fail with a detail saved earlier (the library's last error was replaced since). */
+int cli_fail_detail(int status, const char *what, const char *detail);
 
 /* Exit code for a library status (without printing): EINVAL 64; ECONN,
  * EAUTH, ECLOSED 69; ETIMEDOUT 75; ESERVER 76; EPERM 77; anything else 70. */

@@ -164,7 +164,11 @@ int cli_exit_code_for(int status)
 
 int cli_fail(int status, const char *what)
 {
-    const char *detail = watchlock_last_error();
+    return cli_fail_detail(status, what, watchlock_last_error());
+}
+
+int cli_fail_detail(int status, const char *what, const char *detail)
+{
     if (detail && *detail)
         cli_error("%s: %s: %s", what, watchlock_strerror(status), detail);
     else

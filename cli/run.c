@@ -1711,12 +1711,16 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
     }
 
     int signo = 0;
+    /* The plain lock's own error on a name in use as another kind: it names
+     * that kind, and a failed try of the write side must not replace it */
+    char first_error[512] = "";
     st_code = acquire_lock(st, &client, lock, o, &signo);
     if (st_code == WATCHLOCK_EWRONGTYPE && o->kind == WATCHLOCK_KIND_PLAIN && o->n_also == 0 && !signo) {
         /* A plain run of a name in use as a read-write lock takes its write
          * side, so that plain runs and -s runs of one name mix safely. Any
          * other kind on the name keeps the first error. */
         watchlock_lock *writer = NULL;
+        snprintf(first_error, sizeof first_error, "%s", watchlock_last_error());
         if (new_lock(&writer, client, o, WATCHLOCK_KIND_WRITE) == WATCHLOCK_OK) {
             if ((rc = apply_lock_options(writer, o, &st->lost_pipe[1])) != 0) {
                 watchlock_lock_free(writer);
@@ -1730,6 +1734,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
                 watchlock_lock_free(lock);
                 lock = writer;
                 st_code = wst;
+                first_error[0] = '\0';
             } else {
                 watchlock_lock_free(writer); /* not an rwlock: its error names the kind in use */
             }
@@ -1760,7 +1765,7 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
     if (st_code != WATCHLOCK_OK) {
         char what[256];
         snprintf(what, sizeof what, "cannot acquire lock '%s'", o->name);
-        int code = cli_fail(st_code, what);
+        int code = first_error[0] ? cli_fail_detail(st_code, what, first_error) : cli_fail(st_code, what);
         cli_quorum_report_acquire(client, lock, o->name, 1);
         watchlock_lock_free(lock);
         watchlock_client_close(client);

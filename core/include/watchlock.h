@@ -141,7 +141,9 @@ WATCHLOCK_API int watchlock_client_open(watchlock_client **out, const char *url)
 
 /*
  * Closes the client and drops the caller's reference. Held locks are
- * released best effort (one pipelined round trip), those of abandoned
+ * released best effort (one pipelined round trip; a fair lock's, a
+ * semaphore's or a read-write lock's through its queue, which grants the
+ * next waiter at once), those of abandoned
  * handles (watchlock_lock_abandon) included; their handles become
  * UNLOCKED and every later call on them returns ECLOSED. Threads blocked in
  * acquire on this client return ECLOSED. No on-lost callback starts after
@@ -852,14 +854,17 @@ WATCHLOCK_API int watchlock_client_set_permits(watchlock_client *client, const v
  * acquire calls for one wait, as the Python binding does to stay
  * interruptible) sets this on the handle (on 1): a timed-out acquire then
  * keeps the handle's place in the queue for up to one liveness lease
- * (0.3-2 s), the next acquire with a wait resumes it, and
+ * (0.3-2 s), the next acquire with a wait resumes it (one that asks for
+ * another k leaves it and queues again with that k), and
  * watchlock_lock_forget_wait() (or an acquire with wait 0) gives it up at
  * once (one round trip). No effect on the plain lock (whose timed-out wait
  * is always kept, see watchlock_lock_acquire()). Errors: EINVAL, ECLOSED,
  * EFORKED.
  */
 WATCHLOCK_API int watchlock_lock_set_wait_slices(watchlock_lock *lock, int on);
-/* The handle's kind (WATCHLOCK_KIND_*); -1 for NULL. */
+/* The handle's kind (WATCHLOCK_KIND_*); READ for a write side whose current
+ * hold was downgraded (watchlock_rwlock_downgrade), while that hold lasts;
+ * -1 for NULL. */
 WATCHLOCK_API int watchlock_lock_kind(const watchlock_lock *lock);
 /* The permits a semaphore handle holds or last asked for (1 for other kinds). */
 WATCHLOCK_API int64_t watchlock_lock_permits(const watchlock_lock *lock);
@@ -882,8 +887,9 @@ WATCHLOCK_API int watchlock_rwlock_new(watchlock_lock **out, watchlock_client *c
                                        const void *name, size_t name_len, int write);
 /*
  * Write -> read without a gap: the held write side becomes a read share of
- * the same hold (same fencing token, kind READ from then on), and readers
- * queued at the head enter at once. No upgrade: two readers upgrading at
+ * the same hold (same fencing token, kind READ while that hold lasts: the
+ * handle's next acquire takes the write side again), and readers queued at
+ * the head enter at once. No upgrade: two readers upgrading at
  * once would each wait for the other to leave (deadlock).
  * Errors: EINVAL (not a held write side), ENOTOWNER (lost), ECONN ...
  */

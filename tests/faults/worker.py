@@ -21,6 +21,8 @@ record their work under the lock's name (writers; semaphore holds taking
 more than half the permits); the others under NAME#r (readers) or NAME#kK
 (smaller permit holds), whose counters may legitimately lose updates. Every
 "acquired" event says kind, side or permits, for checker.check_family.
+SIGUSR1: the hold in progress ends by closing the client (no release call:
+the close releases it), then the worker exits (scenarios m-close, n-close).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from common import History, Redis, Work, die_with_parent, iterations, start_fiel
 import watchlock  # noqa: E402
 
 stop = False
+close_now = False  # SIGUSR1: close the client while holding (issue 29.11), then exit
 
 
 def main() -> int:
@@ -69,8 +72,13 @@ def main() -> int:
         global stop
         stop = True
 
+    def on_usr1(signum, frame):
+        global close_now
+        close_now = True
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, on_usr1)
     rng = random.Random(a.seed if a.seed is not None else os.getpid())
     hist = History(a.history, a.id)
     hist.emit("start", lease_ms=a.lease_ms, **start_fields("python"))
@@ -165,11 +173,21 @@ def main() -> int:
 
         iters = iterations(rng, a.iters_max, a.long_pct, a.long_iters)
         for k in range(iters):
-            if stop:
+            if stop or close_now:
                 break
             if not hw.once(hold_no, fence, check, rng.randint(a.idle_min_ms, a.idle_max_ms),
                              a.window_ms, left=iters - 1 - k):
                 break
+        if close_now:
+            # The client's close releases what it holds (as Python's exit
+            # handler does): through the queue's script for a queued kind.
+            hist.emit("release_call", hold=hold_no, lock=hw.name, held=owned(), how="close")
+            client.close()
+            hist.emit("released", t=time.monotonic_ns(), hold=hold_no, lock=hw.name, result="ok", status="",
+                      detail="", how="close")
+            res.close()
+            hist.emit("exit")
+            return 0
         hist.emit("release_call", hold=hold_no, lock=hw.name, held=owned())
         result, status, detail = "ok", "", ""
         try:

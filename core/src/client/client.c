@@ -152,13 +152,14 @@ void watchlock_client_close(watchlock_client *c)
             n++;
     wl_hold **held = n ? calloc(n, sizeof *held) : NULL;
     wl_release_args *args = n ? calloc(n, sizeof *args) : NULL;
-    size_t k = 0;
+    size_t k = 0, kp = 0; /* holds kept to release; those released by the plain script (args) */
     for (wl_hold *h = c->holds, *next; h; h = next) {
         next = h->next;
         if (h->state != WATCHLOCK_UNLOCKED) {
             if (held && args && h->state == WATCHLOCK_HELD && k < n) {
                 atomic_fetch_add(&h->refs, 1);
-                wl_release_args_make(h, &args[k]);
+                if (h->ops->release_best_effort == NULL) /* else the kind's own release, below */
+                    wl_release_args_make(h, &args[kp++]);
                 held[k++] = h;
             }
             wl_unschedule_all(c, h);
@@ -187,21 +188,26 @@ void watchlock_client_close(watchlock_client *c)
     }
     wl_server_unpin(&c->server, pin);
 
-    /* Release what was held, best effort, pipelined (one by one, routed
-     * by key, under Cluster; on every member at once, one by one, on a
-     * quorum). */
-    for (size_t i = 0; c->quorum != NULL && i < k; i++) {
+    /* Release what was held, best effort: a kind that keeps a structure
+     * of its own (a queued kind's queue) through its own release, so that
+     * its next waiter is granted now (issue 29.11); the others pipelined
+     * (one by one, routed by key, under Cluster; on every member at once,
+     * one by one, on a quorum). */
+    for (size_t i = 0; i < k; i++)
+        if (held[i]->ops->release_best_effort != NULL)
+            held[i]->ops->release_best_effort(held[i]);
+    for (size_t i = 0; c->quorum != NULL && i < kp; i++) {
         int result;
         wl_quorum_release(c, &args[i], c->server.ep.command_timeout_ms, &result);
     }
     wl_quorum_stop(c->quorum); /* the drain, the members' Sentinel watchers and subscribers */
     if (c->quorum != NULL)
-        k = 0; /* released above */
+        kp = 0; /* released above */
     bool sharded = wl_server_sharded(&c->server);
-    for (size_t i = 0; sharded && i < k; i++)
+    for (size_t i = 0; sharded && i < kp; i++)
         wl_release_best_effort(&c->server, &args[i]);
-    if (!sharded && k > 0)
-        wl_release_fresh(&c->server, args, k, 0, NULL, "release");
+    if (!sharded && kp > 0)
+        wl_release_fresh(&c->server, args, kp, 0, NULL, "release");
     for (size_t i = 0; i < n && held != NULL && held[i] != NULL; i++)
         held[i]->ops->unref(held[i]);
     free(held);

@@ -115,6 +115,13 @@ typedef struct wl_hold_ops {
      * for 2 and 0. */
     void (*live_args)(wl_hold *h, struct wl_live_args *a);
     void (*live_done)(wl_hold *h, int result);
+    /* Optional (NULL: the plain release script on the hold's key), a
+     * queued kind's (locks/queue.c): the best-effort release of a hold
+     * that ends without the kind's release (the client's close, a release
+     * after a loss), through the kind's own script so that the structure
+     * it keeps (a queue) learns of it. No library mutex held; the caller
+     * keeps a reference. */
+    void (*release_best_effort)(wl_hold *h);
 } wl_hold_ops;
 
 #define WL_LIVE_NKEYS 6

@@ -501,6 +501,7 @@ int wl_queued_init(watchlock_lock *l, int kind, int64_t cap, int64_t k)
     atomic_init(&q->kind, kind);
     pthread_mutex_init(&q->wake_mu, NULL);
     q->cap = cap;
+    q->share = k;
     q->k = k;
     q->lock_key = l->hold.keys.lock;
     q->lock_key_len = l->hold.keys.lock_len;

@@ -42,7 +42,8 @@ static const wl_hold_ops queued_ops = {
     .release = q_release,
     .owner = q_owner,
     .live_args = wl_q_live_args, /* waiter.c: the watchdog renews a waiter's liveness */
-    .live_done = wl_q_live_done};
+    .live_done = wl_q_live_done,
+    .release_best_effort = wl_q_release_best_effort}; /* queue.c: close and loss hand on through the queue */
 
 static int queued_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, int kind,
                       int64_t cap)
@@ -101,7 +102,14 @@ int watchlock_lock_kind(const watchlock_lock *lock)
 {
     if (lock == NULL)
         return -1;
-    return lock->q == NULL ? WATCHLOCK_KIND_PLAIN : atomic_load(&lock->q->kind);
+    if (lock->q == NULL)
+        return WATCHLOCK_KIND_PLAIN;
+    if (lock->fork_gen != wl_fork_generation())
+        return atomic_load(&lock->q->kind); /* a forked child holds nothing; the parent's mutex is not ours */
+    pthread_mutex_lock(&lock->hold.client->mu);
+    int side = wl_q_side(lock); /* the hold's side: a downgraded write hold is a read share */
+    pthread_mutex_unlock(&lock->hold.client->mu);
+    return side;
 }
 
 int64_t watchlock_lock_permits(const watchlock_lock *lock)
@@ -125,7 +133,13 @@ int watchlock_rwlock_downgrade(watchlock_lock *l)
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
     bool held = l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
+    bool shared = wl_q_side(l) == WATCHLOCK_KIND_READ;
+    uint64_t gen = l->hold.hold_gen;
     pthread_mutex_unlock(&c->mu);
+    if (held && shared) {
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_EINVAL, "downgrade %s: this handle's hold is a read share already", l->hold.quoted);
+    }
     if (!held) {
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ENOTOWNER, "downgrade %s: the write side is not held by this handle",
@@ -135,8 +149,10 @@ int watchlock_rwlock_downgrade(watchlock_lock *l)
     rc = wl_q_script(l, "downgrade", &result, NULL);
     if (rc == WATCHLOCK_OK && result == 1) {
         pthread_mutex_lock(&c->mu);
-        l->q->k = 1;
-        atomic_store(&l->q->kind, WATCHLOCK_KIND_READ); /* the same hold, a read share from now on */
+        if (l->hold.hold_gen == gen) { /* the same hold, a read share from now on; the handle stays a writer's */
+            l->q->k = 1;
+            l->q->read_gen = gen;
+        }
         pthread_mutex_unlock(&c->mu);
     } else if (rc == WATCHLOCK_OK) {
         rc = wl_fail(WATCHLOCK_ENOTOWNER, "downgrade %s: the write side was lost", l->hold.quoted);

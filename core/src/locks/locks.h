@@ -25,9 +25,14 @@ typedef struct wl_kind_ops {
 } wl_kind_ops;
 /* A queued kind's part of a handle (queue.c; NULL for the plain lock). */
 typedef struct wl_queued {
-    atomic_int kind; /* WATCHLOCK_KIND_FAIR / SEMAPHORE / READ / WRITE (a downgrade makes WRITE READ) */
+    atomic_int kind; /* the handle's: WATCHLOCK_KIND_FAIR / SEMAPHORE / READ / WRITE, never changes */
     int64_t cap;     /* the count this handle asks of the name (0: the name's) */
-    int64_t k;       /* permits asked for / held; client->mu */
+    int64_t share;   /* what a new hold asks for by default: 1, a writer's RW capacity; never changes */
+    int64_t k;       /* permits asked for / held by the current hold; client->mu */
+    /* The side is the hold's (issue 29.9): hold_gen of the hold a downgrade
+     * made a read share (0: none); client->mu. wl_q_side reads it. */
+    uint64_t read_gen;
+    int64_t kept_k; /* the k a kept place (queued below) asked for; client->mu */
     char id[17];     /* the handle's id in the name's queue and holders (16 hex digits) */
     wl_qkeys keys;
     char *lock_key;  /* what hold.keys.lock pointed at before it became the hold key (restored at free) */
@@ -129,6 +134,14 @@ int wl_lock_finish_pending_release(watchlock_lock *l);
 int wl_queued_init(watchlock_lock *l, int kind, int64_t cap, int64_t k);
 void wl_queued_free(watchlock_lock *l);
 int wl_q_script(watchlock_lock *l, const char *op, int64_t *result, bool *resent);
+/* The side of the handle's current hold (client->mu held): READ for a
+ * write hold that was downgraded, else the handle's kind (also when it
+ * holds nothing: a new hold always starts as the handle's kind). */
+int wl_q_side(const watchlock_lock *l);
+/* The hold layer's best-effort release of a queued hold that ends without
+ * its own release (wl_hold_ops.release_best_effort: close, a release after
+ * a loss): the queue's release script, so the queue hands it on now. */
+void wl_q_release_best_effort(wl_hold *h);
 /* The queue's argument list shared by its scripts: its 6 keys into argv. */
 void wl_q_keys_argv(const watchlock_lock *l, const char **argv, size_t *lens);
 /* TTL the structure keeps after a call of this handle (ms). */

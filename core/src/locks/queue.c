@@ -75,3 +75,21 @@ int wl_q_script(watchlock_lock *l, const char *op, int64_t *result, bool *resent
     freeReplyObject(r);
     return ok ? WATCHLOCK_OK : wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
 }
+
+int wl_q_side(const watchlock_lock *l)
+{
+    bool read_share = l->q->read_gen != 0 && l->q->read_gen == l->hold.hold_gen &&
+                      l->hold.state != WATCHLOCK_UNLOCKED;
+    return read_share ? WATCHLOCK_KIND_READ : atomic_load(&l->q->kind);
+}
+
+/* Whatever ended the hold (the client's close, a loss), the queue learns
+ * of it from its own release script: the holder's entry and permits go and
+ * the head of the queue is granted now, not when the old lease runs out
+ * (issue 29.11). The handle's token is the hold's until a new hold begins;
+ * the caller keeps a reference to the handle. */
+void wl_q_release_best_effort(wl_hold *h)
+{
+    int64_t result;
+    wl_q_script(wl_lock_of(h), "release", &result, NULL);
+}

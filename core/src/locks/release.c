@@ -136,7 +136,13 @@ int watchlock_lock_release(watchlock_lock *l)
         wl_release_args a;
         wl_release_args_make(&l->hold, &a);
         pthread_mutex_unlock(&c->mu);
-        if (last && reason != WATCHLOCK_LOST_TAKEN) {
+        if (last && l->hold.ops->release_best_effort != NULL) {
+            /* A queued kind's hold, whatever ended it: its queue's release
+             * (the key deleted only while it holds this hold; the hold's
+             * entry and permits dropped) grants the next waiter now rather
+             * than when the holders entry runs out (issue 29.11). */
+            l->hold.ops->release_best_effort(&l->hold);
+        } else if (last && reason != WATCHLOCK_LOST_TAKEN) {
             /* Declared lost by the local deadline: the key may still hold
              * this hold for the safety margin. Delete it if so (checked, so
              * never someone else's) to wake waiters now. */

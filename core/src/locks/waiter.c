@@ -38,6 +38,16 @@ static const char *kind_word(const char *kind)
                                          : "a key of another type";
 }
 
+/* What the handle is, for messages: a read-write lock's handle names its side. */
+static const char *handle_word(const watchlock_lock *l)
+{
+    int k = atomic_load(&l->q->kind);
+    return k == WATCHLOCK_KIND_WRITE  ? "the write side of a read-write lock"
+           : k == WATCHLOCK_KIND_READ ? "the read side of a read-write lock"
+           : k == WATCHLOCK_KIND_FAIR ? "a fair lock"
+                                      : "a semaphore";
+}
+
 static const char *my_kind(const watchlock_lock *l)
 {
     int k = atomic_load(&l->q->kind);
@@ -153,7 +163,7 @@ static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
                            what, other_cap, l->q->cap);
         if (code == -3)
             return wl_fail(WATCHLOCK_EWRONGTYPE, "%s: the name is in use as %s, this handle is %s", what,
-                           kind_word(other), kind_word(kind));
+                           kind_word(other), handle_word(l));
         if (code == -4)
             return wl_fail(WATCHLOCK_EWRONGTYPE,
                            "%s: the name is not in use as a semaphore, so it has no permit count: give the handle "
@@ -267,9 +277,10 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
     /* k 0 (watchlock_lock_acquire): what a held handle holds (reentrant),
-     * else 1 permit for a semaphore, the kind's share for the others */
+     * else the kind's share (1 permit for a semaphore): a new hold never
+     * inherits the last hold's k or side (issue 29.9) */
     if (k == 0)
-        k = held_now(l) || atomic_load(&l->q->kind) != WATCHLOCK_KIND_SEMAPHORE ? l->q->k : 1;
+        k = held_now(l) ? l->q->k : l->q->share;
     if (held_now(l)) { /* reentrant: no round trip */
         if (k != l->q->k) {
             pthread_mutex_unlock(&c->mu);
@@ -297,7 +308,13 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
     int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
     /* A kept place (the previous slice timed out): a try ends the wait */
     bool kept = atomic_exchange(&l->q->queued, false);
-    if (kept && wait_ms == 0)
+    pthread_mutex_lock(&c->mu);
+    int64_t kept_k = l->q->kept_k;
+    pthread_mutex_unlock(&c->mu);
+    /* ... and so does another k (issue 29.10): the queue grants a place the
+     * k it was queued with, so a slice that asks for another leaves it and
+     * queues again (at the tail) with the k it asks for now */
+    if (kept && (wait_ms == 0 || kept_k != k))
         leave(l);
     wl_subscriber *sub = NULL;
     wl_sub_entry *entry = NULL;
@@ -362,10 +379,14 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
                 break;
         }
         if (timed_out) {
-            if (atomic_load(&l->q->keep_place))
+            if (atomic_load(&l->q->keep_place)) {
+                pthread_mutex_lock(&c->mu);
+                l->q->kept_k = k;
+                pthread_mutex_unlock(&c->mu);
                 atomic_store(&l->q->queued, true); /* the next slice resumes it; forget_wait leaves */
-            else
+            } else {
                 leave(l);
+            }
             rc = WATCHLOCK_ETIMEDOUT;
             break;
         }
