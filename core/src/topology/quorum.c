@@ -15,11 +15,14 @@
  * exceed the truth by a second, and the start must never be taken earlier
  * than it was), or, when its run_id changed while its uptime is
  * long (a Sentinel failover to a replica), the moment the change was seen.
- * INFO goes first on every fresh connection to a member: a restart drops
- * every connection, so no connection opened after it escapes the check.
- * The pool only ever holds connections that passed it (the drain pools
- * only the connections whose INFO reply was read by the call, or that came
- * from the pool).
+ * INFO goes first on every connection to a member, whichever path opens
+ * it (a call, the watchdog, inspect, force-release, a release on a fresh
+ * connection): it is the member's connection check (node.h's
+ * wl_conn_check), queued by wl_server_connect, the one place that opens
+ * connections, and its reply is applied by the transport before any other
+ * reply on that connection can be read (wl_conn_expect). A restart drops
+ * every connection, so no connection opened after it escapes the check,
+ * and no reply of a restarted member is seen before its restart is.
  *
  * One call. wl_quorum_call writes the script to every member before it
  * reads any reply, then reads them all from one poll() loop, and stops as
@@ -47,6 +50,41 @@
 #include <string.h>
 #include <unistd.h>
 
+/* ---- the restart window's records ----
+ *
+ * The window must cover the longest lease ANY client uses on these
+ * members, not only this client's: a client with a 1 s lease would count a
+ * restarted member 1 s after its restart while another's 20 s hold there
+ * is still valid. So every client records its longest lease on each member
+ * (RECORD_KEY, the largest value kept, for a day after its last writer)
+ * before its first call there can be granted (the record is pipelined
+ * ahead of the call's script on the same connection), and keeps a member
+ * seen (re)started out for the largest record it has read, its own longest
+ * lease, or restart_window=, whichever is longest (wl_quorum_window_ms),
+ * and only once the records were read from a majority of members after the
+ * restart was seen (records_read): the holder's majority kept its record,
+ * except on the members that restarted themselves. Lock keys all begin
+ * with "watchlock:{", so RECORD_KEY is no lock name's key. */
+#define RECORD_KEY "watchlock:quorum:max-lease"
+#define RECORD_TTL_S "86400"
+#define RECORD_REFRESH_US (3600LL * 1000000) /* rewritten hourly while the client calls */
+#define RECORD_RETRY_US 5000
+/* KEYS[1] = RECORD_KEY; ARGV = lease_ms (0: read only), ttl_s. Returns the
+ * value before (0: none). */
+static const char record_body[] =
+    "local v = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"
+    "local a = tonumber(ARGV[1])\n"
+    "if a > v then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])\n"
+    "elseif a > 0 and a == v then redis.call('EXPIRE', KEYS[1], ARGV[2]) end\n"
+    "return v\n";
+
+static void raise_to(atomic_llong *x, long long v)
+{
+    long long cur = atomic_load(x);
+    while (v > cur && !atomic_compare_exchange_weak(x, &cur, v)) {
+    }
+}
+
 /* ---- members and the restart rule ---- */
 
 static void info_field(const char *info, size_t len, const char *field, char *out, size_t size)
@@ -71,6 +109,49 @@ static void info_field(const char *info, size_t len, const char *field, char *ou
     }
 }
 
+/* Two members with one run_id are one server (an alias, localhost and
+ * 127.0.0.1): it would grant a majority alone. The later one is marked
+ * (dup_of) and counts toward nothing; wl_quorum_distinct refuses. q->mu. */
+static void find_dups(wl_quorum *q)
+{
+    int dups = 0;
+    for (size_t a = 0; a < q->n; a++) {
+        int of = 0;
+        for (size_t b = 0; b < a && of == 0 && q->m[a].run_id[0] != '\0'; b++)
+            if (strcmp(q->m[a].run_id, q->m[b].run_id) == 0)
+                of = (int)b + 1;
+        atomic_store(&q->m[a].dup_of, of);
+        dups += of != 0;
+    }
+    atomic_store(&q->dups, dups);
+}
+
+int wl_quorum_distinct(wl_quorum *q)
+{
+    if (atomic_load(&q->dups) == 0)
+        return WATCHLOCK_OK;
+    char a_label[300] = "", b_label[300] = "", rid[41] = "";
+    int a = 0, b = 0;
+    pthread_mutex_lock(&q->mu);
+    for (size_t i = 0; i < q->n && a == 0; i++) {
+        int of = atomic_load(&q->m[i].dup_of);
+        if (of != 0) {
+            a = of, b = (int)i + 1;
+            /* the labels (host:port as given, or the socket path): URLs may hold passwords */
+            snprintf(a_label, sizeof a_label, "%s", q->m[of - 1].srv->ep.label);
+            snprintf(b_label, sizeof b_label, "%s", q->m[i].srv->ep.label);
+            snprintf(rid, sizeof rid, "%s", q->m[i].run_id);
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (a == 0)
+        return WATCHLOCK_OK;
+    return wl_fail(WATCHLOCK_EINVAL,
+                   "quorum members %d (%s) and %d (%s) are one server (run_id %s): it would count twice toward a "
+                   "majority; give each server once",
+                   a, a_label, b, b_label, rid);
+}
+
 /* The member's answer to INFO server: when did it come back? */
 static void apply_info(wl_quorum *q, size_t i, const redisReply *r)
 {
@@ -83,10 +164,12 @@ static void apply_info(wl_quorum *q, size_t i, const redisReply *r)
         return;
     wl_qmember *m = &q->m[i];
     int64_t now = wl_now_us(), up = strtoll(up_s, NULL, 10) * 1000000;
-    int64_t lease = atomic_load(&q->max_lease_ms) * 1000;
+    int64_t lease = wl_quorum_window_ms(q) * 1000;
     pthread_mutex_lock(&q->mu);
     bool first = m->run_id[0] == '\0', changed = !first && strcmp(m->run_id, rid) != 0;
     snprintf(m->run_id, sizeof m->run_id, "%s", rid);
+    if (first || changed)
+        find_dups(q);
     pthread_mutex_unlock(&q->mu);
     /* uptime_in_seconds is the difference of two whole-second wall-clock
      * readings: it may exceed the real uptime by up to a second. The latest
@@ -97,15 +180,48 @@ static void apply_info(wl_quorum *q, size_t i, const redisReply *r)
     if (changed)
         atomic_fetch_add(&q->restarts, 1);
     if (first || changed) {
+        /* its records (and ours on it) may be gone: read them again */
+        atomic_store(&m->recorded_ms, 0);
+        atomic_store(&m->detected_us, now);
         long long cur = atomic_load(&m->countable_us);
         while (back > cur && !atomic_compare_exchange_weak(&m->countable_us, &cur, back)) {
         }
     }
 }
 
+int64_t wl_quorum_window_ms(wl_quorum *q)
+{
+    int64_t w = atomic_load(&q->max_lease_ms), seen = atomic_load(&q->seen_lease_ms);
+    if (seen > w)
+        w = seen;
+    return q->window_opt_ms > w ? q->window_opt_ms : w;
+}
+
+/* Whether the window's records were read from a majority of members since
+ * member i was seen (re)started: until then the window may be too short. */
+static bool records_read(wl_quorum *q, size_t i)
+{
+    int64_t seen = atomic_load(&q->m[i].detected_us);
+    size_t k = 0;
+    for (size_t j = 0; seen != 0 && j < q->n; j++)
+        k += atomic_load(&q->m[j].rec_read_us) > seen;
+    return seen == 0 || k >= q->majority;
+}
+
+int64_t wl_quorum_counts_in_us(wl_quorum *q, size_t i, int64_t now)
+{
+    int64_t window = wl_quorum_window_ms(q) * 1000;
+    if (atomic_load(&q->m[i].dup_of) != 0)
+        return window > 0 ? window : 1000000; /* one server given twice: never (wl_quorum_distinct refuses) */
+    int64_t left = atomic_load(&q->m[i].countable_us) + window - now;
+    if (left > 0)
+        return left;
+    return records_read(q, i) ? 0 : RECORD_RETRY_US; /* the next call reads them */
+}
+
 bool wl_quorum_counts(wl_quorum *q, size_t i, int64_t now)
 {
-    return now >= atomic_load(&q->m[i].countable_us) + atomic_load(&q->max_lease_ms) * 1000;
+    return wl_quorum_counts_in_us(q, i, now) == 0;
 }
 
 size_t wl_quorum_kept_out(wl_quorum *q)
@@ -119,9 +235,44 @@ size_t wl_quorum_kept_out(wl_quorum *q)
 
 void wl_quorum_note_lease(wl_quorum *q, int64_t lease_ms)
 {
-    long long cur = atomic_load(&q->max_lease_ms);
-    while (lease_ms > cur && !atomic_compare_exchange_weak(&q->max_lease_ms, &cur, lease_ms)) {
-    }
+    raise_to(&q->max_lease_ms, lease_ms);
+}
+
+/* The script's arguments for member i: our longest lease (digits in buf). */
+static void record_args(wl_quorum *q, char buf[24], const char *argv[3], size_t lens[3], int64_t *lease)
+{
+    *lease = atomic_load(&q->max_lease_ms);
+    wl_fmt_i64(buf, *lease);
+    argv[0] = RECORD_KEY, lens[0] = strlen(RECORD_KEY);
+    argv[1] = buf, lens[1] = strlen(buf);
+    argv[2] = RECORD_TTL_S, lens[2] = strlen(RECORD_TTL_S);
+}
+
+/* Member i's reply to the record script sent at sent_us with our lease. */
+static void record_reply(wl_quorum *q, size_t i, const redisReply *r, int64_t sent_us, int64_t lease)
+{
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER)
+        return; /* not recorded: sent again with the next call */
+    wl_qmember *m = &q->m[i];
+    raise_to(&q->seen_lease_ms, r->integer);
+    raise_to(&m->recorded_ms, lease);
+    atomic_store(&m->recorded_us, sent_us);
+    raise_to(&m->rec_read_us, sent_us);
+}
+
+/* Whether a call to member i carries the record script: our lease is not
+ * recorded there (since its restart), is due for a rewrite, or some member
+ * seen (re)started waits for the records to be read. */
+static bool record_due(wl_quorum *q, size_t i, int64_t now)
+{
+    wl_qmember *m = &q->m[i];
+    int64_t lease = atomic_load(&q->max_lease_ms);
+    if (lease > atomic_load(&m->recorded_ms) || (lease > 0 && now - atomic_load(&m->recorded_us) > RECORD_REFRESH_US))
+        return true;
+    for (size_t j = 0; j < q->n; j++)
+        if (!records_read(q, j))
+            return true;
+    return false;
 }
 
 int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn)
@@ -145,6 +296,24 @@ int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn)
             return wl_conn_error(q->m[i].srv, conn, "SCRIPT LOAD failed");
         freeReplyObject(lr);
     }
+    if (rc == WATCHLOCK_OK) {
+        char buf[24], nk[24];
+        const char *rargv[3], *eargv[6];
+        size_t rlens[3], elens[6];
+        int64_t lease, sent = wl_now_us();
+        record_args(q, buf, rargv, rlens, &lease);
+        wl_fmt_i64(nk, 1);
+        eargv[0] = "EVAL", elens[0] = 4;
+        eargv[1] = record_body, elens[1] = strlen(record_body);
+        eargv[2] = nk, elens[2] = strlen(nk);
+        for (int k = 0; k < 3; k++)
+            eargv[3 + k] = rargv[k], elens[3 + k] = rlens[k];
+        redisReply *rr = wl_conn_command(conn, 6, eargv, elens);
+        if (rr == NULL)
+            return wl_conn_error(q->m[i].srv, conn, "restart window record failed");
+        record_reply(q, i, rr, sent, lease);
+        freeReplyObject(rr);
+    }
     return rc;
 }
 
@@ -163,13 +332,33 @@ static void on_member_switch(void *arg)
     wl_subscriber_reconnect(m->sub);
 }
 
+static const char *const info_argv[2] = {"INFO", "server"};
+
+/* Every connection to member m passes this (node.c queues it first). */
+static void on_check(void *arg, int index, const redisReply *r)
+{
+    wl_qmember *m = arg;
+    if (index == 0)
+        apply_info(m->q, (size_t)(m - m->q->m), r);
+}
+
+static void check_install(wl_quorum *q, size_t i)
+{
+    wl_qmember *m = &q->m[i];
+    m->q = q;
+    m->check = (wl_conn_check){.ncmd = 1, .argc = {2}, .argv = {info_argv}, .fn = on_check, .arg = m};
+    m->srv->check = &m->check;
+}
+
 static int member_open(wl_quorum *q, size_t i, const char *url)
 {
     wl_qmember *m = &q->m[i];
     if ((m->url = strdup(url ? url : "")) == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-    if (i == 0)
+    if (i == 0) {
+        check_install(q, 0);
         return WATCHLOCK_OK;
+    }
     if ((m->srv = calloc(1, sizeof *m->srv)) == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     int rc = wl_server_init(m->srv, url);
@@ -183,6 +372,7 @@ static int member_open(wl_quorum *q, size_t i, const char *url)
                        "quorum member %zu (%s): a cluster cannot be a member; give each member as a single master "
                        "(redis://, rediss://, unix:// or redis-sentinel://)",
                        i + 1, m->srv->ep.label);
+    check_install(q, i);
     if ((m->sub = wl_subscriber_new(m->srv)) == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     if ((rc = wl_sentinel_start(m->srv, on_member_switch, m)) != WATCHLOCK_OK)
@@ -216,6 +406,9 @@ int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, c
         wl_quorum_free(q);
         return wl_fail(rc, "%s", msg);
     }
+    for (size_t i = 0; i < n; i++)
+        if (q->m[i].srv->ep.restart_window_ms > q->window_opt_ms)
+            q->window_opt_ms = q->m[i].srv->ep.restart_window_ms;
     *out = q;
     return WATCHLOCK_OK;
 }
@@ -224,6 +417,8 @@ void wl_quorum_stop(wl_quorum *q)
 {
     if (q == NULL)
         return;
+    if (q->stop_probes != NULL)
+        q->stop_probes(q); /* the open's probes still waiting on a member (quorum_open.c) */
     wl_qdrain_stop(q->drain);
     for (size_t i = 1; i < q->n; i++)
         if (q->m[i].srv != NULL) {
@@ -254,6 +449,8 @@ void wl_quorum_free(wl_quorum *q)
         }
         free(m->url);
     }
+    if (q->m[0].srv != NULL && q->m[0].srv->check == &q->m[0].check)
+        q->m[0].srv->check = NULL; /* the client's server outlives the quorum */
     wl_qdrain_free(q->drain);
     pthread_mutex_destroy(&q->mu);
     free(q);
@@ -261,7 +458,7 @@ void wl_quorum_free(wl_quorum *q)
 
 /* ---- one call on every member ---- */
 
-enum { K_INFO, K_SCRIPT, K_WAIT, K_IGNORE };
+enum { K_SCRIPT, K_WAIT, K_IGNORE, K_RECORD };
 #define LINGER_MIN_US 100
 #define LINGER_MAX_US 1000
 #define KQ 8
@@ -272,6 +469,7 @@ typedef struct mcall {
     int head, tail;
     bool reused;  /* conn came from the pool */
     bool got_any; /* a reply was read on it */
+    int64_t rec_lease; /* K_RECORD: the lease it records */
 } mcall;
 
 static bool push_script(mcall *mc, const wl_qscript *s, bool use_body)
@@ -322,8 +520,8 @@ static void take(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, redisReply *
 {
     wl_server *srv = q->m[i].srv;
     int kind = mc->kinds[mc->head++ % KQ];
-    if (kind == K_INFO) {
-        apply_info(q, i, r);
+    if (kind == K_RECORD) {
+        record_reply(q, i, r, call->sent_us, mc->rec_lease);
         freeReplyObject(r);
     } else if (kind == K_SCRIPT && call->s.script >= 0 && wl_reply_is_noscript(r)) {
         /* the member had no script: it did not run; once more with its body
@@ -364,12 +562,9 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
         if (call->state[i] != WL_QM_PENDING || mc->conn == NULL)
             continue;
         int left = mc->tail - mc->head, grant_at = -1;
-        bool info_due = false; /* an INFO not read yet: the connection has not passed the check */
-        for (int k = mc->head; k < mc->tail; k++) {
+        for (int k = mc->head; k < mc->tail; k++)
             if (mc->kinds[k % KQ] == K_SCRIPT)
                 grant_at = mc->tail - k; /* counted down: the value `left` has when it is read */
-            info_due |= mc->kinds[k % KQ] == K_INFO;
-        }
         bool hold_back = call->after != NULL && call->keep_until_us > 0 && grant_at > 0;
         if (call->after != NULL && !hold_back) {
             mcall tmp = *mc;
@@ -381,7 +576,7 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
         /* A timed-out member (frozen, or a slow link) may still run what
          * was written to it: the give-back behind it runs there too. */
         wl_qdrain_add(q->drain, q->m[i].srv, mc->conn, left, call->after != NULL ? grant_at : -1, cap_ms,
-                      hold_back ? call->after : NULL, call->keep_until_us, !info_due);
+                      hold_back ? call->after : NULL, call->keep_until_us);
         mc->conn = NULL;
         if (timed_out) {
             call->state[i] = WL_QM_FAILED;
@@ -390,8 +585,8 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
     }
 }
 
-/* Writes the call to member i: a pooled connection, or a fresh one (INFO
- * first: the restart rule). */
+/* Writes the call to member i: a pooled connection, or a fresh one (its
+ * INFO first: the member's connection check). */
 static void start_member(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, bool fresh)
 {
     wl_server *srv = q->m[i].srv;
@@ -415,9 +610,15 @@ static void start_member(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, bool
         member_failed(q, call, mc, i, "connect failed");
         return;
     }
-    const char *info[2] = {"INFO", "server"};
-    if (!mc->reused && wl_conn_append(mc->conn, 2, info, NULL) == 0)
-        mc->kinds[mc->tail++ % KQ] = K_INFO;
+    if (record_due(q, i, now)) {
+        char buf[24];
+        const char *argv[3];
+        size_t lens[3];
+        record_args(q, buf, argv, lens, &mc->rec_lease);
+        wl_qscript rec = {.script = -1, .body = record_body, .nkeys = 1, .nargs = 2, .argv = argv, .lens = lens};
+        if (push_script(mc, &rec, true))
+            mc->kinds[mc->tail++ % KQ] = K_RECORD;
+    }
     if (!push_script(mc, &call->s, false)) {
         member_failed(q, call, mc, i, "out of memory");
         return;
@@ -574,7 +775,6 @@ void wl_quorum_send(wl_quorum *q, const wl_qscript *s, const bool *skip)
             continue;
         }
         /* with its body (EVAL): a member that never ran it has no script */
-        /* back to the pool after its reply only if it passed the INFO check */
-        wl_qdrain_add(q->drain, q->m[i].srv, mc.conn, 1, -1, q->m[i].srv->ep.command_timeout_ms, NULL, 0, reused);
+        wl_qdrain_add(q->drain, q->m[i].srv, mc.conn, 1, -1, q->m[i].srv->ep.command_timeout_ms, NULL, 0);
     }
 }
