@@ -182,7 +182,7 @@ static void apply_info(wl_quorum *q, size_t i, const redisReply *r)
     if (first || changed) {
         /* its records (and ours on it) may be gone: read them again */
         atomic_store(&m->recorded_ms, 0);
-        atomic_store(&m->detected_us, now);
+        raise_to(&m->detected_us, back); /* records read after its (latest possible) start: after the restart */
         long long cur = atomic_load(&m->countable_us);
         while (back > cur && !atomic_compare_exchange_weak(&m->countable_us, &cur, back)) {
         }
@@ -198,7 +198,8 @@ int64_t wl_quorum_window_ms(wl_quorum *q)
 }
 
 /* Whether the window's records were read from a majority of members since
- * member i was seen (re)started: until then the window may be too short. */
+ * member i (re)started (detected_us: its latest possible start, or when a
+ * new run_id was seen): until then the window may be too short. */
 static bool records_read(wl_quorum *q, size_t i)
 {
     int64_t seen = atomic_load(&q->m[i].detected_us);

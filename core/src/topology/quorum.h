@@ -28,7 +28,7 @@ typedef struct wl_qmember {
     atomic_llong down_until_us; /* a connect failed: calls skip it until then (one connect timeout) */
     char run_id[41];         /* quorum mu */
     /* the restart window's records (quorum.c, "Restart window") */
-    atomic_llong detected_us; /* when its (re)start was last seen (0: never) */
+    atomic_llong detected_us; /* its last (re)start, as apply_info takes it (0: never seen) */
     atomic_llong rec_read_us; /* the send time of its last record reply read (0: none) */
     atomic_llong recorded_ms; /* the longest lease of ours it recorded since it was seen (re)started */
     atomic_llong recorded_us; /* when that was sent */
