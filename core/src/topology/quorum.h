@@ -2,11 +2,13 @@
  * topology/quorum.h - the quorum topology (Redlock): N independent
  * single-master servers ("members"), each a wl_server of its own
  * (standalone, TLS, unix or Sentinel), and a majority verdict per write.
- * quorum.c owns the members, the restart rule (which members may count
- * toward a majority now), one parallel call (a script written to every
- * member before any reply is read, decided as soon as the caller's
- * predicate says so) and the background drain that reads the replies a
- * decided call no longer waits for. Calls into topology.h and below.
+ * quorum_rule.c owns which members may count toward a majority now (the
+ * restart rule, its window's records, one run_id per member); quorum.c
+ * the members, one parallel call (a script written to every member before
+ * any reply is read, decided as soon as the caller's predicate says so);
+ * quorum_drain.c the background drain that reads the replies a decided
+ * call no longer waits for; quorum_open.c the probes at open. Calls into
+ * topology.h and below.
  */
 #ifndef WATCHLOCK_QUORUM_H
 #define WATCHLOCK_QUORUM_H
@@ -68,13 +70,19 @@ void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int gr
 void wl_qdrain_stop(wl_qdrain *d); /* joins; frees what is left */
 void wl_qdrain_free(wl_qdrain *d); /* NULL-safe */
 
-/* Members 1..n-1 from urls[1..n) (member 0 is `first`, the client's server,
- * already open), not contacted yet: wl_quorum_probe_all does that. EINVAL
- * for cluster URLs. On failure nothing is kept. */
-int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, const char *const *urls, size_t n);
-void wl_quorum_stop(wl_quorum *q);    /* joins the drain and the subscribers (close) */
-void wl_quorum_close(wl_quorum *q);   /* members' idle connections (close) */
-void wl_quorum_free(wl_quorum *q);    /* NULL-safe; member 0 is the client's */
+/* ---- the restart rule and the members' identity (quorum_rule.c) ---- */
+/* Makes INFO server the connection check of member i's server (every
+ * connection to it passes the restart rule). */
+void wl_quorum_check_install(wl_quorum *q, size_t i);
+/* The restart window's record (quorum_rule.c, "the restart window's
+ * records"), pipelined by calls: its script body (EVAL, 1 key, 2 args);
+ * whether member i's call carries it now; its arguments (our longest
+ * lease, digits in buf); the member's reply to it. */
+extern const char wl_qrecord_body[];
+bool wl_qrecord_due(wl_quorum *q, size_t i, int64_t now);
+void wl_qrecord_args(wl_quorum *q, char buf[24], const char *argv[3], size_t lens[3], int64_t *lease);
+void wl_qrecord_reply(wl_quorum *q, size_t i, const redisReply *r, int64_t sent_us, int64_t lease);
+
 /* Whether member i counts toward a majority at time now (restart rule). */
 bool wl_quorum_counts(wl_quorum *q, size_t i, int64_t now);
 /* How long (us) until member i counts, at the earliest: 0 when it does. */
@@ -88,6 +96,18 @@ int wl_quorum_distinct(wl_quorum *q);
 size_t wl_quorum_kept_out(wl_quorum *q); /* members the restart rule keeps out now */
 /* Records a lease in use (the restart rule's window is the longest). */
 void wl_quorum_note_lease(wl_quorum *q, int64_t lease_ms);
+/* Asks member i INFO server on conn now (one round trip): applies the rule; reads the
+ * restart window's record. */
+int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn);
+
+/* ---- the members (quorum.c) ---- */
+/* Members 1..n-1 from urls[1..n) (member 0 is `first`, the client's server,
+ * already open), not contacted yet: wl_quorum_probe_all does that. EINVAL
+ * for cluster URLs. On failure nothing is kept. */
+int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, const char *const *urls, size_t n);
+void wl_quorum_stop(wl_quorum *q);    /* joins the drain and the subscribers (close) */
+void wl_quorum_close(wl_quorum *q);   /* members' idle connections (close) */
+void wl_quorum_free(wl_quorum *q);    /* NULL-safe; member 0 is the client's */
 /* Probes every member at once (quorum_open.c): PING, INFO, SCRIPT LOAD,
  * the restart window's record. Decides as soon as a majority answered: OK
  * (the rest marked unreachable, probed on in the background until they
@@ -95,8 +115,6 @@ void wl_quorum_note_lease(wl_quorum *q, int64_t lease_ms);
  * once a majority cannot; a member's other error as is; EINVAL for two
  * members with one run_id. */
 int wl_quorum_probe_all(wl_quorum *q);
-/* Asks member i INFO server on conn now (one round trip): applies the rule. */
-int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn);
 
 /* ---- one call on every member at once ---- */
 enum { WL_QM_PENDING = 0, WL_QM_REPLIED = 1, WL_QM_FAILED = 2, WL_QM_SKIPPED = 3 };
