@@ -301,6 +301,13 @@ static void start_member(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, bool
         member_failed(q, call, mc, i, "down");
         return;
     }
+    /* The open decided without it (quorum_open.c): its probe, still waiting
+     * on it, opens the connection calls will use once it answered; until
+     * then a call skips it rather than wait on it a second time. */
+    if (atomic_load(&q->m[i].probing)) {
+        member_failed(q, call, mc, i, "not answered its probe yet");
+        return;
+    }
     int rc = fresh ? wl_server_connect(srv, 0, &mc->conn) : wl_server_get(srv, &mc->conn, &mc->reused);
     if (fresh)
         mc->reused = false;
@@ -463,8 +470,8 @@ void wl_qcall_clear(wl_qcall *call)
 void wl_quorum_send(wl_quorum *q, const wl_qscript *s, const bool *skip)
 {
     for (size_t i = 0; i < q->n; i++) {
-        if (skip != NULL && skip[i])
-            continue;
+        if ((skip != NULL && skip[i]) || atomic_load(&q->m[i].probing))
+            continue; /* a member still being probed got no call (start_member) */
         mcall mc = {0};
         bool reused;
         if (wl_server_get(q->m[i].srv, &mc.conn, &reused) != WATCHLOCK_OK)

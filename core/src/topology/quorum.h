@@ -35,6 +35,7 @@ typedef struct wl_qmember {
     atomic_llong recorded_ms; /* the longest lease of ours it recorded since it was seen (re)started */
     atomic_llong recorded_us; /* when that was sent */
     atomic_int dup_of;        /* another member (index + 1) with its run_id; 0: none */
+    atomic_bool probing;      /* its probe from the open still runs (quorum_open.c): calls skip it */
     struct wl_quorum *q;     /* the member's quorum (its connection check's argument) */
     wl_conn_check check;     /* srv->check: INFO server on every connection (the restart rule) */
 } wl_qmember;

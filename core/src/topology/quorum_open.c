@@ -3,8 +3,9 @@
  * thread each): the open decides as soon as a majority answered (or so
  * many failed that no majority can); the members still unanswered then are
  * marked unreachable, and their probes go on in the background (a member
- * that answers later is marked reachable; calls use it meanwhile anyway,
- * topology/quorum.c, INFO first). A frozen minority costs the open nothing.
+ * that answers later is marked reachable; calls skip it until its probe
+ * ends, topology/quorum.c: no second wait on a frozen member, no second
+ * handshake racing the probe's). A frozen minority costs the open nothing.
  *
  * The probes outlive the open: wl_quorum_stop (client close) calls
  * q->stop_probes, which shuts down the socket a probe waits on (so a
@@ -97,6 +98,7 @@ static void *probe_main(void *arg)
     p->rc = rc;
     p->done = true;
     atomic_store(&q->m[p->i].unreachable, rc != WATCHLOCK_OK);
+    atomic_store(&q->m[p->i].probing, false);
     pthread_cond_broadcast(&p->ps->cond);
     pthread_mutex_unlock(&p->ps->mu);
     return NULL;
@@ -137,6 +139,8 @@ int wl_quorum_probe_all(wl_quorum *q)
     pthread_cond_init(&ps->cond, NULL);
     q->probes = ps;
     q->stop_probes = probes_stop;
+    for (size_t i = 0; i < q->n; i++)
+        atomic_store(&q->m[i].probing, true);
     for (size_t i = 0; i < q->n; i++) {
         ps->p[i] = (probe){.ps = ps, .i = i, .fd = -1};
         ps->p[i].started = pthread_create(&ps->p[i].th, NULL, probe_main, &ps->p[i]) == 0;
