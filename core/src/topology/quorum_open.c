@@ -2,7 +2,8 @@
  * quorum_open.c - a quorum's members probed at open, all at once (one
  * thread each): the open decides as soon as a majority answered (or so
  * many failed that no majority can); the members still unanswered then are
- * marked unreachable, and their probes go on in the background (a member
+ * marked unreachable (after a short linger for the healthy stragglers,
+ * see below), and their probes go on in the background (a member
  * that answers later is marked reachable; calls skip it until its probe
  * ends, topology/quorum.c: no second wait on a frozen member, no second
  * handshake racing the probe's). A frozen minority costs the open nothing.
@@ -24,6 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+
+#define LINGER_MIN_US 20000
+#define LINGER_MAX_US 250000
 
 typedef struct probe {
     struct probes *ps;
@@ -135,8 +139,9 @@ int wl_quorum_probe_all(wl_quorum *q)
     if (ps == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     ps->q = q;
+    int64_t t_start = wl_now_us();
     pthread_mutex_init(&ps->mu, NULL);
-    pthread_cond_init(&ps->cond, NULL);
+    wl_cond_init(&ps->cond);
     q->probes = ps;
     q->stop_probes = probes_stop;
     for (size_t i = 0; i < q->n; i++)
@@ -166,6 +171,24 @@ int wl_quorum_probe_all(wl_quorum *q)
         if (bad >= 0 || answered >= q->majority || failed > q->n - q->majority)
             break;
         pthread_cond_wait(&ps->cond, &ps->mu);
+    }
+    /* Decided. The members still pending are usually just behind (their
+     * handshake took a little longer): waited for a little longer, three
+     * times as long as the majority took (20 to 250 ms), so that the first
+     * call finds every healthy member answered; a frozen one costs that
+     * much, not a command timeout. */
+    int64_t took = wl_now_us() - t_start, linger = 3 * took;
+    linger = linger < LINGER_MIN_US ? LINGER_MIN_US : linger > LINGER_MAX_US ? LINGER_MAX_US : linger;
+    for (int64_t until = wl_now_us() + linger; bad < 0 && answered >= q->majority && wl_now_us() < until;) {
+        size_t pending = 0;
+        for (size_t i = 0; i < q->n; i++)
+            pending += !ps->p[i].done;
+        if (pending == 0)
+            break;
+        wl_cond_wait_until(&ps->cond, &ps->mu, until);
+        for (size_t i = 0; i < q->n; i++)
+            if (ps->p[i].done && ps->p[i].rc != WATCHLOCK_OK && ps->p[i].rc != WATCHLOCK_ECONN && bad < 0)
+                bad = (int)i;
     }
     for (size_t i = 0; i < q->n; i++)
         if (!ps->p[i].done)
