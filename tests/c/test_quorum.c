@@ -94,8 +94,11 @@ static void open_refusals(void)
     const char *cl[3] = {rh_url(s), "redis-cluster://127.0.0.1:1,127.0.0.1:2", rh_url(s)};
     CHECK_FAILS_WITH_MSG(watchlock_client_open_quorum(&c, cl, 3), WATCHLOCK_EINVAL);
     CHECK(strstr(watchlock_last_error(), "member 2") != NULL && strstr(watchlock_last_error(), "cluster") != NULL);
-    /* one of three down: opens (a majority answered), the member reported */
-    const char *down[3] = {rh_url(s), rh_url(s), "redis://127.0.0.1:1?connect_timeout=300ms"};
+    /* one of three down: opens (a majority answered), the member reported
+     * (two servers: one server given twice is refused, test_quorum_restart.c) */
+    rh_server *s2 = rh_start(NULL);
+    CHECK(s2 != NULL);
+    const char *down[3] = {rh_url(s), rh_url(s2), "redis://127.0.0.1:1?connect_timeout=300ms"};
     CHECK_OK(watchlock_client_open_quorum(&c, down, 3));
     CHECK_EQ(watchlock_client_member_state(c, 2), WATCHLOCK_MEMBER_UNREACHABLE);
     CHECK_EQ(watchlock_client_member_state(c, 0), WATCHLOCK_MEMBER_GRANTED);
@@ -119,6 +122,7 @@ static void open_refusals(void)
     CHECK_OK(watchlock_lock_release(l));
     watchlock_lock_free(l);
     watchlock_client_close(c);
+    rh_free(s2);
     rh_free(s);
 }
 
@@ -376,8 +380,9 @@ static void open_with_two_frozen(void)
     CHECK_INT(took, <, 1800); /* one timeout, not two */
     CHECK_EQ(watchlock_client_member_state(c, 0), WATCHLOCK_MEMBER_UNREACHABLE);
     CHECK_EQ(watchlock_client_member_state(c, 1), WATCHLOCK_MEMBER_UNREACHABLE);
-    for (size_t i = 2; i < N; i++)
-        CHECK_EQ(watchlock_client_member_state(c, i), WATCHLOCK_MEMBER_GRANTED);
+    for (size_t i = 2; i < N; i++) /* restarted: the settled client's lease recorded there (the window) */
+        CHECK(watchlock_client_member_state(c, i) == WATCHLOCK_MEMBER_GRANTED ||
+              watchlock_client_member_state(c, i) == WATCHLOCK_MEMBER_RESTARTED);
     watchlock_lock *l = lock_lease(c, "opened", LEASE);
     CHECK_OK(watchlock_lock_acquire(l, 4 * LEASE)); /* may wait out the restart rule for the three */
     CHECK_EQ(count_status(l, WATCHLOCK_MEMBER_GRANTED), 3);

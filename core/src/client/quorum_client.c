@@ -301,15 +301,15 @@ int watchlock_client_check(watchlock_report **out, watchlock_client *c)
     if (rep == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "check: out of memory");
     size_t answered = 0;
-    int64_t now = wl_now_us(), lease = atomic_load(&q->max_lease_ms);
+    int64_t now = wl_now_us(), lease = wl_quorum_window_ms(q);
     for (size_t i = 0; i < q->n && rc == WATCHLOCK_OK; i++) {
         const char *label = q->m[i].srv->ep.label;
         if (!wl_quorum_counts(q, i, now))
             rc = wl_report_add(rep, WATCHLOCK_CHECK_RESTARTED,
-                               "member %zu (%s) restarted (or was first seen with an uptime below the longest lease "
-                               "in use, %lld ms): it does not count toward a majority for %lld ms more",
-                               i + 1, label, (long long)lease,
-                               (long long)((atomic_load(&q->m[i].countable_us) + lease * 1000 - now) / 1000));
+                               "member %zu (%s) restarted (or was first seen with an uptime below the restart window, "
+                               "%lld ms: the longest lease in use by any client, or restart_window=): it does not "
+                               "count toward a majority for %lld ms more",
+                               i + 1, label, (long long)lease, (long long)(wl_quorum_counts_in_us(q, i, now) / 1000));
         watchlock_client *mc;
         watchlock_report *mr = NULL;
         int mrc = watchlock_client_open(&mc, q->m[i].url);

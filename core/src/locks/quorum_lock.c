@@ -142,10 +142,10 @@ static int64_t retry_after_us(const tally *t)
         wait = p[need - 1] * 1000 + 1000;
     }
     if (t->restarted > 0) {
-        int64_t now = wl_now_us(), lease = atomic_load(&q->max_lease_ms) * 1000, w = -1;
+        int64_t now = wl_now_us(), w = -1;
         for (size_t k = 0; k < q->n; k++)
             if (t->verdict[k] == WATCHLOCK_MEMBER_RESTARTED) {
-                int64_t left = atomic_load(&q->m[k].countable_us) + lease - now;
+                int64_t left = wl_quorum_counts_in_us(q, k, now);
                 if (w < 0 || left < w)
                     w = left;
             }
@@ -169,6 +169,8 @@ static int attempt(watchlock_lock *l, tally *t)
     wl_quorum *q = c->quorum;
     memset(t, 0, sizeof *t);
     t->q = q;
+    if (wl_quorum_distinct(q) != WATCHLOCK_OK) /* a member turned out to be another's server */
+        return WATCHLOCK_EINVAL;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
     if (held_now(l)) {

@@ -278,6 +278,18 @@ int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out)
             snprintf(label, sizeof label, "%s:%d", host, port);
         }
         rc = connect_node(srv, ep->unix_path ? NULL : host, port, ep->unix_path ? ep->label : label, ct, cmd, out);
+        if (rc == WATCHLOCK_OK && srv->check != NULL) {
+            const wl_conn_check *k = srv->check;
+            for (int i = 0; rc == WATCHLOCK_OK && i < k->ncmd; i++)
+                if (wl_conn_append(*out, k->argc[i], k->argv[i], NULL) != 0)
+                    rc = wl_fail(WATCHLOCK_ENOMEM, "%s: out of memory", label);
+            if (rc != WATCHLOCK_OK) {
+                wl_conn_free(*out);
+                *out = NULL;
+                return rc;
+            }
+            wl_conn_expect(*out, k->ncmd, k->fn, k->arg);
+        }
         if (rc == WATCHLOCK_OK) {
             wl_conn_set_tag(*out, gen);
             return rc;

@@ -24,10 +24,24 @@ typedef struct wl_node_hooks {
     int (*discover)(wl_server *srv, int64_t connect_ms, char *host, size_t host_len, int *port);
 } wl_node_hooks;
 
+/* A check every connection to the node passes, whichever path opens it
+ * (installed by the topology: the quorum's restart rule). wl_server_connect
+ * queues the commands first on every connection it opens, and their
+ * replies go to fn (wl_conn_expect) before any other reply on it is read. */
+#define WL_CHECK_MAX 2
+typedef struct wl_conn_check {
+    int ncmd;
+    int argc[WL_CHECK_MAX];
+    const char *const *argv[WL_CHECK_MAX];
+    void (*fn)(void *arg, int index, const redisReply *r);
+    void *arg;
+} wl_conn_check;
+
 struct wl_server {
     const wl_node_hooks *hooks; /* the topology's (see above); NULL for a node of its own */
     const struct wl_topology_ops *topo; /* the client's server: its topology's table (topology.h); NULL for a node */
     wl_endpoint ep;
+    const wl_conn_check *check; /* NULL: none (see wl_conn_check) */
     wl_tls *tls;        /* NULL for plain URLs; shared by every connection */
     pthread_mutex_t mu; /* guards the pool, closed and the address */
     wl_conn **idle;
@@ -69,7 +83,8 @@ wl_subscriber *wl_node_retire(wl_server *node);
 /* Frees the node's own parts (pool, watchdog connection, mutex, and the URL
  * and TLS unless borrowed); its subscriber and cluster are the topology's. */
 void wl_node_destroy(wl_server *srv);
-/* Opens a fresh, authenticated connection to the node. timeout_cap_ms > 0
+/* Opens a fresh, authenticated connection to the node (the one place that
+ * does: the node's check, if any, is queued first). timeout_cap_ms > 0
  * lowers the connect and command timeouts (the watchdog near a deadline). */
 int wl_server_connect(wl_server *srv, int64_t timeout_cap_ms, wl_conn **out);
 /* Takes an idle connection or opens one. *reused tells which. */

@@ -41,6 +41,7 @@ typedef struct wl_endpoint {
     int64_t command_timeout_ms;
     int keepalive;
     int64_t safety_margin_ms; /* fixed part of the margin taken off every local deadline */
+    int64_t restart_window_ms; /* a quorum member: restart_window= (0: none; topology/quorum.c) */
     wl_tls_opts tls;          /* rediss:// and rediss-sentinel:// */
     /* Sentinel: the sentinels, the master's name, the sentinels' credentials;
      * Cluster: the seed nodes */
@@ -57,6 +58,7 @@ typedef struct wl_endpoint {
 
 #define WL_DEFAULT_SAFETY_MARGIN_MS 10
 #define WL_MAX_SAFETY_MARGIN_MS 60000
+#define WL_MAX_RESTART_WINDOW_MS (7LL * 24 * 3600 * 1000) /* restart_window= (topology/quorum.c) */
 #define WL_DEFAULT_MIN_REPLICAS_TIMEOUT_MS 1000
 int wl_endpoint_parse(wl_endpoint *ep, const char *url);
 void wl_endpoint_clear(wl_endpoint *ep);

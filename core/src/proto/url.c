@@ -12,7 +12,8 @@
  * keepalive (0/1), db/user/password (any scheme); TLS: cacert, cacertdir,
  * cert, key, sni, insecure (names as redis-cli's flags); Sentinel:
  * sentinel_user, sentinel_password; min_replicas (N) and
- * min_replicas_timeout (duration). Unknown options are errors, so a typo
+ * min_replicas_timeout (duration); a quorum member: restart_window
+ * (duration). Unknown options are errors, so a typo
  * never silently falls back to a default.
  */
 #include "proto/proto.h"
@@ -180,6 +181,18 @@ static int parse_option(wl_endpoint *ep, const char *opt, size_t len)
             return wl_fail(WATCHLOCK_EINVAL,
                            "malformed URL: safety_margin must be a duration of 0 .. 60s (e.g. 10ms), got '%s'", vbuf);
         ep->safety_margin_ms = ms;
+        return WATCHLOCK_OK;
+    }
+    if (KEY_IS("restart_window")) {
+        int64_t ms;
+        if (vlen >= sizeof vbuf)
+            return wl_fail(WATCHLOCK_EINVAL, "malformed URL: restart_window value too long");
+        memcpy(vbuf, val, vlen);
+        vbuf[vlen] = '\0';
+        if (watchlock_parse_duration(&ms, vbuf) != WATCHLOCK_OK || ms < 0 || ms > WL_MAX_RESTART_WINDOW_MS)
+            return wl_fail(WATCHLOCK_EINVAL,
+                           "malformed URL: restart_window must be a duration of 0 .. 7d (e.g. 30s), got '%s'", vbuf);
+        ep->restart_window_ms = ms;
         return WATCHLOCK_OK;
     }
 #undef KEY_IS

@@ -6,20 +6,8 @@
  * members 1..n-1 are wl_servers made here from their URLs, each with its
  * own credentials, TLS and Sentinel watcher, and a subscriber for wake-ups.
  *
- * Restart rule (docs/design.md, "Quorum"). A member that restarted without
- * its data has forgotten the keys it held; if it counted at once, a second
- * owner could assemble a majority from it and the members the first owner
- * does not hold. So a member counts toward no majority until one lease (the
- * longest this client used) after it came back. "Came back" is learnt from
- * INFO server: its uptime (now - uptime + 1 s: uptime_in_seconds may
- * exceed the truth by a second, and the start must never be taken earlier
- * than it was), or, when its run_id changed while its uptime is
- * long (a Sentinel failover to a replica), the moment the change was seen.
- * INFO goes first on every fresh connection to a member: a restart drops
- * every connection, so no connection opened after it escapes the check.
- * The pool only ever holds connections that passed it (the drain pools
- * only the connections whose INFO reply was read by the call, or that came
- * from the pool).
+ * The restart rule, the restart window's records and the members'
+ * identity (run_id) live in quorum_rule.c.
  *
  * One call. wl_quorum_call writes the script to every member before it
  * reads any reply, then reads them all from one poll() loop, and stops as
@@ -47,107 +35,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- members and the restart rule ---- */
-
-static void info_field(const char *info, size_t len, const char *field, char *out, size_t size)
-{
-    out[0] = '\0';
-    size_t fl = strlen(field);
-    for (const char *p = info, *end = info + len; p < end;) {
-        const char *eol = memchr(p, '\n', (size_t)(end - p));
-        if (eol == NULL)
-            eol = end;
-        if ((size_t)(eol - p) > fl && memcmp(p, field, fl) == 0 && p[fl] == ':') {
-            size_t n = (size_t)(eol - p) - fl - 1;
-            while (n > 0 && (p[fl + 1 + n - 1] == '\r' || p[fl + 1 + n - 1] == ' '))
-                n--;
-            if (n >= size)
-                n = size - 1;
-            memcpy(out, p + fl + 1, n);
-            out[n] = '\0';
-            return;
-        }
-        p = eol + 1;
-    }
-}
-
-/* The member's answer to INFO server: when did it come back? */
-static void apply_info(wl_quorum *q, size_t i, const redisReply *r)
-{
-    if (r == NULL || r->type != REDIS_REPLY_STRING || r->str == NULL)
-        return;
-    char rid[41], up_s[32];
-    info_field(r->str, r->len, "run_id", rid, sizeof rid);
-    info_field(r->str, r->len, "uptime_in_seconds", up_s, sizeof up_s);
-    if (rid[0] == '\0' || up_s[0] == '\0')
-        return;
-    wl_qmember *m = &q->m[i];
-    int64_t now = wl_now_us(), up = strtoll(up_s, NULL, 10) * 1000000;
-    int64_t lease = atomic_load(&q->max_lease_ms) * 1000;
-    pthread_mutex_lock(&q->mu);
-    bool first = m->run_id[0] == '\0', changed = !first && strcmp(m->run_id, rid) != 0;
-    snprintf(m->run_id, sizeof m->run_id, "%s", rid);
-    pthread_mutex_unlock(&q->mu);
-    /* uptime_in_seconds is the difference of two whole-second wall-clock
-     * readings: it may exceed the real uptime by up to a second. The latest
-     * possible start is now - (up - 1 s): never before the real one. */
-    int64_t back = now - (up > 1000000 ? up - 1000000 : 0);
-    if (changed && up >= lease)
-        back = now; /* a new run_id with a long uptime (a promoted replica): from when it was seen */
-    if (changed)
-        atomic_fetch_add(&q->restarts, 1);
-    if (first || changed) {
-        long long cur = atomic_load(&m->countable_us);
-        while (back > cur && !atomic_compare_exchange_weak(&m->countable_us, &cur, back)) {
-        }
-    }
-}
-
-bool wl_quorum_counts(wl_quorum *q, size_t i, int64_t now)
-{
-    return now >= atomic_load(&q->m[i].countable_us) + atomic_load(&q->max_lease_ms) * 1000;
-}
-
-size_t wl_quorum_kept_out(wl_quorum *q)
-{
-    size_t k = 0;
-    int64_t now = wl_now_us();
-    for (size_t i = 0; i < q->n; i++)
-        k += !wl_quorum_counts(q, i, now);
-    return k;
-}
-
-void wl_quorum_note_lease(wl_quorum *q, int64_t lease_ms)
-{
-    long long cur = atomic_load(&q->max_lease_ms);
-    while (lease_ms > cur && !atomic_compare_exchange_weak(&q->max_lease_ms, &cur, lease_ms)) {
-    }
-}
-
-int wl_quorum_probe(wl_quorum *q, size_t i, wl_conn *conn)
-{
-    const char *argv[2] = {"INFO", "server"};
-    redisReply *r = wl_conn_command(conn, 2, argv, NULL);
-    if (r == NULL)
-        return wl_conn_error(q->m[i].srv, conn, "INFO failed");
-    int rc = wl_reply_error(q->m[i].srv, r, "INFO failed");
-    if (rc == WATCHLOCK_OK)
-        apply_info(q, i, r);
-    freeReplyObject(r);
-    /* Every member gets the scripts now (the process learnt their SHA1s
-     * from one server only): a renewal round that met NOSCRIPT on the
-     * members that answer would have to wait for the frozen ones before
-     * its second pass. Best effort: EVAL still follows a NOSCRIPT. */
-    for (int k = 0; rc == WATCHLOCK_OK && k < WL_SCRIPT_COUNT; k++) {
-        const char *load[3] = {"SCRIPT", "LOAD", wl_scripts[k].body};
-        redisReply *lr = wl_conn_command(conn, 3, load, NULL);
-        if (lr == NULL)
-            return wl_conn_error(q->m[i].srv, conn, "SCRIPT LOAD failed");
-        freeReplyObject(lr);
-    }
-    return rc;
-}
-
 /* "quorum member <i+1>: <last error>" (copied first: wl_fail writes the
  * buffer watchlock_last_error() returns). */
 static int member_fail(int rc, size_t i)
@@ -168,8 +55,10 @@ static int member_open(wl_quorum *q, size_t i, const char *url)
     wl_qmember *m = &q->m[i];
     if ((m->url = strdup(url ? url : "")) == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-    if (i == 0)
+    if (i == 0) {
+        wl_quorum_check_install(q, 0);
         return WATCHLOCK_OK;
+    }
     if ((m->srv = calloc(1, sizeof *m->srv)) == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     int rc = wl_server_init(m->srv, url);
@@ -183,6 +72,7 @@ static int member_open(wl_quorum *q, size_t i, const char *url)
                        "quorum member %zu (%s): a cluster cannot be a member; give each member as a single master "
                        "(redis://, rediss://, unix:// or redis-sentinel://)",
                        i + 1, m->srv->ep.label);
+    wl_quorum_check_install(q, i);
     if ((m->sub = wl_subscriber_new(m->srv)) == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     if ((rc = wl_sentinel_start(m->srv, on_member_switch, m)) != WATCHLOCK_OK)
@@ -216,6 +106,9 @@ int wl_quorum_new(wl_quorum **out, wl_server *first, wl_subscriber *first_sub, c
         wl_quorum_free(q);
         return wl_fail(rc, "%s", msg);
     }
+    for (size_t i = 0; i < n; i++)
+        if (q->m[i].srv->ep.restart_window_ms > q->window_opt_ms)
+            q->window_opt_ms = q->m[i].srv->ep.restart_window_ms;
     *out = q;
     return WATCHLOCK_OK;
 }
@@ -224,6 +117,8 @@ void wl_quorum_stop(wl_quorum *q)
 {
     if (q == NULL)
         return;
+    if (q->stop_probes != NULL)
+        q->stop_probes(q); /* the open's probes still waiting on a member (quorum_open.c) */
     wl_qdrain_stop(q->drain);
     for (size_t i = 1; i < q->n; i++)
         if (q->m[i].srv != NULL) {
@@ -254,6 +149,8 @@ void wl_quorum_free(wl_quorum *q)
         }
         free(m->url);
     }
+    if (q->m[0].srv != NULL && q->m[0].srv->check == &q->m[0].check)
+        q->m[0].srv->check = NULL; /* the client's server outlives the quorum */
     wl_qdrain_free(q->drain);
     pthread_mutex_destroy(&q->mu);
     free(q);
@@ -261,7 +158,7 @@ void wl_quorum_free(wl_quorum *q)
 
 /* ---- one call on every member ---- */
 
-enum { K_INFO, K_SCRIPT, K_WAIT, K_IGNORE };
+enum { K_SCRIPT, K_WAIT, K_IGNORE, K_RECORD };
 #define LINGER_MIN_US 100
 #define LINGER_MAX_US 1000
 #define KQ 8
@@ -272,6 +169,7 @@ typedef struct mcall {
     int head, tail;
     bool reused;  /* conn came from the pool */
     bool got_any; /* a reply was read on it */
+    int64_t rec_lease; /* K_RECORD: the lease it records */
 } mcall;
 
 static bool push_script(mcall *mc, const wl_qscript *s, bool use_body)
@@ -322,8 +220,8 @@ static void take(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, redisReply *
 {
     wl_server *srv = q->m[i].srv;
     int kind = mc->kinds[mc->head++ % KQ];
-    if (kind == K_INFO) {
-        apply_info(q, i, r);
+    if (kind == K_RECORD) {
+        wl_qrecord_reply(q, i, r, call->sent_us, mc->rec_lease);
         freeReplyObject(r);
     } else if (kind == K_SCRIPT && call->s.script >= 0 && wl_reply_is_noscript(r)) {
         /* the member had no script: it did not run; once more with its body
@@ -364,12 +262,9 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
         if (call->state[i] != WL_QM_PENDING || mc->conn == NULL)
             continue;
         int left = mc->tail - mc->head, grant_at = -1;
-        bool info_due = false; /* an INFO not read yet: the connection has not passed the check */
-        for (int k = mc->head; k < mc->tail; k++) {
+        for (int k = mc->head; k < mc->tail; k++)
             if (mc->kinds[k % KQ] == K_SCRIPT)
                 grant_at = mc->tail - k; /* counted down: the value `left` has when it is read */
-            info_due |= mc->kinds[k % KQ] == K_INFO;
-        }
         bool hold_back = call->after != NULL && call->keep_until_us > 0 && grant_at > 0;
         if (call->after != NULL && !hold_back) {
             mcall tmp = *mc;
@@ -381,7 +276,7 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
         /* A timed-out member (frozen, or a slow link) may still run what
          * was written to it: the give-back behind it runs there too. */
         wl_qdrain_add(q->drain, q->m[i].srv, mc->conn, left, call->after != NULL ? grant_at : -1, cap_ms,
-                      hold_back ? call->after : NULL, call->keep_until_us, !info_due);
+                      hold_back ? call->after : NULL, call->keep_until_us);
         mc->conn = NULL;
         if (timed_out) {
             call->state[i] = WL_QM_FAILED;
@@ -390,8 +285,8 @@ static void hand_off(wl_quorum *q, wl_qcall *call, mcall *ms, int64_t cap_ms, bo
     }
 }
 
-/* Writes the call to member i: a pooled connection, or a fresh one (INFO
- * first: the restart rule). */
+/* Writes the call to member i: a pooled connection, or a fresh one (its
+ * INFO first: the member's connection check). */
 static void start_member(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, bool fresh)
 {
     wl_server *srv = q->m[i].srv;
@@ -406,6 +301,13 @@ static void start_member(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, bool
         member_failed(q, call, mc, i, "down");
         return;
     }
+    /* The open decided without it (quorum_open.c): its probe, still waiting
+     * on it, opens the connection calls will use once it answered; until
+     * then a call skips it rather than wait on it a second time. */
+    if (atomic_load(&q->m[i].probing)) {
+        member_failed(q, call, mc, i, "not answered its probe yet");
+        return;
+    }
     int rc = fresh ? wl_server_connect(srv, 0, &mc->conn) : wl_server_get(srv, &mc->conn, &mc->reused);
     if (fresh)
         mc->reused = false;
@@ -415,9 +317,15 @@ static void start_member(wl_quorum *q, wl_qcall *call, mcall *mc, size_t i, bool
         member_failed(q, call, mc, i, "connect failed");
         return;
     }
-    const char *info[2] = {"INFO", "server"};
-    if (!mc->reused && wl_conn_append(mc->conn, 2, info, NULL) == 0)
-        mc->kinds[mc->tail++ % KQ] = K_INFO;
+    if (wl_qrecord_due(q, i, now)) {
+        char buf[24];
+        const char *argv[3];
+        size_t lens[3];
+        wl_qrecord_args(q, buf, argv, lens, &mc->rec_lease);
+        wl_qscript rec = {.script = -1, .body = wl_qrecord_body, .nkeys = 1, .nargs = 2, .argv = argv, .lens = lens};
+        if (push_script(mc, &rec, true))
+            mc->kinds[mc->tail++ % KQ] = K_RECORD;
+    }
     if (!push_script(mc, &call->s, false)) {
         member_failed(q, call, mc, i, "out of memory");
         return;
@@ -562,8 +470,8 @@ void wl_qcall_clear(wl_qcall *call)
 void wl_quorum_send(wl_quorum *q, const wl_qscript *s, const bool *skip)
 {
     for (size_t i = 0; i < q->n; i++) {
-        if (skip != NULL && skip[i])
-            continue;
+        if ((skip != NULL && skip[i]) || atomic_load(&q->m[i].probing))
+            continue; /* a member still being probed got no call (start_member) */
         mcall mc = {0};
         bool reused;
         if (wl_server_get(q->m[i].srv, &mc.conn, &reused) != WATCHLOCK_OK)
@@ -574,7 +482,6 @@ void wl_quorum_send(wl_quorum *q, const wl_qscript *s, const bool *skip)
             continue;
         }
         /* with its body (EVAL): a member that never ran it has no script */
-        /* back to the pool after its reply only if it passed the INFO check */
-        wl_qdrain_add(q->drain, q->m[i].srv, mc.conn, 1, -1, q->m[i].srv->ep.command_timeout_ms, NULL, 0, reused);
+        wl_qdrain_add(q->drain, q->m[i].srv, mc.conn, 1, -1, q->m[i].srv->ep.command_timeout_ms, NULL, 0);
     }
 }

@@ -34,7 +34,6 @@ typedef struct drain_item {
     wl_conn *conn;
     int left;      /* replies still to read */
     int grant_at;  /* the reply (counted down from left) that is an acquire's: a late grant; -1 none */
-    bool poolable; /* passed the INFO check: back to the pool once every reply was read */
     int64_t until;
     wl_qgive *give; /* NULL: none held back */
 } drain_item;
@@ -93,7 +92,7 @@ static void item_end(wl_quorum *q, drain_item *it, bool abandon)
     if (it->left > 0) { /* replies that never came: WATCHLOCK_STAT_QUORUM_UNREACHED */
         atomic_fetch_add(&q->unreached, 1);
         wl_conn_free(it->conn); /* broken for good: a reply is still due on it */
-    } else if (it->poolable && !abandon && wl_conn_err(it->conn) == WL_CERR_NONE) {
+    } else if (!abandon && wl_conn_err(it->conn) == WL_CERR_NONE) {
         wl_server_put(it->srv, it->conn); /* every reply read: nothing late can follow */
     } else {
         wl_conn_free(it->conn);
@@ -211,7 +210,7 @@ static void *drain_main(void *arg)
 /* Hands conn (left replies to come) to the drain; frees it when the drain
  * cannot take it. */
 void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int grant_at, int64_t cap_ms,
-                   const wl_qscript *give, int64_t keep_until_us, bool poolable)
+                   const wl_qscript *give, int64_t keep_until_us)
 {
     wl_qgive *held = give != NULL && grant_at > 0 ? give_copy(give, keep_until_us) : NULL;
     if (give != NULL && grant_at > 0 && held == NULL) { /* cannot hold it back: behind at once, as on failure */
@@ -237,7 +236,7 @@ void wl_qdrain_add(wl_qdrain *d, wl_server *srv, wl_conn *conn, int left, int gr
         }
     }
     if (ok)
-        d->in[d->n_in++] = (drain_item){srv, conn, left, grant_at, poolable, wl_now_us() + cap_ms * 1000, held};
+        d->in[d->n_in++] = (drain_item){srv, conn, left, grant_at, wl_now_us() + cap_ms * 1000, held};
     pthread_mutex_unlock(&d->mu);
     if (!ok) {
         if (held != NULL) {

@@ -31,6 +31,10 @@ struct wl_conn {
     int err;
     int64_t command_ms;
     uint64_t tag;
+    /* wl_conn_expect: the next `expect_n` replies go to expect_fn, not to the reader's caller */
+    void (*expect_fn)(void *arg, int index, const redisReply *r);
+    void *expect_arg;
+    int expect_n, expect_i;
     char errstr[200];
     char label[300];
 };
@@ -63,6 +67,14 @@ int64_t wl_conn_timeout(const wl_conn *c) { return c->command_ms; }
 void wl_conn_set_tag(wl_conn *c, uint64_t tag) { c->tag = tag; }
 uint64_t wl_conn_tag(const wl_conn *c) { return c->tag; }
 void wl_conn_fail(wl_conn *c, const char *why) { fail_conn(c, WL_CERR_IO, "%s", why); }
+
+void wl_conn_expect(wl_conn *c, int n, void (*fn)(void *arg, int index, const redisReply *r), void *arg)
+{
+    c->expect_fn = fn;
+    c->expect_arg = arg;
+    c->expect_n = n;
+    c->expect_i = 0;
+}
 
 void wl_conn_free(wl_conn *c)
 {
@@ -357,11 +369,20 @@ int wl_conn_next_reply(wl_conn *c, redisReply **out)
     *out = NULL;
     if (c->err)
         return -1;
-    void *r = NULL;
-    if (redisReaderGetReply(c->reader, &r) != REDIS_OK)
-        return fail_conn(c, WL_CERR_PROTOCOL, "protocol error: %s", c->reader->errstr);
-    *out = r;
-    return r != NULL;
+    for (;;) {
+        void *r = NULL;
+        if (redisReaderGetReply(c->reader, &r) != REDIS_OK)
+            return fail_conn(c, WL_CERR_PROTOCOL, "protocol error: %s", c->reader->errstr);
+        if (r != NULL && c->expect_i < c->expect_n) {
+            /* a reply the owner asked for at connect time (wl_conn_expect):
+             * handed over before any later reply can be seen */
+            c->expect_fn(c->expect_arg, c->expect_i++, r);
+            freeReplyObject(r);
+            continue;
+        }
+        *out = r;
+        return r != NULL;
+    }
 }
 
 /* Waits for the socket within the deadline; fails the connection on timeout. */

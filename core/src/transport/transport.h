@@ -76,6 +76,12 @@ int64_t wl_conn_timeout(const wl_conn *c);
  * generation it was opened for). */
 void wl_conn_set_tag(wl_conn *c, uint64_t tag);
 uint64_t wl_conn_tag(const wl_conn *c);
+/* The next n replies read on the connection (commands the caller has
+ * just queued, e.g. at connect time) go to fn(arg, 0..n-1, reply) (the
+ * reply is freed after) on whichever thread reads them, before any later
+ * reply is returned: wl_conn_next_reply, wl_conn_get_reply and
+ * wl_conn_command never return them. */
+void wl_conn_expect(wl_conn *c, int n, void (*fn)(void *arg, int index, const redisReply *r), void *arg);
 /* Marks the connection failed (it will not be reused). */
 void wl_conn_fail(wl_conn *c, const char *why);
 int wl_conn_fd(const wl_conn *c);
