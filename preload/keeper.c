@@ -117,6 +117,13 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct entry *table[NBUCKETS];
 static size_t nentries, nconns;
 static uint64_t epoch = 1;
+/* The last /proc/locks text fully scanned, and whether the table changed
+ * since (a request, a loss, an entry kept only by the epoch rule): an idle
+ * tick whose read gives the same text and finds nothing changed skips the
+ * parse (what keeps 1,000 idle holds at a few % of a core). */
+static char *last_locks;
+static size_t last_len;
+static int dirty = 1; /* atomic */
 static watchlock_client *client;
 static uint64_t my_pidns;
 static uid_t my_uid;
@@ -226,6 +233,7 @@ static void on_lost(watchlock_lock *lock, int reason, void *ud)
     struct entry *e = ud;
     if (__atomic_exchange_n(&e->lost, 1, __ATOMIC_SEQ_CST))
         return;
+    __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
     char told[256] = "";
     size_t used = 0;
     for (int i = 0; i < MAX_PGIDS; i++) {
@@ -446,6 +454,17 @@ static void tick(void)
     char *locks = read_all("/proc/locks", &len);
     if (locks == NULL)
         return; /* cannot tell: keep everything (a crash is still bounded by the lease) */
+    if (!__atomic_exchange_n(&dirty, 0, __ATOMIC_SEQ_CST) && last_locks != NULL &&
+        len == last_len && memcmp(locks, last_locks, len) == 0) {
+        free(locks);
+        return; /* the same kernel locks as at the last full scan, which kept every entry */
+    }
+    free(last_locks);
+    last_locks = malloc(len + 1);
+    if (last_locks != NULL) {
+        memcpy(last_locks, locks, len + 1);
+        last_len = len;
+    }
     long cache[16];
     int ncache = 0;
     pthread_mutex_lock(&mu);
@@ -468,8 +487,10 @@ static void tick(void)
     for (size_t b = 0; b < NBUCKETS; b++) {
         for (struct entry *e = table[b], *next; e != NULL; e = next) {
             next = e->next;
-            if (e->driver || e->wanted > 0)
+            if (e->driver || e->wanted > 0) {
+                __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
                 continue;
+            }
             int gone = __atomic_load_n(&e->lost, __ATOMIC_SEQ_CST) || e->state != S_HELD;
             if (!gone && e->seen != now && e->touched < now)
                 gone = !(my_pidns != PROC_PID_INIT_INO && e->cls == WLP_CLASS_FLOCK &&
@@ -477,12 +498,53 @@ static void tick(void)
             if (gone) {
                 remove_entry(e); /* releases a held lock */
                 changed = 1;
+            } else if (e->seen != now) {
+                __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST); /* kept by the epoch rule or the probe */
             }
         }
     }
     if (changed)
         groups_rebuild();
     pthread_mutex_unlock(&mu);
+}
+
+/* The tick thread sleeps TICK_MS, longer with many entries (the scan's
+ * cost grows with them: 20 ms per 250 entries), and is woken at once by a
+ * shim's hint (an unlock or close of a managed fd) or a connection's end. */
+static pthread_mutex_t tick_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tick_cv;
+static int poked;
+
+static void poke_tick(void)
+{
+    pthread_mutex_lock(&tick_mu);
+    poked = 1;
+    pthread_cond_signal(&tick_cv);
+    pthread_mutex_unlock(&tick_mu);
+}
+
+static void tick_sleep(void)
+{
+    pthread_mutex_lock(&mu);
+    size_t n = nentries;
+    pthread_mutex_unlock(&mu);
+    int64_t ms = TICK_MS * (n > 250 ? (int64_t)(n / 250) : 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&tick_mu);
+    while (!poked && pthread_cond_timedwait(&tick_cv, &tick_mu, &ts) == 0) {
+    }
+    if (poked) {
+        poked = 0;
+        __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_unlock(&tick_mu);
 }
 
 /* ---- one shim connection ---- */
@@ -590,6 +652,7 @@ static void serve(struct conn *c, struct wlp_request *r, char *reply, size_t rsi
         nentries++;
     }
     e->touched = epoch;
+    __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
     add_pgid(e, r->pgid);
     if (want == M_EXCL && !r->relock && e->mode == M_EXCL && e->state == S_HELD && !e->driver) {
         /* A new exclusive kernel lock (not the kernel's no-op re-lock of one
@@ -706,6 +769,7 @@ static void serve(struct conn *c, struct wlp_request *r, char *reply, size_t rsi
         e->wanted--;
     if (e->state == S_IDLE && !e->driver && e->wanted == 0)
         remove_entry(e);
+    __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
 }
@@ -723,6 +787,10 @@ static void *conn_main(void *arg)
         struct wlp_request r;
         if (wlp_request_parse(buf, (size_t)n, &r) != 0)
             break;
+        if (r.op == 'U') {
+            poke_tick(); /* a managed lock was unlocked or closed: scan now */
+            continue;
+        }
         if (r.op == 'C')
             continue; /* a cancel for a request already answered */
         serve(c, &r, reply, sizeof reply);
@@ -736,6 +804,7 @@ static void *conn_main(void *arg)
     pthread_mutex_lock(&mu);
     nconns--;
     pthread_mutex_unlock(&mu);
+    poke_tick(); /* the process exited (or exec'd): its locks may have gone with it */
     return NULL;
 }
 
@@ -744,8 +813,7 @@ static void *tick_main(void *arg)
     (void)arg;
     int64_t idle_since = -1;
     for (;;) {
-        struct timespec ts = {0, TICK_MS * 1000000L};
-        nanosleep(&ts, NULL);
+        tick_sleep();
         tick();
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -888,6 +956,10 @@ int main(int argc, char **argv)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&tick_cv, &ca);
     pthread_t t;
     if (pthread_create(&t, NULL, tick_main, NULL) != 0)
         return 1;

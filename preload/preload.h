@@ -127,7 +127,7 @@ int wlp_keeper_socket_name(char *out, size_t size, unsigned uid, uint64_t mntns,
 /* The shim -> keeper request (one SOCK_SEQPACKET message): a text header,
  * NUL, the path, NUL, the lock name (the rest, binary-safe). */
 struct wlp_request {
-    char op; /* 'L' lock request, 'C' cancel request `id` */
+    char op; /* 'L' lock request, 'C' cancel request `id`, 'U' a managed fd was unlocked or closed */
     uint64_t id;
     int cls, exclusive, wait, relock;
     uint64_t dev, ino;

@@ -635,6 +635,41 @@ static void note_relock(struct request *r)
     r->relock = m == (r->exclusive ? 2 : 1);
 }
 
+/* Descriptors with a managed lock taken in this process (fd < 65536), so
+ * that their unlock or close can tell the keeper at once ("U", no answer):
+ * it then scans the kernel's locks immediately instead of at its next
+ * backstop tick. Only a hint: a lock dropped any other way (another
+ * process's close, exit of a child that inherited it) is found by the tick. */
+#define MANAGED_FDS 65536
+static unsigned char managed_fds[MANAGED_FDS / 8];
+
+static void mark_managed(int fd)
+{
+    if (fd >= 0 && fd < MANAGED_FDS)
+        __atomic_fetch_or(&managed_fds[fd / 8], (unsigned char)(1u << (fd % 8)), __ATOMIC_RELAXED);
+}
+
+static int is_managed(int fd)
+{
+    return fd >= 0 && fd < MANAGED_FDS &&
+           (__atomic_load_n(&managed_fds[fd / 8], __ATOMIC_RELAXED) & (1u << (fd % 8))) != 0;
+}
+
+static void hint_released(int fd, int forget)
+{
+    if (forget)
+        __atomic_fetch_and(&managed_fds[fd / 8], (unsigned char)~(1u << (fd % 8)), __ATOMIC_RELAXED);
+    if (conn_fd < 0 || conn_pid != getpid() || !conn_is_ours(conn_fd, conn_ino))
+        return; /* this thread never asked: the keeper's tick finds it */
+    int saved = errno;
+    struct wlp_request u = {.op = 'U'};
+    char m[128];
+    int n = wlp_request_format(m, sizeof m, &u);
+    if (n > 0)
+        (void)send(conn_fd, m, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    errno = saved;
+}
+
 static int lock_call_done(struct request *r, int kernel_rc)
 {
     if (kernel_rc != 0)
@@ -642,6 +677,7 @@ static int lock_call_done(struct request *r, int kernel_rc)
     int saved = errno;
     if (take_distributed(r) != 0)
         return -1;
+    mark_managed(r->fd);
     errno = saved;
     return 0;
 }
@@ -651,7 +687,13 @@ WLP_EXPORT int flock(int fd, int op)
     flock_fn real = REAL(real_flock_p, "flock");
     char path[WLP_PATH_MAX];
     const char *p;
-    if (!(op & (LOCK_SH | LOCK_EX)) || (p = matching_path(fd, path, sizeof path)) == NULL)
+    if (!(op & (LOCK_SH | LOCK_EX))) {
+        int rc = real(fd, op);
+        if (rc == 0 && (op & LOCK_UN) && paths_set && is_managed(fd))
+            hint_released(fd, 0);
+        return rc;
+    }
+    if ((p = matching_path(fd, path, sizeof path)) == NULL)
         return real(fd, op);
     struct request r = {.fd = fd, .family = WLP_FAMILY_FLOCK, .exclusive = (op & LOCK_EX) != 0,
                         .wait = !(op & LOCK_NB), .path = p};
@@ -678,8 +720,17 @@ static int fcntl_common(fcntl_fn real, int fd, int cmd, void *arg)
     int family, wait;
     char path[WLP_PATH_MAX];
     const char *p;
-    if (!paths_set || !whole_file_lock(cmd, arg, &family, &wait) ||
-        (p = matching_path(fd, path, sizeof path)) == NULL)
+    if (!paths_set)
+        return real(fd, cmd, arg);
+    if (!whole_file_lock(cmd, arg, &family, &wait)) {
+        int rc = real(fd, cmd, arg);
+        if (rc == 0 && is_managed(fd) &&
+            (cmd == F_SETLK || cmd == F_SETLKW || cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW) &&
+            arg != NULL && ((const struct flock *)arg)->l_type == F_UNLCK)
+            hint_released(fd, 0);
+        return rc;
+    }
+    if ((p = matching_path(fd, path, sizeof path)) == NULL)
         return real(fd, cmd, arg);
     const struct flock *fl = arg;
     struct request r = {.fd = fd, .family = family, .exclusive = fl->l_type == F_WRLCK,
@@ -717,6 +768,12 @@ WLP_EXPORT int lockf(int fd, int cmd, off_t len)
     lockf_fn real = REAL(real_lockf_p, "lockf");
     char path[WLP_PATH_MAX];
     const char *p;
+    if (paths_set && cmd == F_ULOCK && is_managed(fd)) {
+        int rc = real(fd, cmd, len);
+        if (rc == 0)
+            hint_released(fd, 0);
+        return rc;
+    }
     if (!paths_set || (cmd != F_LOCK && cmd != F_TLOCK) || len != 0 ||
         lseek(fd, 0, SEEK_CUR) > 0 || (p = matching_path(fd, path, sizeof path)) == NULL)
         return real(fd, cmd, len);
@@ -729,4 +786,17 @@ WLP_EXPORT int lockf(int fd, int cmd, off_t len)
 WLP_EXPORT int lockf64(int fd, int cmd, off_t len)
 {
     return lockf(fd, cmd, len);
+}
+
+/* close(2) of a descriptor with a managed lock: the lock may have gone with
+ * it (the description's last close, or any close for POSIX locks). */
+typedef int (*close_fn)(int);
+static close_fn real_close_p;
+
+WLP_EXPORT int close(int fd)
+{
+    int rc = REAL(real_close_p, "close")(fd);
+    if (paths_set && is_managed(fd))
+        hint_released(fd, 1);
+    return rc;
 }

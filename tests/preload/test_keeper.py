@@ -248,3 +248,91 @@ def test_one_keeper_per_host_for_many_holds(world, locker):
     assert len(owners) == 1
     for h in holders:
         h.finish()
+
+
+# ---- 33.7: 1,000 files held at once by one process --------------------------------------------------
+
+MANY_HELD = textwrap.dedent("""
+    import fcntl, os, resource, sys
+    n = int(sys.argv[2])
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, n + 200)), hard))
+    files = []
+    for i in range(n):
+        f = open(os.path.join(sys.argv[1], "held-%d.lock" % i), "w")
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        files.append(f)
+    print("HELD", flush=True)
+    sys.stdin.readline()
+    for f in files:
+        fcntl.flock(f, fcntl.LOCK_UN)
+    print("UNLOCKED", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def _cpu_ticks(pids):
+    total = 0
+    for p in pids:
+        try:
+            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime + stime
+        except OSError:
+            pass
+    return total
+
+
+def _rss_kib(pids):
+    total = 0
+    for p in pids:
+        try:
+            for line in open(f"/proc/{p}/status"):
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def _redis_clients(port):
+    import socket as so
+    c = so.create_connection(("127.0.0.1", port))
+    c.sendall(b"*2\r\n$6\r\nCLIENT\r\n$4\r\nLIST\r\n")
+    data = b""
+    while not data.endswith(b"\r\n") or data.count(b"\n") < 2:
+        data += c.recv(1 << 20)
+    c.close()
+    return [ln for ln in data.decode().split("\n")[1:] if ln.startswith("id=")]
+
+
+def test_33_7_a_thousand_files_held_at_once(world, redis_server):
+    n = int(os.environ.get("WATCHLOCK_PRELOAD_RESOURCE_N", "1000"))
+    env = dict(world.env, WATCHLOCK_PRELOAD_LEASE="30s")
+    before = set(keepers())
+    t0 = time.monotonic()
+    a = Holder(world.hosts[0], env, [sys.executable, "-c", MANY_HELD, str(world.lockdir), str(n)])
+    assert a.first == "HELD", a.first
+    took = time.monotonic() - t0
+    helpers = sorted(set(keepers()) - before)
+    assert 1 <= len(helpers) <= 4, helpers
+    rss = _rss_kib(helpers)
+    assert rss <= 200 * 1024, f"{rss} KiB"
+    clients = [c for c in _redis_clients(redis_server.port) if "cmd=client|list" not in c]
+    assert len(clients) <= 8, clients
+    # idle: CPU over a window as a fraction of that window (the measurement, not a wait)
+    c0, w0 = _cpu_ticks(helpers), time.monotonic()
+    time.sleep(3.0)
+    c1, w1 = _cpu_ticks(helpers), time.monotonic()
+    cpu = (c1 - c0) / os.sysconf("SC_CLK_TCK") / (w1 - w0)
+    assert cpu <= 0.05, f"{cpu * 100:.1f} % of a core while idle"
+    t1 = time.monotonic()
+    assert a.say("") == "UNLOCKED"
+    unlocked = time.monotonic()
+    assert wait_for(lambda: not any(c for c in _redis_clients(redis_server.port)) or
+                    not held(world, f"{world.lockdir}/held-{n - 1}.lock"), 30)
+    assert wait_for(lambda: not held(world, f"{world.lockdir}/held-0.lock"), 30)
+    freed = time.monotonic() - unlocked
+    a.finish()
+    print(f"\n{n} files: locked in {took:.2f} s; {len(helpers)} helper processes, {rss // 1024} MiB RSS, "
+          f"{len(clients)} Redis connections, idle {cpu * 100:.2f} % of a core; all free "
+          f"{freed * 1000:.0f} ms after the unlocks ({t1 - w1:.3f})")
