@@ -610,14 +610,6 @@ static void serve(struct conn *c, struct wlp_request *r, char *reply, size_t rsi
             return;
         }
     }
-    /* The kernel must still show the requester's lock (an abandoned request
-     * that arrives late must not change a later holder's entry). */
-    long kid;
-    int km = requester_mode(r, &kid);
-    if (km >= 0 && km != want) {
-        snprintf(reply, rsize, "GONE %" PRIu64, r->id);
-        return;
-    }
     char name[WLP_PATH_MAX + 600];
     if (wlp_class_name(name, sizeof name, r->name, r->cls) < 0) {
         snprintf(reply, rsize, "ERR %" PRIu64 " CONFIG the lock name is too long", r->id);
@@ -657,7 +649,15 @@ static void serve(struct conn *c, struct wlp_request *r, char *reply, size_t rsi
     if (want == M_EXCL && !r->relock && e->mode == M_EXCL && e->state == S_HELD && !e->driver) {
         /* A new exclusive kernel lock (not the kernel's no-op re-lock of one
          * held): the previous one is gone (the kernel just granted ours), so
-         * a new hold - a fresh fencing token, behind any remote waiter. */
+         * a new hold - a fresh fencing token, behind any remote waiter. But
+         * only if the kernel still shows ours: an abandoned request that
+         * arrives late must not end a later holder's hold (issue 33.2). */
+        long kid;
+        int km = requester_mode(r, &kid);
+        if (km >= 0 && km != want) {
+            snprintf(reply, rsize, "GONE %" PRIu64, r->id);
+            goto out;
+        }
         end_hold(e);
     }
     if (r->wait)
@@ -767,6 +767,7 @@ static void serve(struct conn *c, struct wlp_request *r, char *reply, size_t rsi
     }
     if (r->wait)
         e->wanted--;
+out:
     if (e->state == S_IDLE && !e->driver && e->wanted == 0)
         remove_entry(e);
     __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);

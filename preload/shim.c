@@ -587,15 +587,61 @@ static void remember_miss(const struct stat *st)
 
 /* The fd's path when it matches the configuration, else NULL (pass through).
  * With a bad glob list every lock request is treated as matching. */
+/*
+ * Per descriptor, in front of the per-file cache above: "this fd's file
+ * matched no glob", valid for 1 s and until the descriptor is closed or
+ * replaced (close, dup2/dup3, fclose, close_range: cleared; open, openat,
+ * creat, fopen, dup, F_DUPFD: cleared for the new fd) or the process
+ * renames or links anything (rename*, link*: every entry void). A hit costs
+ * a coarse clock read (vDSO) and a load: no system call, so an unmanaged
+ * flock pair stays within ~1.2x of a plain one (issue 33.8). A file renamed
+ * into a configured path by another process while this one holds it open
+ * is seen within the 1 s.
+ */
+#define FD_SLOTS 4096
+static uint64_t fd_miss[FD_SLOTS]; /* (generation << 32) | (coarse ms + 1000), atomic */
+static unsigned fd_gen = 1;        /* atomic */
+
+static uint32_t coarse_ms(void)
+{
+    return (uint32_t)(coarse_now_ns() / 1000000);
+}
+
+static void fd_forget(int fd)
+{
+    if (fd >= 0 && fd < FD_SLOTS)
+        __atomic_store_n(&fd_miss[fd], 0, __ATOMIC_RELAXED);
+}
+
+static int fd_known_miss(int fd)
+{
+    if (fd < 0 || fd >= FD_SLOTS)
+        return 0;
+    uint64_t v = __atomic_load_n(&fd_miss[fd], __ATOMIC_RELAXED);
+    return v != 0 && (uint32_t)(v >> 32) == __atomic_load_n(&fd_gen, __ATOMIC_RELAXED) &&
+           (int32_t)((uint32_t)v - coarse_ms()) > 0;
+}
+
+static void fd_remember_miss(int fd)
+{
+    if (fd >= 0 && fd < FD_SLOTS)
+        __atomic_store_n(&fd_miss[fd],
+                         ((uint64_t)__atomic_load_n(&fd_gen, __ATOMIC_RELAXED) << 32) |
+                             (uint32_t)(coarse_ms() + 1000),
+                         __ATOMIC_RELAXED);
+}
+
 static const char *matching_path(int fd, char *buf, size_t size)
 {
-    if (!paths_set)
+    if (!paths_set || fd_known_miss(fd))
         return NULL;
     pthread_once(&cfg_once, parse_config);
     struct stat st;
     int have_st = cfg.bad == NULL && fstat(fd, &st) == 0;
-    if (have_st && known_miss(&st))
+    if (have_st && known_miss(&st)) {
+        fd_remember_miss(fd);
         return NULL;
+    }
     char proc[64], link[WLP_PATH_MAX];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(proc, link, sizeof link);
@@ -603,8 +649,10 @@ static const char *matching_path(int fd, char *buf, size_t size)
         return NULL;
     if (cfg.bad != NULL || wlp_config_match(&cfg, buf))
         return buf;
-    if (have_st)
+    if (have_st) {
         remember_miss(&st);
+        fd_remember_miss(fd);
+    }
     return NULL;
 }
 
@@ -715,11 +763,15 @@ static int whole_file_lock(int cmd, const struct flock *fl, int *family, int *wa
            fl->l_len == 0;
 }
 
+static int made(int fd);
+
 static int fcntl_common(fcntl_fn real, int fd, int cmd, void *arg)
 {
     int family, wait;
     char path[WLP_PATH_MAX];
     const char *p;
+    if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+        return made(real(fd, cmd, arg));
     if (!paths_set)
         return real(fd, cmd, arg);
     if (!whole_file_lock(cmd, arg, &family, &wait)) {
@@ -795,8 +847,196 @@ static close_fn real_close_p;
 
 WLP_EXPORT int close(int fd)
 {
+    fd_forget(fd);
     int rc = REAL(real_close_p, "close")(fd);
     if (paths_set && is_managed(fd))
         hint_released(fd, 1);
     return rc;
+}
+
+/* ---- descriptors made, replaced or renamed: the per-fd cache follows ---- */
+
+typedef int (*open_fn)(const char *, int, ...);
+typedef int (*openat_fn)(int, const char *, int, ...);
+typedef int (*creat_fn)(const char *, mode_t);
+typedef FILE *(*fopen_fn)(const char *, const char *);
+typedef FILE *(*freopen_fn)(const char *, const char *, FILE *);
+typedef int (*fclose_fn)(FILE *);
+typedef int (*dup_fn)(int);
+typedef int (*dup2_fn)(int, int);
+typedef int (*dup3_fn)(int, int, int);
+typedef int (*rename_fn)(const char *, const char *);
+typedef int (*renameat_fn)(int, const char *, int, const char *);
+typedef int (*renameat2_fn)(int, const char *, int, const char *, unsigned);
+typedef int (*linkat_fn)(int, const char *, int, const char *, int);
+typedef int (*close_range_fn)(unsigned, unsigned, int);
+static open_fn real_open_p, real_open64_p;
+static openat_fn real_openat_p, real_openat64_p;
+static creat_fn real_creat_p, real_creat64_p;
+static fopen_fn real_fopen_p, real_fopen64_p;
+static freopen_fn real_freopen_p;
+static fclose_fn real_fclose_p;
+static dup_fn real_dup_p;
+static dup2_fn real_dup2_p;
+static dup3_fn real_dup3_p;
+static rename_fn real_rename_p, real_link_p;
+static renameat_fn real_renameat_p;
+static renameat2_fn real_renameat2_p;
+static linkat_fn real_linkat_p;
+static close_range_fn real_close_range_p;
+
+static int made(int fd)
+{
+    fd_forget(fd);
+    return fd;
+}
+
+static FILE *made_file(FILE *f)
+{
+    if (f != NULL)
+        fd_forget(fileno(f));
+    return f;
+}
+
+static int renamed(int rc)
+{
+    __atomic_add_fetch(&fd_gen, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+static mode_t mode_arg(int flags, va_list ap)
+{
+    return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
+}
+
+WLP_EXPORT int open(const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    return made(REAL(real_open_p, "open")(path, flags, mode));
+}
+
+WLP_EXPORT int open64(const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    return made(REAL(real_open64_p, "open64")(path, flags, mode));
+}
+
+WLP_EXPORT int openat(int dirfd, const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    return made(REAL(real_openat_p, "openat")(dirfd, path, flags, mode));
+}
+
+WLP_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    return made(REAL(real_openat64_p, "openat64")(dirfd, path, flags, mode));
+}
+
+WLP_EXPORT int creat(const char *path, mode_t mode)
+{
+    return made(REAL(real_creat_p, "creat")(path, mode));
+}
+
+WLP_EXPORT int creat64(const char *path, mode_t mode)
+{
+    return made(REAL(real_creat64_p, "creat64")(path, mode));
+}
+
+WLP_EXPORT FILE *fopen(const char *path, const char *mode)
+{
+    return made_file(REAL(real_fopen_p, "fopen")(path, mode));
+}
+
+WLP_EXPORT FILE *fopen64(const char *path, const char *mode)
+{
+    return made_file(REAL(real_fopen64_p, "fopen64")(path, mode));
+}
+
+WLP_EXPORT FILE *freopen(const char *path, const char *mode, FILE *f)
+{
+    if (f != NULL)
+        fd_forget(fileno(f));
+    return made_file(REAL(real_freopen_p, "freopen")(path, mode, f));
+}
+
+WLP_EXPORT int fclose(FILE *f)
+{
+    int fd = f != NULL ? fileno(f) : -1;
+    fd_forget(fd);
+    int rc = REAL(real_fclose_p, "fclose")(f);
+    if (paths_set && is_managed(fd))
+        hint_released(fd, 1);
+    return rc;
+}
+
+WLP_EXPORT int dup(int fd)
+{
+    return made(REAL(real_dup_p, "dup")(fd));
+}
+
+WLP_EXPORT int dup2(int fd, int fd2)
+{
+    fd_forget(fd2);
+    return made(REAL(real_dup2_p, "dup2")(fd, fd2));
+}
+
+WLP_EXPORT int dup3(int fd, int fd2, int flags)
+{
+    fd_forget(fd2);
+    return made(REAL(real_dup3_p, "dup3")(fd, fd2, flags));
+}
+
+WLP_EXPORT int close_range(unsigned first, unsigned last, int flags)
+{
+    for (unsigned fd = first; fd <= last && fd < FD_SLOTS; fd++)
+        fd_forget((int)fd);
+    close_range_fn real = REAL(real_close_range_p, "close_range");
+    if (real == NULL) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real(first, last, flags);
+}
+
+WLP_EXPORT int rename(const char *a, const char *b)
+{
+    return renamed(REAL(real_rename_p, "rename")(a, b));
+}
+
+WLP_EXPORT int renameat(int da, const char *a, int db, const char *b)
+{
+    return renamed(REAL(real_renameat_p, "renameat")(da, a, db, b));
+}
+
+WLP_EXPORT int renameat2(int da, const char *a, int db, const char *b, unsigned flags)
+{
+    renameat2_fn real = REAL(real_renameat2_p, "renameat2");
+    if (real == NULL) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return renamed(real(da, a, db, b, flags));
+}
+
+WLP_EXPORT int link(const char *a, const char *b)
+{
+    return renamed(REAL(real_link_p, "link")(a, b));
+}
+
+WLP_EXPORT int linkat(int da, const char *a, int db, const char *b, int flags)
+{
+    return renamed(REAL(real_linkat_p, "linkat")(da, a, db, b, flags));
 }
