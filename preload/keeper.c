@@ -601,15 +601,21 @@ static void serve(struct conn *c, struct wlp_request *r, char *reply, size_t rsi
         snprintf(reply, rsize, "ERR %" PRIu64 " %s", r->id, err);
         return;
     }
+    /* The client, opened by the first request (client_mu: two first requests at once) */
+    static pthread_mutex_t client_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&client_mu);
     if (client == NULL) {
         const char *url = getenv(WLP_ENV_URL);
-        int rc = watchlock_client_open(&client, url != NULL && url[0] != '\0' ? url : NULL);
+        watchlock_client *opened = NULL;
+        int rc = watchlock_client_open(&opened, url != NULL && url[0] != '\0' ? url : NULL);
         if (rc != 0) {
-            client = NULL;
+            pthread_mutex_unlock(&client_mu);
             err_reply(reply, rsize, r->id, rc, "WATCHLOCK_URL");
             return;
         }
+        client = opened;
     }
+    pthread_mutex_unlock(&client_mu);
     char name[WLP_PATH_MAX + 600];
     if (wlp_class_name(name, sizeof name, r->name, r->cls) < 0) {
         snprintf(reply, rsize, "ERR %" PRIu64 " CONFIG the lock name is too long", r->id);
