@@ -222,18 +222,42 @@ def test_33_9_partial_posix_unlock_keeps_the_distributed_lock(world, locker):
 
 # ---- the keeper: SIGKILL tells the holders, and the next call starts a new one --------------------------
 
+TOLD_HOLDER = textwrap.dedent("""
+    import fcntl, os, signal, sys, time
+    def on_term(sig, frame):
+        open(sys.argv[2], "w").write(repr(time.monotonic()))
+        os._exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    f = open(sys.argv[1], "w")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    print("LOCKED", flush=True)
+    while True:
+        signal.pause()
+""")
+
+
 def test_keeper_sigkill_tells_the_holders_and_a_new_keeper_starts(world, locker):
-    a = Holder(world.hosts[0], world.env, [locker, "flock", world.lock])
-    assert a.first.startswith("LOCKED ")
+    """SIGKILL of the host's keeper: its locks are lost (their leases run out), so the holders'
+    process groups are told (the guardian) before another host can get in, never silently kept;
+    the next managed call on the host starts a new keeper."""
+    told, entered = world.shared / "told", world.shared / "entered"
+    a = Holder(world.hosts[0], world.env, [sys.executable, "-c", TOLD_HOLDER, world.lock, str(told)])
+    assert a.first == "LOCKED"
     keeper = status(world, world.lock)["owner"]["pid"]
+    b = world.hosts[1].popen(["flock", "-w", "30", world.lock, "-c",
+                              f"{sys.executable} -c 'import time; open(\"{entered}\", \"w\").write(repr(time.monotonic()))'"],
+                             world.env)
+    assert wait_for(lambda: status(world, world.lock).get("queue", {}).get("length") == 1, 10)
     os.kill(keeper, signal.SIGKILL)
-    assert a.p.wait(timeout=30) == -signal.SIGTERM  # the holder's process group was told
+    assert a.p.wait(timeout=30) == 0  # the holder's SIGTERM handler ran
+    assert b.wait(timeout=30) == 0  # host B got in after the lease
+    assert float(told.read_text()) < float(entered.read_text())  # told before anyone else got in
     assert wait_for(lambda: "died" in world.log.read_text(), 10)
-    # the host's locks are lost, never silently kept; the next managed call starts a new keeper
-    b = Holder(world.hosts[0], world.env, [locker, "flock", world.lock])
-    assert b.first.startswith("LOCKED ")
-    assert status(world, world.lock)["owner"]["pid"] not in (keeper,)
-    b.finish()
+    # the next managed call on host A starts a new keeper
+    c = Holder(world.hosts[0], world.env, [locker, "flock", world.lock])
+    assert c.first.startswith("LOCKED ")
+    assert status(world, world.lock)["owner"]["pid"] != keeper
+    c.finish()
 
 
 def test_one_keeper_per_host_for_many_holds(world, locker):
