@@ -19,6 +19,21 @@ from test_preload import (CLI, HERE, Holder, held, keepers, locker, status, wait
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for unshare -m / mount")
 
 
+def host_keepers(host):
+    """The keeper processes (keeper and guardian) serving `host`: their socket name carries the
+    host's mount namespace (other test runs' keepers on this machine do not count)."""
+    mnt = os.stat(f"/proc/{host.target}/ns/mnt").st_ino
+    out = []
+    for pid in keepers():
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[1].split(b"/")[2:3] == [str(mnt).encode()]:
+            out.append(pid)
+    return out
+
+
 def stays_held(w, name, grace=1.0):
     """A negative check: the name stays held for a grace period (the old shim's takeover keeper
     let go within its 20 ms poll). Not synchronisation: the positive checks follow."""
@@ -262,11 +277,11 @@ def test_keeper_sigkill_tells_the_holders_and_a_new_keeper_starts(world, locker)
 
 def test_one_keeper_per_host_for_many_holds(world, locker):
     """Five holders of five files on one host: one keeper (and its guardian), not five."""
-    before = set(keepers())
+    before = set(host_keepers(world.hosts[0]))
     holders = [Holder(world.hosts[0], world.env, [locker, "flock", f"{world.lockdir}/f{i}.lock"])
                for i in range(5)]
     assert all(h.first.startswith("LOCKED ") for h in holders)
-    new = set(keepers()) - before
+    new = set(host_keepers(world.hosts[0])) - before
     assert 1 <= len(new) <= 2, new  # the keeper and its guardian
     owners = {status(world, f"{world.lockdir}/f{i}.lock")["owner"]["pid"] for i in range(5)}
     assert len(owners) == 1
@@ -332,12 +347,12 @@ def _redis_clients(port):
 def test_33_7_a_thousand_files_held_at_once(world, redis_server):
     n = int(os.environ.get("WATCHLOCK_PRELOAD_RESOURCE_N", "1000"))
     env = dict(world.env, WATCHLOCK_PRELOAD_LEASE="30s")
-    before = set(keepers())
+    before = set(host_keepers(world.hosts[0]))
     t0 = time.monotonic()
     a = Holder(world.hosts[0], env, [sys.executable, "-c", MANY_HELD, str(world.lockdir), str(n)])
     assert a.first == "HELD", a.first
     took = time.monotonic() - t0
-    helpers = sorted(set(keepers()) - before)
+    helpers = sorted(set(host_keepers(world.hosts[0])) - before)
     assert 1 <= len(helpers) <= 4, helpers
     rss = _rss_kib(helpers)
     assert rss <= 200 * 1024, f"{rss} KiB"
