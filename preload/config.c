@@ -1,7 +1,7 @@
 /*
  * config.c - the preload shim's pure functions (preload.h): globs, lock
- * names, fence variable names, kernel-lock identities and /proc/locks
- * lines. Shared by the shim (which runs inside any program, so nothing
+ * names, /proc/locks and fdinfo lines, the keeper's socket name and its
+ * protocol. Shared by the shim (which runs inside any program, so nothing
  * here allocates, prints or keeps state) and the keeper.
  */
 #include <ctype.h>
@@ -94,64 +94,6 @@ int wlp_lock_name(char *out, size_t size, const char *path, const char *prefix, 
     if (n < 0 || (size_t)n >= size)
         return -1;
     return n;
-}
-
-int wlp_fence_var(char *out, size_t size, const char *path)
-{
-    static const char head[] = "WATCHLOCK_FENCE_";
-    size_t n = strlen(head), pl = strlen(path);
-    if (n + pl + 1 > size)
-        return -1;
-    memcpy(out, head, n);
-    for (size_t i = 0; i < pl; i++) {
-        unsigned char c = (unsigned char)path[i];
-        out[n + i] = isalnum(c) && c < 128 ? (char)toupper(c) : '_';
-    }
-    out[n + pl] = '\0';
-    return (int)(n + pl);
-}
-
-int wlp_kernel_id(char *out, size_t size, const char *boot_id, uint64_t pidns, uint64_t dev,
-                  uint64_t ino, int family)
-{
-    int n = snprintf(out, size, "%s/%" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%s", boot_id, pidns, dev,
-                     ino, family == WLP_FAMILY_FLOCK ? "flock" : "posix");
-    return n < 0 || (size_t)n >= size ? -1 : n;
-}
-
-int wlp_proc_locks_line_matches(const char *line, int family, unsigned dev_major,
-                                unsigned dev_minor, uint64_t ino, long pid)
-{
-    /* "12: FLOCK  ADVISORY  WRITE 4711 00:2d:123456 0 EOF"
-     * "12: -> FLOCK  ADVISORY  WRITE 4712 00:2d:123456 0 EOF" (a waiter) */
-    char cls[16], mode[16], rw[16], devs[64], start[32], end[32];
-    long lpid;
-    const char *p = strchr(line, ':');
-    if (p == NULL)
-        return 0;
-    p++;
-    while (*p == ' ')
-        p++;
-    if (strncmp(p, "->", 2) == 0)
-        return 0;
-    if (sscanf(p, "%15s %15s %15s %ld %63s %31s %31s", cls, mode, rw, &lpid, devs, start, end) != 7)
-        return 0;
-    const char *want = family == WLP_FAMILY_FLOCK ? "FLOCK"
-                       : family == WLP_FAMILY_OFD ? "OFDLCK"
-                                                  : "POSIX";
-    if (strcmp(cls, want) != 0)
-        return 0;
-    unsigned maj, min;
-    uint64_t i;
-    if (sscanf(devs, "%x:%x:%" SCNu64, &maj, &min, &i) != 3)
-        return 0;
-    if (maj != dev_major || min != dev_minor || i != ino)
-        return 0;
-    if (family != WLP_FAMILY_FLOCK && (strcmp(start, "0") != 0 || strcmp(end, "EOF") != 0))
-        return 0; /* a byte range: not the whole-file lock the keeper guards */
-    if (pid >= 0 && family != WLP_FAMILY_OFD && lpid != pid)
-        return 0;
-    return 1;
 }
 
 int wlp_signal_parse(const char *text)

@@ -65,24 +65,6 @@ int wlp_fd_path(char *out, size_t size, const char *link, size_t len);
 int wlp_lock_name(char *out, size_t size, const char *path, const char *prefix,
                   const char *map);
 
-/* The environment variable that carries a path's fencing token to children
- * started after the lock: WATCHLOCK_FENCE_ + the path in upper case, with
- * every byte that is not [A-Z0-9] turned into '_' ("/var/lock/job.lock" ->
- * "WATCHLOCK_FENCE__VAR_LOCK_JOB_LOCK"). Returns the length or -1. */
-int wlp_fence_var(char *out, size_t size, const char *path);
-
-/* The kernel-lock identity a keeper records in its owner label (boot id,
- * pid namespace, device, inode and family), for people reading it: the
- * hand-over finds the keepers of a kernel lock in /proc (keeper.c). */
-int wlp_kernel_id(char *out, size_t size, const char *boot_id, uint64_t pidns, uint64_t dev,
-                  uint64_t ino, int family);
-
-/* One line of /proc/locks: 1 when it is a granted (not a "->" blocked
- * waiter) lock of `family` on dev:ino, held by `pid` (pid < 0: any owner;
- * OFD locks show no owner). */
-int wlp_proc_locks_line_matches(const char *line, int family, unsigned dev_major,
-                                unsigned dev_minor, uint64_t ino, long pid);
-
 /* Lock classes: the two independent families of the kernel. flock(2) locks
  * (per open file description) and POSIX locks (fcntl/lockf per process, OFD
  * per description: they conflict with each other) never wait on each other,

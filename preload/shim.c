@@ -7,25 +7,29 @@
  * not a lock request, or any call when WATCHLOCK_PATHS is unset, goes to
  * libc (dlsym(RTLD_NEXT)) after one branch: no allocation, no system call.
  * A lock request with WATCHLOCK_PATHS set costs one readlink() of
- * /proc/self/fd/N to learn the path; a path that matches no glob then goes
- * to libc. For a matching path:
- *   1. the kernel lock is taken first, by libc (local semantics unchanged);
- *   2. a keeper (watchlock-keeper, one per hold) is spawned with the fd as
- *      its fd 3 and a pipe as its fd 4. It detaches (double fork, setsid:
- *      it must outlive this process: the exec-and-exit idiom), takes the
- *      distributed lock with the public C API, answers on the pipe and then
- *      holds it for as long as the kernel lock exists (keeper.c);
- *   3. this call waits for the answer in read(): a signal interrupts it as
- *      it interrupts a kernel lock wait (EINTR, unless SA_RESTART), closing
- *      the pipe cancels the keeper's wait, and the kernel lock is dropped.
+ * /proc/self/fd/N the first time a descriptor is seen (then a per-fd cache,
+ * see matching_path); a path that matches no glob then goes to libc. For a
+ * matching path:
+ *   1. the shim notes whether the descriptor already holds this very lock
+ *      (/proc/self/fdinfo/N: the kernel's no-op re-lock, the same hold);
+ *   2. the kernel lock is taken first, by libc (local semantics unchanged);
+ *   3. one request goes to the host's keeper (watchlock-keeper, keeper.c:
+ *      one per user, mount and pid namespace and Redis URL, started here on
+ *      demand and found at its abstract Unix socket), over this thread's
+ *      connection; the keeper holds the distributed lock for as long as the
+ *      host's kernel locks of that file and family need it;
+ *   4. this call waits for the answer in recv(): LOCK_NB never returns
+ *      EINTR (the read is retried); a blocking call interrupted by a signal
+ *      cancels its request, then drops the kernel lock, and fails with EINTR.
  * Busy elsewhere with LOCK_NB / F_SETLK: the kernel lock is dropped and the
  * call fails with EWOULDBLOCK / EAGAIN. Redis unreachable: ENOLCK unless
  * WATCHLOCK_PRELOAD_FAIL_OPEN=1. Bad configuration: ENOLCK, logged once.
- * Unlocks (LOCK_UN, F_UNLCK, F_ULOCK) always go straight to libc: the
- * keeper sees the kernel lock go (it watches /proc/locks), whoever drops it.
+ * Unlocks (LOCK_UN, F_UNLCK, F_ULOCK) and close always go straight to libc;
+ * on a descriptor locked through the shim they then send the keeper a hint
+ * to scan the kernel's locks at once (it also finds them by its own tick).
  *
- * The shim links libc only: no watchlock threads or sockets in the host
- * program; the keeper is the process that uses libwatchlock.
+ * The shim links libc only: no watchlock threads in the host program; the
+ * keeper is the process that uses libwatchlock.
  */
 #include <dlfcn.h>
 #include <errno.h>

@@ -46,28 +46,6 @@ int main(void)
     CHECK(wlp_lock_name(buf, sizeof buf, "/x", NULL, "no-equals") == -1);
     CHECK(wlp_lock_name(buf, 4, "/var/lock/x", NULL, NULL) == -1);
 
-    CHECK(wlp_fence_var(buf, sizeof buf, "/var/lock/job.lock") > 0 &&
-          !strcmp(buf, "WATCHLOCK_FENCE__VAR_LOCK_JOB_LOCK"));
-
-    CHECK(wlp_kernel_id(buf, sizeof buf, "boot", 7, 64, 99, WLP_FAMILY_FLOCK) > 0 &&
-          !strcmp(buf, "boot/7/64/99/flock"));
-
-    const char *l1 = "1: FLOCK  ADVISORY  WRITE 4711 00:2d:123456 0 EOF\n";
-    CHECK(wlp_proc_locks_line_matches(l1, WLP_FAMILY_FLOCK, 0, 0x2d, 123456, 4711));
-    CHECK(!wlp_proc_locks_line_matches(l1, WLP_FAMILY_FLOCK, 0, 0x2d, 123456, 4712));
-    CHECK(wlp_proc_locks_line_matches(l1, WLP_FAMILY_FLOCK, 0, 0x2d, 123456, -1));
-    CHECK(!wlp_proc_locks_line_matches(l1, WLP_FAMILY_POSIX, 0, 0x2d, 123456, 4711));
-    CHECK(!wlp_proc_locks_line_matches(l1, WLP_FAMILY_FLOCK, 0, 0x2d, 12345, 4711));
-    CHECK(!wlp_proc_locks_line_matches("2: -> FLOCK  ADVISORY  WRITE 4711 00:2d:123456 0 EOF",
-                                       WLP_FAMILY_FLOCK, 0, 0x2d, 123456, 4711));
-    CHECK(wlp_proc_locks_line_matches("3: POSIX  ADVISORY  WRITE 9 fe:00:5 0 EOF", WLP_FAMILY_POSIX,
-                                      0xfe, 0, 5, 9));
-    CHECK(!wlp_proc_locks_line_matches("3: POSIX  ADVISORY  WRITE 9 fe:00:5 0 99", WLP_FAMILY_POSIX,
-                                       0xfe, 0, 5, 9)); /* a byte range */
-    CHECK(wlp_proc_locks_line_matches("4: OFDLCK ADVISORY  READ -1 fe:00:5 0 EOF", WLP_FAMILY_OFD,
-                                      0xfe, 0, 5, 123));
-    CHECK(!wlp_proc_locks_line_matches("garbage", WLP_FAMILY_OFD, 0xfe, 0, 5, -1));
-
     CHECK(wlp_signal_parse(NULL) == SIGTERM);
     CHECK(wlp_signal_parse("none") == 0);
     CHECK(wlp_signal_parse("SIGUSR1") == SIGUSR1);
