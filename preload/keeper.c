@@ -318,6 +318,10 @@ static void end_hold(struct entry *e)
         watchlock_lock_forget_wait(e->handle[e->mode]);
     e->state = S_IDLE;
     e->gen++;
+    /* the hold's groups go with it: the next hold's requesters are told, not this one's */
+    for (int i = 0; i < MAX_PGIDS; i++)
+        __atomic_store_n(&e->pgids[i], 0, __ATOMIC_RELAXED);
+    groups_rebuild();
 }
 
 /* ---- the kernel's view ---- */
@@ -651,7 +655,6 @@ static void serve(struct conn *c, struct wlp_request *r, char *reply, size_t rsi
     }
     e->touched = epoch;
     __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
-    add_pgid(e, r->pgid);
     if (want == M_EXCL && !r->relock && e->mode == M_EXCL && e->state == S_HELD && !e->driver) {
         /* A new exclusive kernel lock (not the kernel's no-op re-lock of one
          * held): the previous one is gone (the kernel just granted ours), so
@@ -674,11 +677,14 @@ static void serve(struct conn *c, struct wlp_request *r, char *reply, size_t rsi
             drop_handles(e);
             e->state = S_IDLE;
             e->gen++;
+            for (int i = 0; i < MAX_PGIDS; i++)
+                __atomic_store_n(&e->pgids[i], 0, __ATOMIC_RELAXED);
             __atomic_store_n(&e->lost, 0, __ATOMIC_SEQ_CST);
         }
         if (e->mode == want && e->state == S_HELD) {
             snprintf(reply, rsize, "OK %" PRIu64 " %" PRId64, r->id,
                      watchlock_lock_fencing_token(e->handle[want]));
+            add_pgid(e, r->pgid); /* told if this hold is lost */
             group_add((int)r->pgid);
             break;
         }
