@@ -133,6 +133,7 @@ static int listen_fd = -1;
 static int stopping; /* atomic: the idle rule decided to exit */
 /* Shared with the guardian (MAP_SHARED): process groups with a hold. */
 static int *groups;
+static int groups_stale; /* mu: the list has groups of holds that ended */
 
 static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void log_line(const char *fmt, ...)
@@ -164,6 +165,8 @@ static void log_line(const char *fmt, ...)
 
 /* ---- process groups to tell (the guardian reads them after a crash) ---- */
 
+static int groups_used; /* atomic: slots below this may be set */
+
 static void group_add(int pgid)
 {
     if (groups == NULL || pgid <= 0)
@@ -174,8 +177,11 @@ static void group_add(int pgid)
             return;
         int zero = 0;
         if (v == 0 && __atomic_compare_exchange_n(&groups[i], &zero, pgid, 0, __ATOMIC_RELAXED,
-                                                  __ATOMIC_RELAXED))
+                                                  __ATOMIC_RELAXED)) {
+            if (i >= __atomic_load_n(&groups_used, __ATOMIC_RELAXED))
+                __atomic_store_n(&groups_used, i + 1, __ATOMIC_RELAXED);
             return;
+        }
     }
 }
 
@@ -184,9 +190,11 @@ static void groups_rebuild(void)
 {
     if (groups == NULL)
         return;
-    for (int i = 0; i < MAX_GROUPS; i++)
+    int used = __atomic_load_n(&groups_used, __ATOMIC_RELAXED);
+    for (int i = 0; i < used; i++)
         __atomic_store_n(&groups[i], 0, __ATOMIC_RELAXED);
-    for (size_t b = 0; b < NBUCKETS; b++)
+    __atomic_store_n(&groups_used, 0, __ATOMIC_RELAXED);
+    for (size_t b = 0; b < NBUCKETS && nentries > 0; b++)
         for (struct entry *e = table[b]; e != NULL; e = e->next)
             if (e->state == S_HELD)
                 for (int i = 0; i < MAX_PGIDS; i++)
@@ -318,10 +326,11 @@ static void end_hold(struct entry *e)
         watchlock_lock_forget_wait(e->handle[e->mode]);
     e->state = S_IDLE;
     e->gen++;
-    /* the hold's groups go with it: the next hold's requesters are told, not this one's */
+    /* the hold's groups go with it: the next hold's requesters are told, not
+     * this one's (the guardian's list follows at the next tick) */
     for (int i = 0; i < MAX_PGIDS; i++)
         __atomic_store_n(&e->pgids[i], 0, __ATOMIC_RELAXED);
-    groups_rebuild();
+    groups_stale = 1;
 }
 
 /* ---- the kernel's view ---- */
@@ -507,8 +516,10 @@ static void tick(void)
             }
         }
     }
-    if (changed)
+    if (changed || groups_stale) {
         groups_rebuild();
+        groups_stale = 0;
+    }
     pthread_mutex_unlock(&mu);
 }
 
