@@ -1,59 +1,84 @@
 /*
- * keeper.c - watchlock-keeper: holds one distributed lock for one kernel
- * lock taken through the preload shim (shim.c), for exactly as long as that
- * kernel lock exists on this host. One keeper per hold; it uses the public
- * C API only (watchlock.h).
+ * keeper.c - watchlock-keeper: one process per host (per user, mount
+ * namespace, pid namespace and Redis URL) that holds every distributed lock
+ * taken through the preload shim (shim.c) on one watchlock client, for
+ * exactly as long as the kernel locks they stand for exist on this host.
+ * It uses the public C API only (watchlock.h). docs/preload.md, "The
+ * keeper", is the user's description; this comment is the argument.
  *
- * Started by the shim (posix_spawn) with:
- *   fd 3  the locked file (the locker's descriptor); fd 4  the status pipe
- *   argv  PATH NAME FAMILY EXCLUSIVE WAIT LOCKER_PID PGID DEV INO KIND
- * It detaches first (fork, the parent exits, setsid): the locker may exit
- * while the kernel lock lives on (`exec 9>f; flock 9`: flock(1) exits, the
- * shell keeps fd 9), and no PR_SET_PDEATHSIG: outliving the locker is the
- * point. It closes every other descriptor, and fd 3 too once it has opened
- * its own description of the file (/proc/self/fd/3 reopened): a copy of the
- * locker's description would keep a flock(2) or OFD lock alive after the
- * program's last close.
+ * Started on demand by the shim (posix_spawn, `watchlock-keeper SOCKNAME`,
+ * fd 3 a pipe closed when the socket listens). It detaches (fork, setsid),
+ * binds the abstract Unix socket SOCKNAME (the election: bind is atomic, a
+ * second keeper gets EADDRINUSE and exits), and then:
  *
- * The lock is the path's read-write lock: KIND "read" a read share, "write"
- * the write side (shim.c lock_kind_for).
- * Then: acquire (try once; LOCK_NB: BUSY at once unless a stale keeper of
- * this kernel lock was told to go, see "hand-over"; blocking: wait in 50 ms
- * slices, which the library resumes without a round trip, woken by the
- * release's pub/sub message, checking between slices that the locker still
- * waits: a closed pipe cancels), answer "OK <fence>" / "BUSY" /
- * "ERR UNREACHABLE|CONFIG|OTHER <message>" on fd 4, then hold:
- *   - every 20 ms, look for the kernel lock in /proc/locks (family, device,
- *     inode, and the locker's pid for flock and POSIX locks); gone -> release
- *     and exit. That is the release detection (<= 20 ms + one round trip).
- *   - SIGUSR1 ("hand-over", see hand_over()): a keeper of the same file
- *     and family on this kernel whose locker was just granted a kernel lock
- *     that conflicts with ours (exclusive: with every lock; shared: with
- *     exclusive ones) found this keeper in /proc: the kernel excludes both
- *     locks, so ours is gone -> release at once. This is what makes local
- *     contention deadlock-free when /proc/locks cannot tell one holder from
- *     the next (same pid re-locking, a conversion on the same fd, OFD locks
- *     that show no pid).
- *   - SIGTERM/SIGINT/SIGHUP: release and exit.
- *   - the library's on-lost callback (a library thread): signal the locker's
- *     process group (WATCHLOCK_PRELOAD_SIGNAL, default SIGTERM), log, and
- *     the main loop exits.
- * Threads: main (all of the above) and the library's; the only shared state
- * is the `lost` flag (atomic).
+ * Holds. One entry per (device, inode, class): the kernel's *aggregate*
+ * state of that file on this host, for one lock family (flock, or POSIX +
+ * OFD, which conflict with each other but never with flock). The kernel
+ * allows at most one exclusive lock of a class on a file, or any number of
+ * shared ones; so the host needs the distributed write side while an
+ * exclusive kernel lock exists, a read share while shared ones exist, and
+ * nothing else. This is what makes the lock identity the kernel's:
+ *   - a re-lock or conversion through any process sharing the description
+ *     is a request of the mode the entry already has (kept, no round trip)
+ *     or of the other mode (the kernel just granted it, so the old mode's
+ *     locks are gone: release it, take the new one);
+ *   - flock and POSIX locks are two entries and two names (wlp_class_name),
+ *     so they never wait on each other;
+ *   - a POSIX lock partly unlocked keeps its entry while any range of it is
+ *     left (the liveness scan counts every lock of the class on the file).
+ * A request is checked against the kernel before it may change an entry's
+ * mode: the requester's /proc/PID/fdinfo/FD must still show the lock it
+ * asks for. A request that was abandoned (the locker was interrupted and
+ * dropped its kernel lock) and arrives late therefore cannot end a later
+ * holder's hold (issue 33.2).
+ *
+ * Liveness. The tick thread reads /proc/locks once every 20 ms for all
+ * entries (one pass, a hash lookup per line) and releases every held entry
+ * whose mode no longer has a granted lock of its class on its file (locks
+ * of another user's live process are not counted: another user has another
+ * keeper). A request touched an entry after the scan began: not released
+ * in this tick (the scan may predate its kernel grant) - the epoch rule.
+ * In a pid namespace other than the initial one /proc/locks hides flock
+ * locks whose taker exited: there an absence is confirmed with a
+ * non-blocking flock on the keeper's own description of the file.
+ * No pid is ever waited for: liveness is the kernel's lock table.
+ *
+ * Loss: the library's on-lost callback (its watchdog thread) signals the
+ * process groups that asked for the entry and logs; the entry is dropped by
+ * the next tick. Keeper killed: its guardian (the keeper's parent, which
+ * does nothing but wait for it) signals those process groups, logs, and
+ * exits; the next managed call starts a new keeper.
+ *
+ * Lifetime: the keeper exits after WLP_IDLE_MS with no entry and no client
+ * connection (it closes its socket first: a shim that connects later starts
+ * a new one; one caught in between sees EOF and retries).
+ *
+ * Threads and locks: the accept thread (main), one thread per shim
+ * connection, the tick thread, the library's. One mutex `mu` guards the
+ * table and every entry; Redis I/O for an entry is done with `mu` held
+ * (release, conversions) or by the entry's one driver thread without it
+ * (acquire, in 50 ms slices). The on-lost callback takes no lock: it reads
+ * the entry's atomics only.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,19 +87,53 @@
 #include "watchlock.h"
 
 #define PROC_PID_INIT_INO 4026531836ULL /* the kernel's initial pid namespace */
+#define TICK_MS 20
+#define WLP_IDLE_MS 2000
+#define NBUCKETS 4096
+#define MAX_PGIDS 16
+#define MAX_GROUPS 4096 /* process groups the guardian may have to tell */
 
-static struct {
-    const char *path, *name, *kind;
-    int family, exclusive, wait;
-    long locker_pid, pgid;
+enum { M_NONE = 0, M_SHARED = 1, M_EXCL = 2 };
+enum { S_IDLE = 0, S_ACQUIRING = 1, S_HELD = 2 };
+
+struct entry {
+    struct entry *next;
     uint64_t dev, ino;
-    int status_fd, probe_fd;
+    int cls;
+    char *name, *path;
+    int mode, state, driver, abort, wanted;
+    unsigned gen;
+    uint64_t touched, seen; /* scan epochs */
+    watchlock_lock *handle[3]; /* by mode: [M_SHARED] read share, [M_EXCL] write side */
+    int lost;                 /* atomic: set by the on-lost callback */
+    int pgids[MAX_PGIDS];     /* atomic: who to tell on loss */
     int signal;
-    uint64_t pidns;
-    char kernel_id[256];
-} k;
+    int64_t lease;
+    int probe_fd;
+};
 
-static int lost;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static struct entry *table[NBUCKETS];
+static size_t nentries, nconns;
+static uint64_t epoch = 1;
+/* The last /proc/locks text fully scanned, and whether the table changed
+ * since (a request, a loss, an entry kept only by the epoch rule): an idle
+ * tick whose read gives the same text and finds nothing changed skips the
+ * parse (what keeps 1,000 idle holds at a few % of a core). */
+static char *last_locks;
+static size_t last_len;
+static int dirty = 1; /* atomic */
+static watchlock_client *client;
+static uint64_t my_pidns;
+static uid_t my_uid;
+static int default_signal = SIGTERM;
+static char host[256];
+static int listen_fd = -1;
+static int stopping; /* atomic: the idle rule decided to exit */
+/* Shared with the guardian (MAP_SHARED): process groups with a hold. */
+static int *groups;
+static int groups_stale; /* mu: the list has groups of holds that ended */
 
 static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void log_line(const char *fmt, ...)
@@ -89,358 +148,719 @@ static void log_line(const char *fmt, ...)
         syslog(LOG_USER | LOG_WARNING, "watchlock-keeper[%d]: %s", (int)getpid(), msg);
         return;
     }
-    FILE *f = strcmp(dest, "stderr") == 0 ? stderr : fopen(dest, "ae");
-    if (f == NULL)
-        return;
-    fprintf(f, "watchlock-keeper[%d]: %s\n", (int)getpid(), msg);
-    if (f != stderr)
-        fclose(f);
-    else
-        fflush(f);
-}
-
-static void answer(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void answer(const char *fmt, ...)
-{
-    char line[600];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-    va_end(ap);
+    char line[1200];
+    int n = snprintf(line, sizeof line, "watchlock-keeper[%d]: %s\n", (int)getpid(), msg);
     if (n < 0)
         return;
-    if ((size_t)n > sizeof line - 2)
-        n = (int)sizeof line - 2;
-    line[n++] = '\n';
-    if (k.status_fd >= 0) {
-        ssize_t w = write(k.status_fd, line, (size_t)n);
-        (void)w;
-        close(k.status_fd);
-        k.status_fd = -1;
-    }
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The locker gave up waiting (signal, death): the pipe's read end is gone. */
-static int locker_gone(void)
-{
-    if (k.status_fd < 0)
-        return 0;
-    struct pollfd p = {.fd = k.status_fd, .events = 0};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP)) != 0;
-}
-
-/* Is the kernel lock still held on this host? /proc/locks first; when it
- * shows nothing and we live in a pid namespace other than the initial one
- * (where /proc/locks hides flock locks whose taker has exited), a
- * non-blocking test on our own description of the file decides. */
-static int kernel_lock_held(void)
-{
-    FILE *f = fopen("/proc/locks", "re");
-    if (f == NULL)
-        return 1; /* cannot tell: keep holding (the lease still bounds a crash) */
-    char line[512];
-    int found = 0;
-    long pid = k.family == WLP_FAMILY_OFD ? -1 : k.locker_pid;
-    while (!found && fgets(line, sizeof line, f) != NULL)
-        found = wlp_proc_locks_line_matches(line, k.family, major(k.dev), minor(k.dev), k.ino, pid);
-    fclose(f);
-    if (found || k.pidns == PROC_PID_INIT_INO || k.probe_fd < 0)
-        return found;
-    if (k.family == WLP_FAMILY_FLOCK) {
-        if (flock(k.probe_fd, LOCK_EX | LOCK_NB) == 0) {
-            flock(k.probe_fd, LOCK_UN);
-            return 0;
-        }
-        return errno == EWOULDBLOCK;
-    }
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (fcntl(k.probe_fd, F_OFD_GETLK, &fl) != 0)
-        return 1;
-    return fl.l_type != F_UNLCK;
-}
-
-/* Signals the locker's process group and logs, once per hold: from the
- * on-lost callback (a library thread) or from the main loop, whichever sees
- * the loss first (a state read that finds the lock past its deadline records
- * the loss, and a callback not yet started when watchlock_lock_free() runs
- * is never called: so the main loop must not count on the callback). */
-static int reported;
-
-static void report_loss(int reason)
-{
-    if (__atomic_exchange_n(&reported, 1, __ATOMIC_SEQ_CST))
+    if ((size_t)n >= sizeof line)
+        n = sizeof line - 1;
+    int fd = strcmp(dest, "stderr") == 0 ? 2 : open(dest, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
         return;
-    if (k.signal > 0 && k.pgid > 0)
-        kill((pid_t)-k.pgid, k.signal);
-    log_line("lost the lock of %s (%s) while its kernel lock was held: %s sent to process "
-             "group %ld",
-             k.path, watchlock_lost_reason_str(reason),
-             k.signal > 0 ? strsignal(k.signal) : "no signal", k.pgid);
-    __atomic_store_n(&lost, 1, __ATOMIC_SEQ_CST);
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    if (fd != 2)
+        close(fd);
+}
+
+/* ---- process groups to tell (the guardian reads them after a crash) ---- */
+
+static int groups_used; /* atomic: slots below this may be set */
+
+static void group_add(int pgid)
+{
+    if (groups == NULL || pgid <= 0)
+        return;
+    for (int i = 0; i < MAX_GROUPS; i++) {
+        int v = __atomic_load_n(&groups[i], __ATOMIC_RELAXED);
+        if (v == pgid)
+            return;
+        int zero = 0;
+        if (v == 0 && __atomic_compare_exchange_n(&groups[i], &zero, pgid, 0, __ATOMIC_RELAXED,
+                                                  __ATOMIC_RELAXED)) {
+            if (i >= __atomic_load_n(&groups_used, __ATOMIC_RELAXED))
+                __atomic_store_n(&groups_used, i + 1, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+}
+
+/* Rebuilds the list from the entries (mu held): groups without a hold go. */
+static void groups_rebuild(void)
+{
+    if (groups == NULL)
+        return;
+    int used = __atomic_load_n(&groups_used, __ATOMIC_RELAXED);
+    for (int i = 0; i < used; i++)
+        __atomic_store_n(&groups[i], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&groups_used, 0, __ATOMIC_RELAXED);
+    for (size_t b = 0; b < NBUCKETS && nentries > 0; b++)
+        for (struct entry *e = table[b]; e != NULL; e = e->next)
+            if (e->state == S_HELD)
+                for (int i = 0; i < MAX_PGIDS; i++)
+                    group_add(__atomic_load_n(&e->pgids[i], __ATOMIC_RELAXED));
+}
+
+/* ---- entries ---- */
+
+static size_t bucket_of(uint64_t dev, uint64_t ino, int cls)
+{
+    uint64_t h = (ino * 0x9E3779B97F4A7C15ULL) ^ (dev * 0xC2B2AE3D27D4EB4FULL) ^ (uint64_t)cls;
+    return (size_t)(h >> 52) % NBUCKETS;
+}
+
+static struct entry *lookup(uint64_t dev, uint64_t ino, int cls)
+{
+    for (struct entry *e = table[bucket_of(dev, ino, cls)]; e != NULL; e = e->next)
+        if (e->dev == dev && e->ino == ino && e->cls == cls)
+            return e;
+    return NULL;
+}
+
+static void add_pgid(struct entry *e, long pgid)
+{
+    if (pgid <= 0)
+        return;
+    for (int i = 0; i < MAX_PGIDS; i++) {
+        int v = __atomic_load_n(&e->pgids[i], __ATOMIC_RELAXED);
+        if (v == (int)pgid)
+            return;
+        if (v == 0) {
+            __atomic_store_n(&e->pgids[i], (int)pgid, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    /* full: the oldest group makes room (it most likely unlocked long ago) */
+    memmove(e->pgids, e->pgids + 1, sizeof e->pgids - sizeof e->pgids[0]);
+    __atomic_store_n(&e->pgids[MAX_PGIDS - 1], (int)pgid, __ATOMIC_RELAXED);
 }
 
 static void on_lost(watchlock_lock *lock, int reason, void *ud)
 {
     (void)lock;
-    (void)ud;
-    report_loss(reason);
+    struct entry *e = ud;
+    if (__atomic_exchange_n(&e->lost, 1, __ATOMIC_SEQ_CST))
+        return;
+    __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
+    char told[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < MAX_PGIDS; i++) {
+        int g = __atomic_load_n(&e->pgids[i], __ATOMIC_RELAXED);
+        if (g > 0 && e->signal > 0 && kill(-g, e->signal) == 0 && used < sizeof told - 16)
+            used += (size_t)snprintf(told + used, sizeof told - used, " %d", g);
+    }
+    log_line("lost the lock of %s (%s) while its kernel lock was held: %s sent to process "
+             "group(s)%s",
+             e->path, watchlock_lost_reason_str(reason),
+             e->signal > 0 ? strsignal(e->signal) : "no signal", used ? told : " (none)");
 }
 
-static const char *err_class(int rc)
+/* Frees an entry's handles (mu held; a held handle is released). */
+static void drop_handles(struct entry *e)
 {
-    switch (rc) {
-    case WATCHLOCK_ECONN:
-    case WATCHLOCK_EAUTH:
-    case WATCHLOCK_ECLOSED: return "UNREACHABLE";
-    case WATCHLOCK_EINVAL: return "CONFIG";
-    default: return "OTHER";
+    for (int m = 1; m <= 2; m++) {
+        watchlock_lock_free(e->handle[m]);
+        e->handle[m] = NULL;
     }
 }
 
-static void read_ids(void)
+static void remove_entry(struct entry *e)
 {
-    char boot[64] = "unknown";
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-    if (f != NULL) {
-        if (fgets(boot, sizeof boot, f) != NULL)
-            boot[strcspn(boot, "\n")] = '\0';
-        fclose(f);
-    }
-    struct stat st;
-    k.pidns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-    wlp_kernel_id(k.kernel_id, sizeof k.kernel_id, boot, k.pidns, k.dev, k.ino,
-                  k.family == WLP_FAMILY_FLOCK ? WLP_FAMILY_FLOCK : WLP_FAMILY_POSIX);
+    struct entry **pp = &table[bucket_of(e->dev, e->ino, e->cls)];
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+    drop_handles(e);
+    if (e->probe_fd >= 0)
+        close(e->probe_fd);
+    free(e->name);
+    free(e->path);
+    free(e);
+    nentries--;
 }
 
-/*
- * Hand-over. Our locker was just granted its kernel lock, so on this kernel
- * no other lock of the same family on this file that conflicts with ours
- * exists any more: an exclusive grant excludes every other lock, a shared
- * one every exclusive lock. A keeper that still guards such a lock is
- * stale (its locker unlocked and relocked within one poll, converted the
- * lock on the same fd, or holds an OFD lock that /proc/locks shows without
- * a pid): tell it to let go (SIGUSR1). The keepers of this kernel are the
- * processes named watchlock-keeper in /proc with our device, inode and
- * family class in their argv (main's argv layout); another host's (or a
- * test's mount namespace with a private tmpfs: another device) never
- * matches. The read-write lock records no owner per share, so /proc and
- * not the server's owner record is where they are found. Fills told[] with
- * the pids told (at most max); returns their number.
- */
-/* Another keeper of this kernel, from its /proc/PID/cmdline (main's argv). */
-struct peer {
-    pid_t pid;
-    int family, exclusive;
-    long locker_pid;
-    unsigned long long start; /* /proc/PID/stat starttime: older is smaller */
-};
-
-static int read_peer(struct peer *out, long pid)
+static int err_reply(char *out, size_t size, uint64_t id, int rc, const char *what)
 {
-    char path[64], buf[WLP_PATH_MAX + 1024];
-    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *cls = rc == WATCHLOCK_ECONN || rc == WATCHLOCK_EAUTH || rc == WATCHLOCK_ECLOSED
+                          ? "UNREACHABLE"
+                      : rc == WATCHLOCK_EINVAL ? "CONFIG"
+                                               : "OTHER";
+    return snprintf(out, size, "ERR %" PRIu64 " %s %s: %s", id, cls, what, watchlock_last_error());
+}
+
+/* The handle of an entry's mode (mu held). */
+static int handle_for(struct entry *e, int mode, watchlock_lock **out)
+{
+    if (e->handle[mode] != NULL) {
+        *out = e->handle[mode];
+        return 0;
+    }
+    watchlock_lock *l = NULL;
+    char label[WLP_PATH_MAX + 400];
+    snprintf(label, sizeof label, "preload %s on %s (%s, keeper pid %d)", e->path, host,
+             e->cls == WLP_CLASS_FLOCK ? "flock" : "posix", (int)getpid());
+    int rc = watchlock_rwlock_new(&l, client, e->name, strlen(e->name), mode == M_EXCL);
+    if (rc == 0)
+        rc = watchlock_lock_set_wait_slices(l, 1);
+    if (rc == 0)
+        rc = watchlock_lock_set_lease(l, e->lease);
+    if (rc == 0)
+        rc = watchlock_lock_set_owner_label(l, label);
+    if (rc == 0)
+        rc = watchlock_lock_set_on_lost(l, on_lost, e);
+    if (rc != 0) {
+        watchlock_lock_free(l);
+        return rc;
+    }
+    e->handle[mode] = *out = l;
+    return 0;
+}
+
+/* Ends the entry's current hold (mu held, no driver). */
+static void end_hold(struct entry *e)
+{
+    if (e->state == S_HELD && e->handle[e->mode] != NULL &&
+        watchlock_lock_state(e->handle[e->mode]) == WATCHLOCK_HELD)
+        watchlock_lock_release(e->handle[e->mode]);
+    else if (e->state == S_ACQUIRING && e->handle[e->mode] != NULL)
+        watchlock_lock_forget_wait(e->handle[e->mode]);
+    e->state = S_IDLE;
+    e->gen++;
+    /* the hold's groups go with it: the next hold's requesters are told, not
+     * this one's (the guardian's list follows at the next tick) */
+    for (int i = 0; i < MAX_PGIDS; i++)
+        __atomic_store_n(&e->pgids[i], 0, __ATOMIC_RELAXED);
+    groups_stale = 1;
+}
+
+/* ---- the kernel's view ---- */
+
+static char *read_all(const char *path, size_t *len);
+
+/* The mode of the lock the requester's fd shows in /proc/PID/fdinfo/FD (0:
+ * none, -1: unknown), and *kid, the identity of that kernel hold: for flock
+ * the pid the kernel shows on it (its first taker: a re-lock through the
+ * same description keeps it, another description's lock has its own), for
+ * POSIX locks the owner process, -1 when unknown (OFD locks). */
+static int requester_mode(const struct wlp_request *r, long *kid)
+{
+    *kid = r->cls == WLP_CLASS_POSIX ? r->pid : -1;
+    char p[64], buf[8192];
+    snprintf(p, sizeof p, "/proc/%ld/fdinfo/%d", r->pid, r->fd);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    ssize_t len = read(fd, buf, sizeof buf - 1);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (len <= 0)
+    if (n < 0)
         return -1;
-    buf[len] = '\0';
-    const char *argv[12];
-    int argc = 0;
-    for (char *p = buf; p < buf + len && argc < 12; p += strlen(p) + 1)
-        argv[argc++] = p;
-    if (argc != 11)
+    buf[n] = '\0';
+    long pid;
+    int m = wlp_fdinfo_mode(buf, r->cls, major(r->dev), minor(r->dev), r->ino, &pid);
+    if (r->cls == WLP_CLASS_FLOCK)
+        *kid = pid > 0 ? pid : -1;
+    else if (m != 0 && pid < 0)
+        *kid = -1; /* an OFD lock: no owner shown */
+    if (m != 0 || r->cls != WLP_CLASS_POSIX)
+        return m;
+    /* A POSIX lock taken through another descriptor of the file (merged
+     * with this one) shows on that one: the process's locks in /proc/locks. */
+    size_t len;
+    char *locks = read_all("/proc/locks", &len);
+    if (locks == NULL)
         return -1;
-    const char *base = strrchr(argv[0], '/');
-    base = base != NULL ? base + 1 : argv[0];
-    if (strcmp(base, "watchlock-keeper") != 0 || strtoull(argv[8], NULL, 10) != k.dev ||
-        strtoull(argv[9], NULL, 10) != k.ino)
-        return -1;
-    out->pid = (pid_t)pid;
-    out->family = atoi(argv[3]);
-    out->exclusive = atoi(argv[4]);
-    out->locker_pid = atol(argv[6]);
-    out->start = 0;
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    FILE *f = fopen(path, "re");
-    if (f != NULL) {
-        /* "pid (comm) state ppid ..." : starttime is field 22; comm may hold spaces */
-        char line[1024];
-        if (fgets(line, sizeof line, f) != NULL) {
-            char *q = strrchr(line, ')');
-            int field = 2;
-            char *save = NULL;
-            for (char *t = q != NULL ? strtok_r(q + 1, " ", &save) : NULL; t != NULL;
-                 t = strtok_r(NULL, " ", &save))
-                if (++field == 22) {
-                    out->start = strtoull(t, NULL, 10);
-                    break;
-                }
-        }
-        fclose(f);
+    for (char *line = locks; line != NULL && *line != '\0';) {
+        char *nl = strchr(line, '\n');
+        if (nl != NULL)
+            *nl = '\0';
+        struct wlp_lockline l;
+        if (wlp_lockline_parse(line, &l) == 0 && l.cls == WLP_CLASS_POSIX && !l.ofd &&
+            l.pid == r->pid && l.ino == r->ino && l.dev_major == major(r->dev) &&
+            l.dev_minor == minor(r->dev) && (l.exclusive ? 2 : 1) > m)
+            m = l.exclusive ? 2 : 1;
+        line = nl != NULL ? nl + 1 : NULL;
     }
-    return 0;
+    free(locks);
+    return m;
 }
 
-/* Granted read locks of `family` on our file in /proc/locks, by `pid` (< 0: anyone). */
-static int kernel_read_locks(int family, long pid)
+/* Does a /proc/locks line with this pid count for this keeper? Locks of a
+ * live process of another user belong to that user's keeper. */
+static int pid_is_ours(long pid, long *cache, int *ncache)
 {
-    FILE *f = fopen("/proc/locks", "re");
-    if (f == NULL)
-        return -1;
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strstr(line, " READ ") != NULL &&
-            wlp_proc_locks_line_matches(line, family, major(k.dev), minor(k.dev), k.ino, pid))
-            n++;
-    fclose(f);
-    return n;
-}
-
-static int by_start(const void *a, const void *b)
-{
-    const struct peer *x = a, *y = b;
-    return x->start < y->start ? -1 : x->start > y->start;
-}
-
-static int tell(pid_t *told, int n, int max, const struct peer *p)
-{
-    if (n >= max || kill(p->pid, SIGUSR1) != 0)
-        return n;
-    log_line("%s: hand-over: told the stale keeper %d (%s) to release", k.path, (int)p->pid,
-             p->exclusive ? "write side" : "read share");
-    told[n] = p->pid;
-    return n + 1;
-}
-
-static int hand_over(pid_t *told, int max)
-{
-    DIR *d = opendir("/proc");
-    if (d == NULL)
-        return 0;
-    int n = 0, my_class = k.family == WLP_FAMILY_FLOCK ? 0 : 1;
-    struct peer readers[64];
-    int nreaders = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        struct peer p;
-        if (*end != '\0' || pid <= 1 || pid == (long)getpid() || read_peer(&p, pid) != 0 ||
-            (p.family == WLP_FAMILY_FLOCK ? 0 : 1) != my_class)
-            continue;
-        if (k.exclusive || p.exclusive) {
-            n = tell(told, n, max, &p);
-        } else if (p.family == k.family &&
-                   (k.family == WLP_FAMILY_OFD || p.locker_pid == k.locker_pid) && nreaders < 64) {
-            readers[nreaders++] = p;
-        }
-    }
-    closedir(d);
-    /* Shared and shared coexist, so a shared grant cannot tell a stale
-     * reader keeper from a live one, except by counting: the read locks of
-     * our locker (of every OFD description, which show no pid) in
-     * /proc/locks, ours included, against the keepers that guard them, us
-     * included. More keepers than locks: the oldest are stale (the locker
-     * unlocked and locked again within one poll, so its old keeper still
-     * sees "a lock of this pid"; left alone it would hold its share for as
-     * long as the process keeps relocking, and a writer elsewhere would wait
-     * for it while our share waits behind that writer). */
-    if (!k.exclusive && nreaders > 0) {
-        int locks = kernel_read_locks(k.family, k.family == WLP_FAMILY_OFD ? -1 : k.locker_pid);
-        if (locks > 0 && nreaders + 1 > locks) {
-            qsort(readers, (size_t)nreaders, sizeof readers[0], by_start);
-            for (int i = 0; i < nreaders + 1 - locks && i < nreaders; i++)
-                n = tell(told, n, max, &readers[i]);
-        }
-    }
-    return n;
-}
-
-static int any_alive(const pid_t *pids, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (kill(pids[i], 0) == 0 || errno != ESRCH)
+    if (pid <= 0)
+        return 1;
+    for (int i = 0; i < *ncache; i++)
+        if (cache[i] == pid)
             return 1;
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%ld", pid);
+    struct stat st;
+    if (stat(p, &st) != 0)
+        return 1; /* exited (a flock outliving its taker): cannot tell, keep */
+    if (st.st_uid != my_uid)
+        return 0;
+    if (*ncache < 16)
+        cache[(*ncache)++] = pid;
+    return 1;
+}
+
+static char *read_all(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        if (cap - n < 4096) {
+            char *b = realloc(buf, cap * 2);
+            if (b == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (buf != NULL) {
+        buf[n] = '\0';
+        *len = n;
+    }
+    return buf;
+}
+
+/* In a non-initial pid namespace: is any lock (shared entry) / an exclusive
+ * lock (exclusive entry) of the flock class on the file? Side effect when
+ * not: this description holds the file for a few microseconds. */
+static int probe_held(struct entry *e)
+{
+    if (e->probe_fd < 0)
+        return 1;
+    int op = e->mode == M_EXCL ? LOCK_SH : LOCK_EX;
+    if (flock(e->probe_fd, op | LOCK_NB) == 0) {
+        flock(e->probe_fd, LOCK_UN);
+        return 0;
+    }
+    return errno == EWOULDBLOCK;
+}
+
+static void tick(void)
+{
+    pthread_mutex_lock(&mu);
+    if (nentries == 0) {
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    uint64_t now = ++epoch;
+    pthread_mutex_unlock(&mu);
+
+    size_t len = 0;
+    char *locks = read_all("/proc/locks", &len);
+    if (locks == NULL)
+        return; /* cannot tell: keep everything (a crash is still bounded by the lease) */
+    if (!__atomic_exchange_n(&dirty, 0, __ATOMIC_SEQ_CST) && last_locks != NULL &&
+        len == last_len && memcmp(locks, last_locks, len) == 0) {
+        free(locks);
+        return; /* the same kernel locks as at the last full scan, which kept every entry */
+    }
+    free(last_locks);
+    last_locks = malloc(len + 1);
+    if (last_locks != NULL) {
+        memcpy(last_locks, locks, len + 1);
+        last_len = len;
+    }
+    long cache[16];
+    int ncache = 0;
+    pthread_mutex_lock(&mu);
+    for (char *line = locks; line != NULL && *line != '\0';) {
+        char *nl = strchr(line, '\n');
+        if (nl != NULL)
+            *nl = '\0';
+        struct wlp_lockline l;
+        if (wlp_lockline_parse(line, &l) == 0) {
+            struct entry *e = lookup(makedev(l.dev_major, l.dev_minor), l.ino, l.cls);
+            /* a shared entry lives while a shared lock does; an exclusive one while an exclusive one does */
+            if (e != NULL && e->state == S_HELD && (e->mode == M_EXCL) == l.exclusive &&
+                e->seen != now && pid_is_ours(l.ofd ? 0 : l.pid, cache, &ncache))
+                e->seen = now;
+        }
+        line = nl != NULL ? nl + 1 : NULL;
+    }
+    free(locks);
+    int changed = 0;
+    for (size_t b = 0; b < NBUCKETS; b++) {
+        for (struct entry *e = table[b], *next; e != NULL; e = next) {
+            next = e->next;
+            if (e->driver || e->wanted > 0) {
+                __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
+                continue;
+            }
+            int gone = __atomic_load_n(&e->lost, __ATOMIC_SEQ_CST) || e->state != S_HELD;
+            if (!gone && e->seen != now && e->touched < now)
+                gone = !(my_pidns != PROC_PID_INIT_INO && e->cls == WLP_CLASS_FLOCK &&
+                         probe_held(e));
+            if (gone) {
+                remove_entry(e); /* releases a held lock */
+                changed = 1;
+            } else if (e->seen != now) {
+                __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST); /* kept by the epoch rule or the probe */
+            }
+        }
+    }
+    if (changed || groups_stale) {
+        groups_rebuild();
+        groups_stale = 0;
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+/* The tick thread sleeps TICK_MS, longer with many entries (the scan's
+ * cost grows with them: 20 ms per 250 entries), and is woken at once by a
+ * shim's hint (an unlock or close of a managed fd) or a connection's end. */
+static pthread_mutex_t tick_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tick_cv;
+static int poked;
+
+static void poke_tick(void)
+{
+    pthread_mutex_lock(&tick_mu);
+    poked = 1;
+    pthread_cond_signal(&tick_cv);
+    pthread_mutex_unlock(&tick_mu);
+}
+
+static void tick_sleep(void)
+{
+    pthread_mutex_lock(&mu);
+    size_t n = nentries;
+    pthread_mutex_unlock(&mu);
+    int64_t ms = TICK_MS * (n > 250 ? (int64_t)(n / 250) : 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&tick_mu);
+    while (!poked && pthread_cond_timedwait(&tick_cv, &tick_mu, &ts) == 0) {
+    }
+    if (poked) {
+        poked = 0;
+        __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_unlock(&tick_mu);
+}
+
+/* ---- one shim connection ---- */
+
+struct conn {
+    int fd;
+    pid_t pid; /* SO_PEERCRED */
+};
+
+/* A cancel for `id` (or the connection's end) waiting on the socket? Consumes cancels. */
+static int cancelled(struct conn *c, uint64_t id)
+{
+    for (;;) {
+        char buf[WLP_MSG_MAX + 1];
+        ssize_t n = recv(c->fd, buf, sizeof buf - 1, MSG_DONTWAIT | MSG_PEEK);
+        if (n == 0)
+            return 1; /* EOF: the locker is gone */
+        if (n < 0)
+            return errno != EAGAIN && errno != EINTR;
+        struct wlp_request r;
+        if (wlp_request_parse(buf, (size_t)n, &r) != 0 || r.op != 'C')
+            return 0; /* a new request: this one was given up (the shim sends one at a time) */
+        n = recv(c->fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+        (void)n;
+        if (r.id == id)
+            return 1;
+    }
+}
+
+static int lease_and_signal(const struct wlp_request *r, int64_t *lease, int *sig, char *err,
+                            size_t errsize)
+{
+    *lease = 30000;
+    if (r->lease[0] != '\0' && watchlock_parse_duration(lease, r->lease) != 0) {
+        snprintf(err, errsize, "CONFIG WATCHLOCK_PRELOAD_LEASE: %s", watchlock_last_error());
+        return -1;
+    }
+    *sig = r->signal[0] != '\0' ? wlp_signal_parse(r->signal) : default_signal;
+    if (*sig < 0) {
+        snprintf(err, errsize, "CONFIG WATCHLOCK_PRELOAD_SIGNAL: unknown signal '%s'", r->signal);
+        return -1;
+    }
     return 0;
 }
 
-/* The lock handle for this hold. The kind is chosen by the shim
- * (shim.c lock_kind_for): "read" a read share of the path's read-write
- * lock, "write" its write side; "exclusive" (an older shim) the plain lock. */
-static int open_lock(watchlock_lock **out, watchlock_client *c)
+/* Serves one lock request; writes the reply. */
+static void serve(struct conn *c, struct wlp_request *r, char *reply, size_t rsize)
 {
-    if (strcmp(k.kind, "read") == 0 || strcmp(k.kind, "write") == 0) {
-        int rc = watchlock_rwlock_new(out, c, k.name, strlen(k.name), strcmp(k.kind, "write") == 0);
-        /* blocking waits are 50 ms slices (acquire): keep the place in the queue between them */
-        return rc != 0 ? rc : watchlock_lock_set_wait_slices(*out, 1);
+    int want = r->exclusive ? M_EXCL : M_SHARED;
+    int64_t lease;
+    int sig;
+    char err[300];
+    if (lease_and_signal(r, &lease, &sig, err, sizeof err) != 0) {
+        snprintf(reply, rsize, "ERR %" PRIu64 " %s", r->id, err);
+        return;
     }
-    return watchlock_lock_new(out, c, k.name, strlen(k.name));
-}
-
-static int acquire(watchlock_lock *lock)
-{
-    pid_t told[64];
-    int ntold = 0;
-    /* A shared request looks for stale reader keepers first: the first try
-     * succeeds beside them, so it would never find them otherwise. */
-    if (!k.exclusive)
-        ntold = hand_over(told, 64);
-    int rc = watchlock_lock_acquire(lock, 0);
-    if (rc != WATCHLOCK_ETIMEDOUT)
-        return rc;
-    if (k.exclusive)
-        ntold = hand_over(told, 64);
-    if (!k.wait) {
-        /* LOCK_NB: a stale keeper releases within one round trip; wait for
-         * the keepers told to exit (bounded by a lease), then try once more.
-         * Anyone else (another host, a queued writer) still makes it BUSY. */
-        if (ntold == 0)
-            return rc;
-        int64_t deadline = now_ms() + watchlock_lock_lease(lock);
-        while (any_alive(told, ntold) && now_ms() < deadline) {
-            if (locker_gone())
-                return WATCHLOCK_ECLOSED;
-            struct timespec ts = {0, 2 * 1000 * 1000};
-            nanosleep(&ts, NULL);
+    /* The client, opened by the first request (client_mu: two first requests at once) */
+    static pthread_mutex_t client_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&client_mu);
+    if (client == NULL) {
+        const char *url = getenv(WLP_ENV_URL);
+        watchlock_client *opened = NULL;
+        int rc = watchlock_client_open(&opened, url != NULL && url[0] != '\0' ? url : NULL);
+        if (rc != 0) {
+            pthread_mutex_unlock(&client_mu);
+            err_reply(reply, rsize, r->id, rc, "WATCHLOCK_URL");
+            return;
         }
-        return watchlock_lock_acquire(lock, 0);
+        client = opened;
     }
-    /* Blocking: wait in slices, for as long as it takes or the locker waits. */
+    pthread_mutex_unlock(&client_mu);
+    char name[WLP_PATH_MAX + 600];
+    if (wlp_class_name(name, sizeof name, r->name, r->cls) < 0) {
+        snprintf(reply, rsize, "ERR %" PRIu64 " CONFIG the lock name is too long", r->id);
+        return;
+    }
+    pthread_mutex_lock(&mu);
+    struct entry *e = lookup(r->dev, r->ino, r->cls);
+    if (e == NULL) {
+        e = calloc(1, sizeof *e);
+        if (e == NULL || (e->name = strdup(name)) == NULL || (e->path = strdup(r->path)) == NULL) {
+            if (e != NULL)
+                free(e->name);
+            free(e);
+            pthread_mutex_unlock(&mu);
+            snprintf(reply, rsize, "ERR %" PRIu64 " OTHER out of memory", r->id);
+            return;
+        }
+        e->dev = r->dev;
+        e->ino = r->ino;
+        e->cls = r->cls;
+        e->probe_fd = -1;
+        e->lease = lease;
+        e->signal = sig;
+        if (my_pidns != PROC_PID_INIT_INO && r->cls == WLP_CLASS_FLOCK) {
+            char p[64];
+            snprintf(p, sizeof p, "/proc/%ld/fd/%d", r->pid, r->fd);
+            e->probe_fd = open(p, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        }
+        size_t b = bucket_of(e->dev, e->ino, e->cls);
+        e->next = table[b];
+        table[b] = e;
+        nentries++;
+    }
+    e->touched = epoch;
+    __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
+    if (want == M_EXCL && !r->relock && e->mode == M_EXCL && e->state == S_HELD && !e->driver) {
+        /* A new exclusive kernel lock (not the kernel's no-op re-lock of one
+         * held): the previous one is gone (the kernel just granted ours), so
+         * a new hold - a fresh fencing token, behind any remote waiter. But
+         * only if the kernel still shows ours: an abandoned request that
+         * arrives late must not end a later holder's hold (issue 33.2). */
+        long kid;
+        int km = requester_mode(r, &kid);
+        if (km >= 0 && km != want) {
+            snprintf(reply, rsize, "GONE %" PRIu64, r->id);
+            goto out;
+        }
+        end_hold(e);
+    }
+    if (r->wait)
+        e->wanted++;
     for (;;) {
-        if (locker_gone()) {
-            watchlock_lock_forget_wait(lock);
-            return WATCHLOCK_ECLOSED;
+        if (__atomic_load_n(&e->lost, __ATOMIC_SEQ_CST) && !e->driver) {
+            /* lost: the next request starts over */
+            drop_handles(e);
+            e->state = S_IDLE;
+            e->gen++;
+            for (int i = 0; i < MAX_PGIDS; i++)
+                __atomic_store_n(&e->pgids[i], 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&e->lost, 0, __ATOMIC_SEQ_CST);
         }
-        rc = watchlock_lock_acquire(lock, 50);
-        if (rc != WATCHLOCK_ETIMEDOUT)
-            return rc;
+        if (e->mode == want && e->state == S_HELD) {
+            snprintf(reply, rsize, "OK %" PRIu64 " %" PRId64, r->id,
+                     watchlock_lock_fencing_token(e->handle[want]));
+            add_pgid(e, r->pgid); /* told if this hold is lost */
+            group_add((int)r->pgid);
+            break;
+        }
+        if (e->mode != want && e->state != S_IDLE) {
+            /* A conversion, or the other mode's locks are gone (the kernel
+             * granted ours): end the old hold first. */
+            long now_kid;
+            int now_km = requester_mode(r, &now_kid);
+            if (now_km >= 0 && now_km != want) {
+                snprintf(reply, rsize, "GONE %" PRIu64, r->id); /* given up meanwhile */
+                break;
+            }
+            if (e->driver) {
+                e->abort = 1;
+                pthread_cond_wait(&cv, &mu);
+                continue;
+            }
+            end_hold(e);
+        }
+        e->mode = want;
+        if (e->driver) {
+            if (!r->wait) {
+                snprintf(reply, rsize, "BUSY %" PRIu64, r->id);
+                break;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&cv, &mu, &ts);
+            pthread_mutex_unlock(&mu);
+            int gave_up = cancelled(c, r->id);
+            pthread_mutex_lock(&mu);
+            if (gave_up) {
+                snprintf(reply, rsize, "CANCELLED %" PRIu64, r->id);
+                break;
+            }
+            continue;
+        }
+        watchlock_lock *h;
+        int rc = handle_for(e, want, &h);
+        if (rc != 0) {
+            err_reply(reply, rsize, r->id, rc, "lock");
+            break;
+        }
+        e->driver = 1;
+        e->abort = 0;
+        e->state = S_ACQUIRING;
+        unsigned gen = e->gen;
+        pthread_mutex_unlock(&mu);
+        rc = watchlock_lock_acquire(h, r->wait ? 50 : 0);
+        pthread_mutex_lock(&mu);
+        e->driver = 0;
+        pthread_cond_broadcast(&cv);
+        if (e->abort || e->gen != gen) {
+            if (rc == 0)
+                watchlock_lock_release(h);
+            else if (rc == WATCHLOCK_ETIMEDOUT)
+                watchlock_lock_forget_wait(h);
+            e->state = S_IDLE;
+            e->abort = 0;
+            continue;
+        }
+        if (rc == 0) {
+            e->state = S_HELD;
+            e->touched = epoch;
+            continue;
+        }
+        if (rc == WATCHLOCK_ETIMEDOUT && r->wait) {
+            pthread_mutex_unlock(&mu);
+            int gave_up = cancelled(c, r->id);
+            pthread_mutex_lock(&mu);
+            if (!gave_up)
+                continue;
+            if (e->wanted <= 1 && !e->driver && e->state == S_ACQUIRING) {
+                watchlock_lock_forget_wait(h);
+                e->state = S_IDLE;
+            }
+            snprintf(reply, rsize, "CANCELLED %" PRIu64, r->id);
+            break;
+        }
+        if (e->state == S_ACQUIRING)
+            e->state = S_IDLE;
+        if (rc == WATCHLOCK_ETIMEDOUT)
+            snprintf(reply, rsize, "BUSY %" PRIu64, r->id);
+        else
+            err_reply(reply, rsize, r->id, rc, "acquire");
+        break;
     }
+    if (r->wait)
+        e->wanted--;
+out:
+    if (e->state == S_IDLE && !e->driver && e->wanted == 0)
+        remove_entry(e);
+    __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
 }
 
-static void detach(void)
+static void *conn_main(void *arg)
 {
-    pid_t p = fork();
-    if (p < 0) {
-        answer("ERR OTHER fork: %s", strerror(errno));
-        _exit(1);
+    struct conn *c = arg;
+    char buf[WLP_MSG_MAX + 1], reply[1024];
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, sizeof buf - 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        struct wlp_request r;
+        if (wlp_request_parse(buf, (size_t)n, &r) != 0)
+            break;
+        if (r.op == 'U') {
+            poke_tick(); /* a managed lock was unlocked or closed: scan now */
+            continue;
+        }
+        if (r.op == 'C')
+            continue; /* a cancel for a request already answered */
+        serve(c, &r, reply, sizeof reply);
+        if (strncmp(reply, "CANCELLED", 9) == 0)
+            continue; /* nobody waits for it */
+        if (send(c->fd, reply, strlen(reply), MSG_NOSIGNAL) < 0 && errno != EINTR)
+            break;
     }
-    if (p > 0)
-        _exit(0);
-    setsid();
+    close(c->fd);
+    free(c);
+    pthread_mutex_lock(&mu);
+    nconns--;
+    pthread_mutex_unlock(&mu);
+    poke_tick(); /* the process exited (or exec'd): its locks may have gone with it */
+    return NULL;
 }
 
-static void close_other_fds(int keep_stderr)
+static void *tick_main(void *arg)
+{
+    (void)arg;
+    int64_t idle_since = -1;
+    for (;;) {
+        tick_sleep();
+        tick();
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        pthread_mutex_lock(&mu);
+        int idle = nentries == 0 && nconns == 0;
+        if (!idle) {
+            idle_since = -1;
+        } else if (idle_since < 0) {
+            idle_since = ms;
+        } else if (ms - idle_since >= WLP_IDLE_MS) {
+            /* The accept loop closes the socket: a shim that connects later starts a new keeper. */
+            __atomic_store_n(&stopping, 1, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&mu);
+            return NULL;
+        }
+        pthread_mutex_unlock(&mu);
+    }
+}
+
+/* ---- start-up ---- */
+
+static void close_other_fds(int keep_stderr, int keep)
 {
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) {
@@ -448,115 +868,157 @@ static void close_other_fds(int keep_stderr)
         dup2(null, 1);
         if (!keep_stderr)
             dup2(null, 2);
-        if (null > 4)
+        if (null > 2 && null != keep)
             close(null);
     }
-    /* All of them, however high: an inherited copy of another lock's
-     * descriptor would keep that lock alive after its program closes it. */
-    if (close_range(5, ~0U, 0) != 0) {
+    for (int fd = 3; fd < 3 + 1; fd++)
+        if (fd != keep)
+            close(fd);
+    if (close_range((unsigned)keep + 1, ~0U, 0) != 0) {
         long max = sysconf(_SC_OPEN_MAX);
-        for (long fd = 5; fd < (max > 0 ? max : 65536); fd++)
+        for (long fd = keep + 1; fd < (max > 0 ? max : 65536); fd++)
             close((int)fd);
     }
 }
 
+/*
+ * The guardian: the keeper's parent after the detach. It only waits for the
+ * keeper; if the keeper dies by a signal (SIGKILL, a crash), the host's
+ * locks are lost: it tells the process groups that held them (the shared
+ * `groups` list) and logs. A keeper that exits normally holds nothing.
+ */
+static void guardian(pid_t keeper, int sig)
+{
+    int st;
+    while (waitpid(keeper, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFSIGNALED(st))
+        _exit(0);
+    int told = 0;
+    for (int i = 0; i < MAX_GROUPS; i++) {
+        int g = __atomic_load_n(&groups[i], __ATOMIC_RELAXED);
+        if (g > 0 && sig > 0 && kill(-g, sig) == 0)
+            told++;
+    }
+    log_line("the keeper %d died (%s) holding the host's locks: they are lost; %s sent to %d "
+             "process group(s); the next lock call starts a new keeper",
+             (int)keeper, strsignal(WTERMSIG(st)), sig > 0 ? strsignal(sig) : "no signal", told);
+    _exit(0);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 11) {
+    if (argc != 2) {
         fprintf(stderr, "watchlock-keeper: started by libwatchlock_preload.so only\n");
         return 64;
     }
-    k.status_fd = 4;
-    k.path = argv[1];
-    k.name = argv[2];
-    k.family = atoi(argv[3]);
-    k.exclusive = atoi(argv[4]);
-    k.wait = atoi(argv[5]);
-    k.locker_pid = atol(argv[6]);
-    k.pgid = atol(argv[7]);
-    k.dev = strtoull(argv[8], NULL, 10);
-    k.ino = strtoull(argv[9], NULL, 10);
-    k.kind = argv[10];
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    /* First: before the library starts its threads, and before a hand-over's
-     * SIGUSR1 (default action: terminate) can reach a keeper just started. */
-    sigprocmask(SIG_BLOCK, &set, NULL);
     const char *logdest = getenv(WLP_ENV_LOG);
-    close_other_fds(logdest != NULL && strcmp(logdest, "stderr") == 0);
-    detach();
+    close_other_fds(logdest != NULL && strcmp(logdest, "stderr") == 0, 3);
     signal(SIGPIPE, SIG_IGN);
-    k.probe_fd = open("/proc/self/fd/3", O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    close(3);
-    read_ids();
+    default_signal = wlp_signal_parse(getenv(WLP_ENV_SIGNAL));
+    if (default_signal < 0)
+        default_signal = SIGTERM;
+    groups = mmap(NULL, MAX_GROUPS * sizeof *groups, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (groups == MAP_FAILED)
+        groups = NULL;
+    /* detach: the intermediate exits at once (the shim reaps it) */
+    pid_t p = fork();
+    if (p != 0)
+        _exit(p < 0);
+    setsid();
+    int gate[2]; /* the keeper -> guardian: started */
+    if (pipe2(gate, O_CLOEXEC) != 0)
+        _exit(1);
+    p = fork();
+    if (p < 0)
+        _exit(1);
+    if (p > 0) {
+        close(3);
+        close(gate[1]);
+        char ch;
+        if (read(gate[0], &ch, 1) != 1)
+            _exit(0); /* the keeper lost the election or failed: nothing to guard */
+        close(gate[0]);
+        guardian(p, default_signal);
+    }
+    close(gate[0]);
 
-    k.signal = wlp_signal_parse(getenv(WLP_ENV_SIGNAL));
-    if (k.signal < 0) {
-        answer("ERR CONFIG WATCHLOCK_PRELOAD_SIGNAL: unknown signal '%s'", getenv(WLP_ENV_SIGNAL));
-        return 1;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
     }
-    int64_t lease = 30000;
-    const char *lease_text = getenv(WLP_ENV_LEASE);
-    if (lease_text != NULL && lease_text[0] != '\0' &&
-        watchlock_parse_duration(&lease, lease_text) != 0) {
-        answer("ERR CONFIG WATCHLOCK_PRELOAD_LEASE: %s", watchlock_last_error());
-        return 1;
-    }
-    const char *url = getenv(WLP_ENV_URL);
-    if (url != NULL && url[0] == '\0')
-        url = NULL;
-    watchlock_client *c = NULL;
-    watchlock_lock *lock = NULL;
-    int rc = watchlock_client_open(&c, url);
-    if (rc != 0) {
-        answer("ERR %s WATCHLOCK_URL: %s", err_class(rc), watchlock_last_error());
-        return 1;
-    }
-    char label[WLP_PATH_MAX + 400];
-    char host[256] = "";
+    struct stat st;
+    my_pidns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+    my_uid = getuid();
     gethostname(host, sizeof host - 1);
-    snprintf(label, sizeof label, "preload %s on %s (%s, locker pid %ld) kl=%s", k.path, host,
-             k.family == WLP_FAMILY_FLOCK ? "flock" : k.family == WLP_FAMILY_OFD ? "ofd" : "posix",
-             k.locker_pid, k.kernel_id);
-    if ((rc = open_lock(&lock, c)) != 0 || (rc = watchlock_lock_set_lease(lock, lease)) != 0 ||
-        (rc = watchlock_lock_set_owner_label(lock, label)) != 0 ||
-        (rc = watchlock_lock_set_on_lost(lock, on_lost, NULL)) != 0) {
-        answer("ERR %s %s", err_class(rc), watchlock_last_error());
-        watchlock_lock_free(lock);
-        watchlock_client_close(c);
+
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t nl = strlen(argv[1]);
+    if (nl + 1 > sizeof sa.sun_path)
         return 1;
-    }
-    rc = acquire(lock);
-    if (rc == WATCHLOCK_ETIMEDOUT) {
-        answer("BUSY");
-    } else if (rc == WATCHLOCK_ECLOSED && k.status_fd >= 0 && locker_gone()) {
-        /* the locker stopped waiting: nothing to answer */
-    } else if (rc != 0) {
-        answer("ERR %s %s: %s", err_class(rc), watchlock_strerror(rc), watchlock_last_error());
-    } else {
-        answer("OK %" PRId64, watchlock_lock_fencing_token(lock));
-        /* An answer nobody read (the locker was interrupted meanwhile) is
-         * caught by the first kernel-lock check: the shim dropped it. */
-        struct timespec tick = {0, 20 * 1000 * 1000};
-        for (;;) {
-            int sig = sigtimedwait(&set, NULL, &tick);
-            if (sig == SIGUSR1 || sig == SIGTERM || sig == SIGINT || sig == SIGHUP)
-                break;
-            if (__atomic_load_n(&lost, __ATOMIC_SEQ_CST))
-                break;
-            if (watchlock_lock_state(lock) != WATCHLOCK_HELD) {
-                report_loss(watchlock_lock_lost_reason(lock));
-                break;
-            }
-            if (!kernel_lock_held())
-                break;
+    memcpy(sa.sun_path + 1, argv[1], nl);
+    listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (listen_fd < 0 ||
+        bind(listen_fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nl)) != 0 ||
+        listen(listen_fd, 128) != 0)
+        return 0; /* EADDRINUSE: another keeper won the election */
+    ssize_t w = write(gate[1], "k", 1);
+    (void)w;
+    close(gate[1]);
+    close(3); /* the shim's ready pipe: we listen */
+
+    sigset_t set;
+    sigfillset(&set);
+    sigdelset(&set, SIGSEGV);
+    sigdelset(&set, SIGBUS);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGILL);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* every thread: no signal handlers anywhere */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&tick_cv, &ca);
+    pthread_t t;
+    if (pthread_create(&t, NULL, tick_main, NULL) != 0)
+        return 1;
+    while (!__atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) {
+        struct pollfd pfd = {.fd = listen_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        struct ucred cred;
+        socklen_t cl = sizeof cred;
+        struct conn *c = malloc(sizeof *c);
+        if (c == NULL || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
+            cred.uid != my_uid) {
+            free(c);
+            close(fd); /* another user's process: it has its own keeper */
+            continue;
+        }
+        c->fd = fd;
+        c->pid = cred.pid;
+        pthread_mutex_lock(&mu);
+        nconns++;
+        pthread_mutex_unlock(&mu);
+        pthread_t ct;
+        if (pthread_create(&ct, &attr, conn_main, c) != 0) {
+            pthread_mutex_lock(&mu);
+            nconns--;
+            pthread_mutex_unlock(&mu);
+            close(fd);
+            free(c);
         }
     }
-    watchlock_lock_free(lock); /* releases a held lock */
-    watchlock_client_close(c);
-    return 0;
+    /* idle: nothing held, nobody connected; closing the socket frees its name */
+    close(listen_fd);
+    pthread_join(t, NULL);
+    _exit(0);
 }

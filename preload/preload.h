@@ -65,23 +65,66 @@ int wlp_fd_path(char *out, size_t size, const char *link, size_t len);
 int wlp_lock_name(char *out, size_t size, const char *path, const char *prefix,
                   const char *map);
 
-/* The environment variable that carries a path's fencing token to children
- * started after the lock: WATCHLOCK_FENCE_ + the path in upper case, with
- * every byte that is not [A-Z0-9] turned into '_' ("/var/lock/job.lock" ->
- * "WATCHLOCK_FENCE__VAR_LOCK_JOB_LOCK"). Returns the length or -1. */
-int wlp_fence_var(char *out, size_t size, const char *path);
+/* Lock classes: the two independent families of the kernel. flock(2) locks
+ * (per open file description) and POSIX locks (fcntl/lockf per process, OFD
+ * per description: they conflict with each other) never wait on each other,
+ * so each class of a path is its own distributed name (wlp_class_name). */
+enum { WLP_CLASS_FLOCK = 0, WLP_CLASS_POSIX = 1 };
 
-/* The kernel-lock identity a keeper records in its owner label (boot id,
- * pid namespace, device, inode and family), for people reading it: the
- * hand-over finds the keepers of a kernel lock in /proc (keeper.c). */
-int wlp_kernel_id(char *out, size_t size, const char *boot_id, uint64_t pidns, uint64_t dev,
-                  uint64_t ino, int family);
+/* One granted lock of /proc/locks or of a /proc/PID/fdinfo/N "lock:" line. */
+struct wlp_lockline {
+    int cls;       /* WLP_CLASS_* (OFD locks are of the POSIX class) */
+    int ofd;       /* an OFD lock (no pid) */
+    int exclusive; /* WRITE */
+    long pid;      /* the owner (flock: the first taker; 0 or -1 when not shown) */
+    unsigned dev_major, dev_minor;
+    uint64_t ino;
+    int whole;     /* 0 to EOF */
+};
 
-/* One line of /proc/locks: 1 when it is a granted (not a "->" blocked
- * waiter) lock of `family` on dev:ino, held by `pid` (pid < 0: any owner;
- * OFD locks show no owner). */
-int wlp_proc_locks_line_matches(const char *line, int family, unsigned dev_major,
-                                unsigned dev_minor, uint64_t ino, long pid);
+/* Parses one line ("12: FLOCK  ADVISORY  WRITE 4711 00:2d:123456 0 EOF",
+ * optionally after a "lock:" tag). 0 for a granted lock, -1 for a waiter
+ * ("->") or anything else. */
+int wlp_lockline_parse(const char *line, struct wlp_lockline *out);
+
+/* The strongest lock of class `cls` on inode (maj:min:ino) among the
+ * "lock:" lines of a /proc/PID/fdinfo/N text: 2 exclusive, 1 shared, 0 none.
+ * The locks listed there are the ones the kernel counts as this
+ * descriptor's (flock, OFD) or this process's through it (POSIX). */
+int wlp_fdinfo_mode(const char *text, int cls, unsigned dev_major, unsigned dev_minor,
+                    uint64_t ino, long *pid);
+
+/* The distributed name of a class of a path's lock: the flock class is the
+ * lock name itself, the POSIX class "posix:" + the lock name (a path starts
+ * with '/', so the two never meet). Returns the length or -1. */
+int wlp_class_name(char *out, size_t size, const char *name, int cls);
+
+/* The keeper's abstract Unix socket name (without the leading NUL): one per
+ * user, mount namespace, pid namespace and Redis URL ("host" = what one
+ * mount namespace of one kernel sees; docs/preload.md, "The keeper").
+ * Returns the length or -1. */
+int wlp_keeper_socket_name(char *out, size_t size, unsigned uid, uint64_t mntns, uint64_t pidns,
+                           const char *url);
+
+/* The shim -> keeper request (one SOCK_SEQPACKET message): a text header,
+ * NUL, the path, NUL, the lock name (the rest, binary-safe). */
+struct wlp_request {
+    char op; /* 'L' lock request, 'C' cancel request `id`, 'U' a managed fd was unlocked or closed */
+    uint64_t id;
+    int cls, exclusive, wait, relock;
+    uint64_t dev, ino;
+    long pid, pgid;
+    int fd;
+    char lease[32], signal[32];
+    const char *path, *name;
+    size_t name_len;
+};
+#define WLP_MSG_MAX (2 * WLP_PATH_MAX + 1024)
+/* Returns the message length, or -1 when it does not fit. */
+int wlp_request_format(char *out, size_t size, const struct wlp_request *r);
+/* Parses a message of len bytes (buf is modified: path and name point into
+ * it, name NUL-terminated at buf[len], so size > len). 0 or -1. */
+int wlp_request_parse(char *buf, size_t len, struct wlp_request *r);
 
 /* Signal number for WATCHLOCK_PRELOAD_SIGNAL's value: NULL/"" -> SIGTERM,
  * "none"/"0" -> 0, "TERM"/"SIGTERM"/"15" -> 15 ... ; -1 when unknown. */

@@ -46,28 +46,6 @@ int main(void)
     CHECK(wlp_lock_name(buf, sizeof buf, "/x", NULL, "no-equals") == -1);
     CHECK(wlp_lock_name(buf, 4, "/var/lock/x", NULL, NULL) == -1);
 
-    CHECK(wlp_fence_var(buf, sizeof buf, "/var/lock/job.lock") > 0 &&
-          !strcmp(buf, "WATCHLOCK_FENCE__VAR_LOCK_JOB_LOCK"));
-
-    CHECK(wlp_kernel_id(buf, sizeof buf, "boot", 7, 64, 99, WLP_FAMILY_FLOCK) > 0 &&
-          !strcmp(buf, "boot/7/64/99/flock"));
-
-    const char *l1 = "1: FLOCK  ADVISORY  WRITE 4711 00:2d:123456 0 EOF\n";
-    CHECK(wlp_proc_locks_line_matches(l1, WLP_FAMILY_FLOCK, 0, 0x2d, 123456, 4711));
-    CHECK(!wlp_proc_locks_line_matches(l1, WLP_FAMILY_FLOCK, 0, 0x2d, 123456, 4712));
-    CHECK(wlp_proc_locks_line_matches(l1, WLP_FAMILY_FLOCK, 0, 0x2d, 123456, -1));
-    CHECK(!wlp_proc_locks_line_matches(l1, WLP_FAMILY_POSIX, 0, 0x2d, 123456, 4711));
-    CHECK(!wlp_proc_locks_line_matches(l1, WLP_FAMILY_FLOCK, 0, 0x2d, 12345, 4711));
-    CHECK(!wlp_proc_locks_line_matches("2: -> FLOCK  ADVISORY  WRITE 4711 00:2d:123456 0 EOF",
-                                       WLP_FAMILY_FLOCK, 0, 0x2d, 123456, 4711));
-    CHECK(wlp_proc_locks_line_matches("3: POSIX  ADVISORY  WRITE 9 fe:00:5 0 EOF", WLP_FAMILY_POSIX,
-                                      0xfe, 0, 5, 9));
-    CHECK(!wlp_proc_locks_line_matches("3: POSIX  ADVISORY  WRITE 9 fe:00:5 0 99", WLP_FAMILY_POSIX,
-                                       0xfe, 0, 5, 9)); /* a byte range */
-    CHECK(wlp_proc_locks_line_matches("4: OFDLCK ADVISORY  READ -1 fe:00:5 0 EOF", WLP_FAMILY_OFD,
-                                      0xfe, 0, 5, 123));
-    CHECK(!wlp_proc_locks_line_matches("garbage", WLP_FAMILY_OFD, 0xfe, 0, 5, -1));
-
     CHECK(wlp_signal_parse(NULL) == SIGTERM);
     CHECK(wlp_signal_parse("none") == 0);
     CHECK(wlp_signal_parse("SIGUSR1") == SIGUSR1);
@@ -75,6 +53,49 @@ int main(void)
     CHECK(wlp_signal_parse("9") == SIGKILL);
     CHECK(wlp_signal_parse("BOGUS") == -1);
     CHECK(wlp_signal_parse("99") == -1);
+
+    /* issue 33: /proc/locks and fdinfo lines, names, the keeper's socket and protocol */
+    struct wlp_lockline ll;
+    CHECK(wlp_lockline_parse("1: FLOCK  ADVISORY  WRITE 4711 00:2d:123456 0 EOF", &ll) == 0 &&
+          ll.cls == WLP_CLASS_FLOCK && ll.exclusive && ll.pid == 4711 && ll.dev_minor == 0x2d &&
+          ll.ino == 123456 && ll.whole);
+    CHECK(wlp_lockline_parse("2: POSIX  ADVISORY  WRITE 9 fe:00:5 20 EOF", &ll) == 0 &&
+          ll.cls == WLP_CLASS_POSIX && !ll.whole && !ll.ofd); /* what a partial unlock leaves */
+    CHECK(wlp_lockline_parse("3: OFDLCK ADVISORY  READ -1 fe:00:5 0 EOF", &ll) == 0 &&
+          ll.cls == WLP_CLASS_POSIX && ll.ofd && !ll.exclusive);
+    CHECK(wlp_lockline_parse("4: -> FLOCK  ADVISORY  WRITE 1 00:2d:1 0 EOF", &ll) == -1);
+    CHECK(wlp_lockline_parse("5: LEASE  ACTIVE    READ 1 00:2d:1 0 EOF", &ll) == -1);
+    const char *fdinfo = "pos:\t0\nflags:\t0100002\nmnt_id:\t30\nino:\t123456\n"
+                         "lock:\t1: FLOCK  ADVISORY  WRITE 4711 00:2d:123456 0 EOF\n";
+    long lpid = 0;
+    CHECK(wlp_fdinfo_mode(fdinfo, WLP_CLASS_FLOCK, 0, 0x2d, 123456, &lpid) == 2 && lpid == 4711);
+    CHECK(wlp_fdinfo_mode(fdinfo, WLP_CLASS_POSIX, 0, 0x2d, 123456, NULL) == 0);
+    CHECK(wlp_fdinfo_mode(fdinfo, WLP_CLASS_FLOCK, 0, 0x2d, 1, NULL) == 0);
+    char nm[64];
+    CHECK(wlp_class_name(nm, sizeof nm, "/var/lock/a", WLP_CLASS_FLOCK) == 11 && strcmp(nm, "/var/lock/a") == 0);
+    CHECK(wlp_class_name(nm, sizeof nm, "/var/lock/a", WLP_CLASS_POSIX) > 0 &&
+          strcmp(nm, "posix:/var/lock/a") == 0);
+    char s1[200], s2[200];
+    CHECK(wlp_keeper_socket_name(s1, sizeof s1, 0, 1, 2, "redis://a") > 0);
+    CHECK(wlp_keeper_socket_name(s2, sizeof s2, 0, 1, 2, "redis://b") > 0 && strcmp(s1, s2) != 0);
+    CHECK(wlp_keeper_socket_name(s2, sizeof s2, 0, 3, 2, "redis://a") > 0 && strcmp(s1, s2) != 0);
+    struct wlp_request q = {.op = 'L', .id = 7, .cls = 1, .exclusive = 1, .wait = 0, .relock = 1,
+                            .dev = 65024, .ino = 99, .pid = 42, .pgid = 41, .fd = 9,
+                            .path = "/var/lock/a b", .name = "n\0x", .name_len = 3};
+    snprintf(q.lease, sizeof q.lease, "3s");
+    char msg[WLP_MSG_MAX + 1];
+    int ml = wlp_request_format(msg, sizeof msg - 1, &q);
+    struct wlp_request back;
+    CHECK(ml > 0 && wlp_request_parse(msg, (size_t)ml, &back) == 0 && back.op == 'L' && back.id == 7 &&
+          back.cls == 1 && back.exclusive == 1 && back.wait == 0 && back.relock == 1 &&
+          back.dev == 65024 && back.ino == 99 && back.pid == 42 && back.pgid == 41 && back.fd == 9 &&
+          strcmp(back.lease, "3s") == 0 && back.signal[0] == '\0' &&
+          strcmp(back.path, "/var/lock/a b") == 0 && back.name_len == 3 &&
+          memcmp(back.name, "n\0x", 3) == 0);
+    CHECK(wlp_request_parse(msg, 5, &back) == -1);
+    struct wlp_request u = {.op = 'U'};
+    ml = wlp_request_format(msg, sizeof msg - 1, &u);
+    CHECK(ml > 0 && wlp_request_parse(msg, (size_t)ml, &back) == 0 && back.op == 'U');
 
     if (failures == 0)
         printf("test_preload_logic: all checks passed\n");
