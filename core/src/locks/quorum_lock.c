@@ -123,36 +123,37 @@ static int cmp_i64(const void *a, const void *b)
 }
 
 /* How long until another attempt may succeed (us), from a failed one: the
- * lease the holders reported, the shortest that frees enough members for
- * a majority, and the restart rule's window of members it kept out. */
+ * time by which a majority of members may be ours, each member's own time
+ * (one place): one that granted, now; one held by another owner, when the
+ * lease it reported ends; one kept out by the restart rule, when its window
+ * closes; one unreachable, not known (never). So a waiter kept out only by
+ * a restart window wakes when it closes, also when other members are held
+ * for longer (it slept until their leases ended: the retry time asked for
+ * one held member more than a majority needed). */
 static int64_t retry_after_us(const tally *t)
 {
     wl_quorum *q = t->q;
-    int64_t wait = 0;
-    if (t->npttl > 0) {
-        int64_t p[WL_QMAX];
-        memcpy(p, t->pttl, t->npttl * sizeof *p);
-        for (size_t i = 0; i < t->npttl; i++)
-            p[i] = p[i] == -1 ? 1000 : p[i] < 0 ? 0 : p[i]; /* no expiry (not ours): look again in 1 s */
-        qsort(p, t->npttl, sizeof *p, cmp_i64);
-        size_t others = q->n - t->held; /* members no one else holds */
-        size_t need = q->majority > others ? q->majority - others : 1;
-        if (need > t->npttl)
-            need = t->npttl;
-        wait = p[need - 1] * 1000 + 1000;
+    int64_t at[WL_QMAX], now = wl_now_us(), lease = atomic_load(&q->max_lease_ms) * 1000;
+    size_t held = 0;
+    for (size_t k = 0; k < q->n; k++) {
+        int64_t v = INT64_MAX;
+        if (t->verdict[k] == WATCHLOCK_MEMBER_GRANTED) {
+            v = 0;
+        } else if (t->verdict[k] == WATCHLOCK_MEMBER_HELD && held < t->npttl) {
+            int64_t p = t->pttl[held++];
+            v = (p == -1 ? 1000 : p < 0 ? 0 : p) * 1000 + 1000; /* no expiry (not ours): look again in 1 s */
+        } else if (t->verdict[k] == WATCHLOCK_MEMBER_RESTARTED) {
+            v = atomic_load(&q->m[k].countable_us) + lease - now + 1000;
+            if (v < 0)
+                v = 0;
+        }
+        at[k] = v;
     }
-    if (t->restarted > 0) {
-        int64_t now = wl_now_us(), lease = atomic_load(&q->max_lease_ms) * 1000, w = -1;
-        for (size_t k = 0; k < q->n; k++)
-            if (t->verdict[k] == WATCHLOCK_MEMBER_RESTARTED) {
-                int64_t left = atomic_load(&q->m[k].countable_us) + lease - now;
-                if (w < 0 || left < w)
-                    w = left;
-            }
-        if (w > wait)
-            wait = w;
-    }
-    return wait;
+    qsort(at, q->n, sizeof *at, cmp_i64);
+    int64_t wait = at[q->majority - 1];
+    for (size_t k = q->majority; wait == INT64_MAX && k-- > 0;) /* too few members known: the latest known */
+        wait = at[k] != INT64_MAX ? at[k] : wait;
+    return wait == INT64_MAX ? 0 : wait;
 }
 
 static void describe(const tally *t, char *buf, size_t size)
