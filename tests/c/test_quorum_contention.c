@@ -272,7 +272,7 @@ static void release_majority_free(void)
     watchlock_client *a = settled(urls), *b = settled(f.urls);
     CHECK(ph_cmd(f.px[3], "delay both %d", FAR_MS) == 0);
     CHECK(ph_cmd(f.px[4], "delay both %d", FAR_MS) == 0);
-    watchlock_lock *la = lock_lease(a, "rel", 3 * LEASE), *lb = lock_lease(b, "rel", 3 * LEASE);
+    watchlock_lock *la = lock_lease(a, "rel", LEASE), *lb = lock_lease(b, "rel", LEASE);
     CHECK_OK(watchlock_lock_acquire(la, 10 * LEASE));
     WAIT_FOR(key_exists(f.s[3], "rel") == 1 && key_exists(f.s[4], "rel") == 1, 5 * LEASE);
     for (int m = 0; m < N; m++)
