@@ -72,18 +72,24 @@ static watchlock_lock *lock_lease(watchlock_client *c, const char *name, int64_t
 }
 
 /* A client past the restart window of the servers it sees (fresh servers
- * are in it for one lease): its first acquire waits it out. */
-static watchlock_client *settled(const char *const *urls)
+ * are in it for one lease, the longest the client used): its first
+ * acquire, with the lease its test uses, waits it out. */
+static watchlock_client *settled_lease(const char *const *urls, int64_t lease)
 {
     watchlock_client *c = NULL;
     CHECK_OK(watchlock_client_open_quorum(&c, urls, N));
-    watchlock_lock *l = lock_lease(c, "settle", LEASE);
-    CHECK_OK(watchlock_lock_acquire(l, 10 * LEASE));
+    watchlock_lock *l = lock_lease(c, "settle", lease);
+    CHECK_OK(watchlock_lock_acquire(l, 3 * lease + 5000));
     CHECK_OK(watchlock_lock_release(l));
     watchlock_lock_free(l);
-    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 3 * LEASE);
+    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 3 * lease);
     CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT), 0);
     return c;
+}
+
+static watchlock_client *settled(const char *const *urls)
+{
+    return settled_lease(urls, LEASE);
 }
 
 static long long scripts_run(rh_server *s)
@@ -99,7 +105,7 @@ static long long key_exists(rh_server *s, const char *name)
 /* ---- item 4: contenders with far members ---- */
 
 #define MAX_CONTENDERS 4
-#define FAR_LEASE 5000
+#define FAR_LEASE 2000
 
 typedef struct far_run far_run;
 
@@ -111,10 +117,15 @@ typedef struct far_contender {
 } far_contender;
 
 struct far_run {
+    int k;        /* contenders */
+    int finished; /* contenders done with their turns */
     pthread_mutex_t mu;
+    pthread_cond_t cond;
     pthread_barrier_t go;
     int failed;
-    int64_t last_release_us; /* when the last holder started its release (0: none yet) */
+    int64_t last_release_us; /* when the last holder started its release (at first: the start) */
+    int64_t handoff_max_us;
+    int acquired;
     int64_t handoff_sum_us;  /* from a release to the next acquire, summed */
     int handoffs;
     far_contender ct[MAX_CONTENDERS];
@@ -141,22 +152,39 @@ static void *far_contend(void *arg)
         pthread_mutex_lock(&r->mu);
         if (rc != WATCHLOCK_OK) {
             r->failed++;
-        } else if (r->last_release_us != 0) {
-            r->handoff_sum_us += at - r->last_release_us;
+        } else if (r->last_release_us != 0) { /* 0: the first acquire, through a restart window */
+            int64_t took = at - r->last_release_us;
+            r->handoff_sum_us += took;
             r->handoffs++;
+            if (took > r->handoff_max_us)
+                r->handoff_max_us = took;
         }
+        r->acquired++;
+        pthread_cond_broadcast(&r->cond);
         pthread_mutex_unlock(&r->mu);
         if (rc != WATCHLOCK_OK)
             continue;
         pthread_mutex_lock(&r->mu);
         r->last_release_us = now_us();
+        int mine = r->acquired;
         pthread_mutex_unlock(&r->mu);
         if (watchlock_lock_release(ct->l) != WATCHLOCK_OK) {
             pthread_mutex_lock(&r->mu);
             r->failed++;
             pthread_mutex_unlock(&r->mu);
         }
+        /* no barging: the others (the waiters this release woke) take the
+         * next turn, and this one waits for it */
+        pthread_mutex_lock(&r->mu);
+        r->finished += k + 1 == ct->turns;
+        pthread_cond_broadcast(&r->cond);
+        while (r->acquired == mine && r->finished < r->k - (k + 1 == ct->turns ? 0 : 1) && k + 1 < ct->turns)
+            pthread_cond_wait(&r->cond, &r->mu);
+        pthread_mutex_unlock(&r->mu);
     }
+    pthread_mutex_lock(&r->mu);
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
@@ -179,38 +207,63 @@ static int64_t far_round_trip_us(ph_proxy *px)
     return best;
 }
 
-/* k contenders, each far (40 ms each way, through a proxy per member) from
- * members 3 and 4; members 0-2 are near. A release is OK once the near
- * majority confirmed, so the released key lingers on the far members
- * for a round trip, and a give-back there lands as late: the 2/2/1 splits
- * (the 1 someone else's key) of the reviewer's report. Each contender
- * acquires and releases `turns` times in a row. */
-static void far_contenders(int k, int turns)
+/* k contenders (one client each) whose every majority needs far members
+ * (40 ms each way, through a proxy per member): even ones are near members
+ * 0 and 1, odd ones near 3 and 4, member 2 is far for all. They reach the
+ * members in different orders, and a give-back on a far member lands a
+ * round trip late: the splits of the reviewer's report (2/2/1, the 1 a
+ * key on its way out). Each contender acquires `turns` times; after a
+ * release it lets the others (woken by it) take the next turn.
+ * With `window`, every member restarts first: the contenders meet a
+ * restart window (one lease) and must wait it out without waking each
+ * other into attempts (their give-backs are releases to the others: that
+ * storm is where the reviewer's 3.7 s and ~76 scripts per turn came from);
+ * the hand-off times are then counted after the first acquire. */
+static void far_contenders(int k, int turns, bool window)
 {
-    static const bool proxied[N] = {false, false, false, true, true};
+    static const bool proxied[N] = {true, true, true, true, true};
     five f;
     five_start(&f, proxied);
-    const char *urls[N] = {f.url[0], f.url[1], f.url[2], f.far_url[3], f.far_url[4]};
     far_run r;
     memset(&r, 0, sizeof r);
+    r.k = k;
     pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cond, NULL);
     pthread_barrier_init(&r.go, NULL, (unsigned)k + 1);
     for (int i = 0; i < k; i++) {
-        r.ct[i] = (far_contender){&r, settled(urls), NULL, turns};
+        const char *urls[N];
+        for (int m = 0; m < N; m++)
+            urls[m] = (i % 2 == 0 ? m >= 2 : m <= 2) ? f.far_url[m] : f.url[m];
+        r.ct[i] = (far_contender){&r, settled_lease(urls, FAR_LEASE), NULL, turns};
         r.ct[i].l = lock_lease(r.ct[i].c, "far", FAR_LEASE);
     }
-    CHECK(ph_cmd(f.px[3], "delay both %d", FAR_MS) == 0);
-    CHECK(ph_cmd(f.px[4], "delay both %d", FAR_MS) == 0);
+    for (int m = 0; m < N; m++)
+        if (f.px[m] != NULL)
+            CHECK(ph_cmd(f.px[m], "delay both %d", FAR_MS) == 0);
     int64_t rtt_us = far_round_trip_us(f.px[3]);
     pthread_t th[MAX_CONTENDERS];
     for (int i = 0; i < k; i++)
         CHECK(pthread_create(&th[i], NULL, far_contend, &r.ct[i]) == 0);
+    if (window)
+        for (int m = 0; m < N; m++)
+            CHECK_EQ(rh_restart(f.s[m]), 0);
     long long runs0[N];
     for (int m = 0; m < N; m++)
         runs0[m] = scripts_run(f.s[m]);
+    int64_t t0 = r.last_release_us = window ? 0 : now_us(); /* the first acquire is a hand-off too */
+    if (t0 == 0)
+        t0 = now_us();
     pthread_barrier_wait(&r.go);
+    long long first_worst = 0; /* window: scripts on the busiest member until the first acquire */
+    if (window) {
+        WAIT_FOR(__atomic_load_n(&r.acquired, __ATOMIC_SEQ_CST) > 0, 60 * 1000);
+        for (int m = 0; m < N; m++)
+            if (scripts_run(f.s[m]) - runs0[m] > first_worst)
+                first_worst = scripts_run(f.s[m]) - runs0[m];
+    }
     for (int i = 0; i < k; i++)
         pthread_join(th[i], NULL);
+    int64_t elapsed_us = now_us() - t0;
     long long worst = 0, d[N], splits = 0, late = 0;
     for (int m = 0; m < N; m++) {
         d[m] = scripts_run(f.s[m]) - runs0[m];
@@ -221,16 +274,22 @@ static void far_contenders(int k, int turns)
         splits += watchlock_client_stat(r.ct[i].c, WATCHLOCK_STAT_QUORUM_SPLIT_VOTES);
         late += watchlock_client_stat(r.ct[i].c, WATCHLOCK_STAT_QUORUM_LATE_GRANTS);
     }
-    testing_note("scripts per member: %lld %lld %lld %lld %lld; split votes %lld, late grants %lld", d[0], d[1], d[2],
-                 d[3], d[4], splits, late);
+    testing_note("scripts per member: %lld %lld %lld %lld %lld; split votes %lld, late grants %lld; %.0f ms in all",
+                 d[0], d[1], d[2], d[3], d[4], splits, late, (double)elapsed_us / 1000.0);
     int acquires = k * turns - r.failed;
     double per_turn = (double)worst / (double)(acquires > 0 ? acquires : 1);
     double rtt_ms = (double)rtt_us / 1000.0;
     double mean_ms = (double)r.handoff_sum_us / 1000.0 / (double)(r.handoffs > 0 ? r.handoffs : 1);
     testing_note("%d contenders, %d acquires, far round trip %.1f ms: the next holder %.1f ms after a release on "
-                 "average (%.1f round trips), %.2f scripts per acquire on the busiest member",
-                 k, acquires, rtt_ms, mean_ms, mean_ms / rtt_ms, per_turn);
+                 "average (%.1f round trips; the longest %.1f ms), %.2f scripts per acquire on the busiest member",
+                 k, acquires, rtt_ms, mean_ms, mean_ms / rtt_ms, (double)r.handoff_max_us / 1000.0, per_turn);
+    if (window)
+        testing_note("through the window: %lld scripts on the busiest member until the first acquire, %.1f per "
+                     "contender", first_worst, (double)first_worst / k);
     CHECK_EQ(r.failed, 0);
+    /* through a window: a few attempts each (2 before waiting, 1 or 2 when it closes), each with its
+     * give-back, not one per other contender's give-back (38-50 each before) */
+    CHECK_MSG(first_worst <= 12 * k, "%lld scripts on one member through the window (%d contenders)", first_worst, k);
     /* a slice is up to 8 round trips (docs/design.md): a winner within 3 slices' worth on average */
     CHECK_MSG(mean_ms <= 3 * 8 * rtt_ms, "the next holder after %.1f ms on average, round trip %.1f ms", mean_ms,
               rtt_ms);
@@ -241,18 +300,29 @@ static void far_contenders(int k, int turns)
         watchlock_client_close(r.ct[i].c);
     }
     pthread_barrier_destroy(&r.go);
+    pthread_cond_destroy(&r.cond);
     pthread_mutex_destroy(&r.mu);
     five_free(&f);
 }
 
 static void far_two_contenders(void)
 {
-    far_contenders(2, 10);
+    far_contenders(2, 10, false);
 }
 
 static void far_four_contenders(void)
 {
-    far_contenders(4, 5);
+    far_contenders(4, 5, false);
+}
+
+static void far_two_in_window(void)
+{
+    far_contenders(2, 10, true);
+}
+
+static void far_four_in_window(void)
+{
+    far_contenders(4, 5, true);
 }
 
 /* ---- item 6: release is OK when a majority is known free of our key ---- */
@@ -349,6 +419,8 @@ static const test_case tests[] = {
     {"release_majority_free", release_majority_free, 0},
     {"far_two_contenders", far_two_contenders, 0},
     {"far_four_contenders", far_four_contenders, 0},
+    {"far_two_in_window", far_two_in_window, 0},
+    {"far_four_in_window", far_four_in_window, 0},
     {NULL, NULL, 0},
 };
 
