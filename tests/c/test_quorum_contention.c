@@ -188,6 +188,14 @@ static void *far_contend(void *arg)
     return NULL;
 }
 
+static int acquired_so_far(far_run *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int n = r->acquired;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
 /* The round trip to a far member: the shortest of a few PINGs through its proxy. */
 static int64_t far_round_trip_us(ph_proxy *px)
 {
@@ -241,22 +249,21 @@ static void far_contenders(int k, int turns, bool window)
         if (f.px[m] != NULL)
             CHECK(ph_cmd(f.px[m], "delay both %d", FAR_MS) == 0);
     int64_t rtt_us = far_round_trip_us(f.px[3]);
-    pthread_t th[MAX_CONTENDERS];
-    for (int i = 0; i < k; i++)
-        CHECK(pthread_create(&th[i], NULL, far_contend, &r.ct[i]) == 0);
     if (window)
         for (int m = 0; m < N; m++)
             CHECK_EQ(rh_restart(f.s[m]), 0);
     long long runs0[N];
     for (int m = 0; m < N; m++)
         runs0[m] = scripts_run(f.s[m]);
-    int64_t t0 = r.last_release_us = window ? 0 : now_us(); /* the first acquire is a hand-off too */
-    if (t0 == 0)
-        t0 = now_us();
+    int64_t t0 = now_us();
+    r.last_release_us = window ? 0 : t0; /* the first acquire is a hand-off too */
+    pthread_t th[MAX_CONTENDERS];
+    for (int i = 0; i < k; i++)
+        CHECK(pthread_create(&th[i], NULL, far_contend, &r.ct[i]) == 0);
     pthread_barrier_wait(&r.go);
     long long first_worst = 0; /* window: scripts on the busiest member until the first acquire */
     if (window) {
-        WAIT_FOR(__atomic_load_n(&r.acquired, __ATOMIC_SEQ_CST) > 0, 60 * 1000);
+        WAIT_FOR(acquired_so_far(&r) > 0, 60 * 1000);
         for (int m = 0; m < N; m++)
             if (scripts_run(f.s[m]) - runs0[m] > first_worst)
                 first_worst = scripts_run(f.s[m]) - runs0[m];

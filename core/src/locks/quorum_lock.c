@@ -31,6 +31,7 @@
 #include <string.h>
 
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
+#define SUB_WAITED_US 200 /* a subscription wait this long or longer ended with its confirmation */
 
 struct wl_qlock {
     int verdict[WL_QMAX]; /* the last attempt's, WATCHLOCK_MEMBER_* */
@@ -354,14 +355,17 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
             /* A member's subscription is confirmed one round trip (to that
              * member) after it was sent: the longest of the confirmed ones
              * measures the far members, whose answers an attempt decided by
-             * near members never waits for. */
+             * near members never waits for. Only a wait that ended with the
+             * confirmation times it (one confirmed earlier, while we waited
+             * for a frozen member, would take that wait for its own). */
             for (size_t k = 0; k < q->n; k++) {
                 bool live = false;
+                int64_t before = wl_now_us();
                 if (entries[k] != NULL)
                     wl_sub_ready(q->m[k].sub, entries[k], ready_by, &live);
-                int64_t took = wl_now_us() - subscribed_us;
-                if (live && took > rtt_us)
-                    rtt_us = took;
+                int64_t after = wl_now_us();
+                if (live && after - before > SUB_WAITED_US && after - subscribed_us > rtt_us)
+                    rtt_us = after - subscribed_us;
             }
             seen = wl_qwait_count(&ws);
             if (atomic_load(&c->closed)) {
