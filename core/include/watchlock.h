@@ -255,9 +255,9 @@ enum {
      *                         kept when the acquire succeeded and they came
      *                         within its validity, given back otherwise
      *   _QUORUM_FENCE_UNAVAILABLE fencing tokens reported unavailable
-     *   _QUORUM_SPLIT_VOTES   attempts that got neither a majority of grants
-     *                         nor a majority held by others (contention split,
-     *                         or members unreachable/restarted) */
+     *   _QUORUM_SPLIT_VOTES   failed attempts that had grants, fewer than a
+     *                         majority (a contention split, whatever kept the
+     *                         rest: other contenders, keys on their way out) */
     WATCHLOCK_STAT_QUORUM_RESTARTS = 18,
     WATCHLOCK_STAT_QUORUM_KEPT_OUT = 19,
     WATCHLOCK_STAT_QUORUM_UNREACHED = 20,
@@ -978,7 +978,9 @@ WATCHLOCK_API void watchlock_name_info_free(watchlock_name_info *info);
  *    members that could not be reached kept it from a majority.
  *    watchlock_lock_member_status() gives each member's verdict.
  *  - release and extend go to every member at once: release is OK when a
- *    majority answered (WATCHLOCK_STAT_QUORUM_UNREACHED counts the rest);
+ *    majority of members is known free of the hold's key (answered deleted,
+ *    absent or another owner's key), ECONN when no majority can be any more
+ *    (WATCHLOCK_STAT_QUORUM_UNREACHED counts members that never answered);
  *    extend counts only when a majority extended.
  *  - the watchdog renews on every member in one round; the local deadline
  *    is the send time of the last round a majority confirmed + lease -

@@ -47,7 +47,7 @@ QUORUM: Tuple[Tuple[str, int], ...] = (
     ("unreached", _S.WATCHLOCK_STAT_QUORUM_UNREACHED),        # release/give-back writes that got no answer
     ("late_grants", _S.WATCHLOCK_STAT_QUORUM_LATE_GRANTS),    # grants after the decision, given back
     ("fence_unavailable", _S.WATCHLOCK_STAT_QUORUM_FENCE_UNAVAILABLE),
-    ("split_votes", _S.WATCHLOCK_STAT_QUORUM_SPLIT_VOTES),    # attempts with no majority either way
+    ("split_votes", _S.WATCHLOCK_STAT_QUORUM_SPLIT_VOTES),    # failed attempts that had grants
 )
 
 #: Histograms: name -> (histogram id, stat id of its sum in us).

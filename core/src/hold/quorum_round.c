@@ -19,6 +19,7 @@
 #include "hold/hold.h"
 #include "topology/quorum.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,16 +133,46 @@ int wl_quorum_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_
     return trips;
 }
 
-/* A release is decided once a majority answered: the rest are read by the
- * drain (their keys, if the release does not reach them, end with their
- * lease: counted in WATCHLOCK_STAT_QUORUM_UNREACHED). */
-static bool majority_answered(void *arg, wl_qcall *call)
+/* A release's answers, in one place: members known free of our key (they
+ * answered deleted, absent, or another owner's key) and members that cannot
+ * say (an error reply: the script may not have run, our key may be there;
+ * no answer). */
+typedef struct release_tally {
+    size_t free, released, others, unsure;
+    const redisReply *error; /* the first error reply */
+} release_tally;
+
+static release_tally release_count(const wl_quorum *q, const wl_qcall *call)
+{
+    release_tally t = {0, 0, 0, 0, NULL};
+    for (size_t k = 0; k < q->n; k++) {
+        if (call->state[k] == WL_QM_PENDING)
+            continue;
+        const redisReply *r = call->state[k] == WL_QM_REPLIED ? call->reply[k] : NULL;
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            t.unsure++;
+            if (r != NULL && t.error == NULL)
+                t.error = r;
+            continue;
+        }
+        int64_t v = wl_reply_i64(r);
+        t.free++;
+        t.released += v == 1;
+        t.others += v == -1;
+    }
+    return t;
+}
+
+/* A release is decided once a majority is known free of our key, or can no
+ * longer be (the rest are read by the drain: their keys, if the release
+ * does not reach them, end with their lease, counted in
+ * WATCHLOCK_STAT_QUORUM_UNREACHED). An error reply does not end it early:
+ * the members still pending may yet confirm. */
+static bool release_decided(void *arg, wl_qcall *call)
 {
     wl_quorum *q = arg;
-    size_t n = 0;
-    for (size_t k = 0; k < q->n; k++)
-        n += call->state[k] == WL_QM_REPLIED;
-    return n >= q->majority;
+    release_tally t = release_count(q, call);
+    return t.free >= q->majority || t.unsure > q->n - q->majority;
 }
 
 int wl_quorum_release(watchlock_client *c, const wl_release_args *a, int64_t cap_ms, int *result)
@@ -150,30 +181,25 @@ int wl_quorum_release(watchlock_client *c, const wl_release_args *a, int64_t cap
     wl_qcall call;
     memset(&call, 0, sizeof call);
     call.s = (wl_qscript){WL_SCRIPT_RELEASE, NULL, 1, WL_RELEASE_NARGS, a->argv, a->lens};
-    call.decided = majority_answered;
+    call.decided = release_decided;
     call.arg = q;
-    size_t replied = wl_quorum_call(q, &call, cap_ms);
-    size_t released = 0, others = 0;
-    for (size_t k = 0; k < q->n; k++) {
-        if (call.state[k] != WL_QM_REPLIED)
-            continue;
-        int64_t v = wl_reply_i64(call.reply[k]);
-        if (call.reply[k]->type == REDIS_REPLY_ERROR)
-            replied--;
-        else if (v == 1)
-            released++;
-        else if (v == -1)
-            others++;
-    }
+    wl_quorum_call(q, &call, cap_ms);
+    release_tally t = release_count(q, &call);
+    char error[120] = "";
+    if (t.error != NULL)
+        snprintf(error, sizeof error, "; a member answered: %.*s", (int)(t.error->len < 90 ? t.error->len : 90),
+                 t.error->str);
     size_t failed = 0; /* the members still pending are the drain's (it counts those that never answer) */
     for (size_t k = 0; k < q->n; k++)
         failed += call.state[k] == WL_QM_FAILED;
     wl_qcall_clear(&call);
     atomic_fetch_add(&q->unreached, (long long)failed);
-    *result = others > q->n - q->majority ? -1 : released > 0 ? 1 : 0;
-    if (replied < q->majority)
-        return wl_fail(WATCHLOCK_ECONN, "release: %zu of %zu members answered, fewer than the majority of %zu",
-                       replied, q->n, q->majority);
+    *result = t.others > q->n - q->majority ? -1 : t.released > 0 ? 1 : 0;
+    if (t.free < q->majority)
+        return wl_fail(WATCHLOCK_ECONN,
+                       "release: %zu of %zu members confirmed they no longer hold this hold's key, fewer than the "
+                       "majority of %zu%s",
+                       t.free, q->n, q->majority, error);
     return WATCHLOCK_OK;
 }
 

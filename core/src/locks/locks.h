@@ -103,9 +103,11 @@ void wl_qwait_signal(void *arg);
 uint64_t wl_qwait_count(wl_qwait *w);
 bool wl_qwait_until(wl_qwait *w, uint64_t seen, int64_t at_us, bool wakeable);
 int64_t wl_jitter_us(int64_t max_us); /* random in [0, max_us) */
-/* The random slice before a woken waiter's one attempt (a split vote's
- * wider): one attempt per release, the waiters' attempts spread. */
-int64_t wl_qwait_spread_us(bool split, int64_t attempt_us);
+/* The random slice before a woken waiter's one attempt: one attempt per
+ * release, the waiters' attempts spread over max(4 ms, 8 round trips),
+ * doubled after each of `collisions` attempts in a row that failed with
+ * grants, at most a quarter of the lease. */
+int64_t wl_qwait_spread_us(int collisions, int64_t rtt_us, int64_t lease_ms);
 int wl_quorum_refuse(watchlock_client *c, const char *kind);
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
 int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms);

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
+#define SUB_WAITED_US 200 /* a subscription wait this long or longer ended with its confirmation */
 
 struct wl_qlock {
     int verdict[WL_QMAX]; /* the last attempt's, WATCHLOCK_MEMBER_* */
@@ -116,43 +117,66 @@ static bool decided(void *arg, wl_qcall *call)
     return t->granted >= t->q->majority || t->held + t->unreach + t->restarted > t->q->n - t->q->majority;
 }
 
+/* A failed attempt that had grants collided with another contender (a
+ * split vote, whatever kept it from a majority: other waiters' grants, or
+ * a key still on its way out): one rule, for the stats and the backoff. */
+static bool collided(const tally *t)
+{
+    return t->granted > 0 && t->granted < t->q->majority;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? -1 : x > y;
 }
 
+/* The majority-th smallest of the members' times (us from now): when a
+ * majority may be ours. INT64_MAX: a member unreachable; with too few
+ * known, the latest known (0 if none). */
+static int64_t majority_at(wl_quorum *q, int64_t *at)
+{
+    qsort(at, q->n, sizeof *at, cmp_i64);
+    for (size_t k = q->majority; k-- > 0;)
+        if (at[k] != INT64_MAX)
+            return at[k];
+    return 0;
+}
+
 /* How long until another attempt may succeed (us), from a failed one: the
- * lease the holders reported, the shortest that frees enough members for
- * a majority, and the restart rule's window of members it kept out. */
-static int64_t retry_after_us(const tally *t)
+ * time by which a majority of members may be ours, each member's own time
+ * (one place): one that granted, now; one held by another owner, when the
+ * lease it reported ends; one kept out by the restart rule, when its window
+ * closes; one unreachable, not known (never). So a waiter kept out only by
+ * a restart window wakes when it closes, also when other members are held
+ * for longer (it slept until their leases ended: the retry time asked for
+ * one held member more than a majority needed). *floor_us: the same with
+ * every holder releasing now: before it no release can let us in (only the
+ * restart windows' ends can), so no wake-up is worth an attempt before it
+ * (the give-backs of other waiters in a window woke each other into a
+ * storm of attempts). */
+static int64_t retry_after_us(const tally *t, int64_t *floor_us)
 {
     wl_quorum *q = t->q;
-    int64_t wait = 0;
-    if (t->npttl > 0) {
-        int64_t p[WL_QMAX];
-        memcpy(p, t->pttl, t->npttl * sizeof *p);
-        for (size_t i = 0; i < t->npttl; i++)
-            p[i] = p[i] == -1 ? 1000 : p[i] < 0 ? 0 : p[i]; /* no expiry (not ours): look again in 1 s */
-        qsort(p, t->npttl, sizeof *p, cmp_i64);
-        size_t others = q->n - t->held; /* members no one else holds */
-        size_t need = q->majority > others ? q->majority - others : 1;
-        if (need > t->npttl)
-            need = t->npttl;
-        wait = p[need - 1] * 1000 + 1000;
+    int64_t at[WL_QMAX], free_at[WL_QMAX], now = wl_now_us();
+    size_t held = 0;
+    for (size_t k = 0; k < q->n; k++) {
+        int64_t v = INT64_MAX, f = INT64_MAX;
+        if (t->verdict[k] == WATCHLOCK_MEMBER_GRANTED) {
+            v = f = 0;
+        } else if (t->verdict[k] == WATCHLOCK_MEMBER_HELD && held < t->npttl) {
+            int64_t p = t->pttl[held++];
+            v = (p == -1 ? 1000 : p < 0 ? 0 : p) * 1000 + 1000; /* no expiry (not ours): look again in 1 s */
+            f = 0;
+        } else if (t->verdict[k] == WATCHLOCK_MEMBER_RESTARTED) {
+            v = wl_quorum_counts_in_us(q, k, now) + 1000; /* the window's one rule (quorum_rule.c) */
+            f = v;
+        }
+        at[k] = v;
+        free_at[k] = f;
     }
-    if (t->restarted > 0) {
-        int64_t now = wl_now_us(), w = -1;
-        for (size_t k = 0; k < q->n; k++)
-            if (t->verdict[k] == WATCHLOCK_MEMBER_RESTARTED) {
-                int64_t left = wl_quorum_counts_in_us(q, k, now);
-                if (w < 0 || left < w)
-                    w = left;
-            }
-        if (w > wait)
-            wait = w;
-    }
-    return wait;
+    *floor_us = majority_at(q, free_at);
+    return majority_at(q, at);
 }
 
 static void describe(const tally *t, char *buf, size_t size)
@@ -240,7 +264,7 @@ static int attempt(watchlock_lock *l, tally *t)
         pthread_mutex_unlock(&c->mu);
         if (grants > 0) /* give back every grant (token-checked), all members at once */
             wl_quorum_release_best_effort(c, &mine);
-        if (t->granted < q->majority && t->held < q->majority)
+        if (collided(t))
             atomic_fetch_add(&q->splits, 1);
         pthread_mutex_unlock(&l->io_mu);
         if (atomic_load(&c->closed))
@@ -299,7 +323,8 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
     int64_t until = wl_deadline_after_ms(wait_ms);
     tally t;
     rc = attempt(l, &t);
-    int64_t attempt_us = wl_now_us() - t0_us; /* the last attempt's round trip: scales the spread */
+    int64_t rtt_us = t.unreach == 0 ? wl_now_us() - t0_us : 0; /* the longest attempt: scales the slice */
+    int collisions = 0;                                          /* attempts in a row that collided */
     bool waited = false;
     wl_sub_entry *entries[WL_QMAX] = {0};
     wl_sub_notify nodes[WL_QMAX];
@@ -316,6 +341,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
             waited = true;
             /* Subscribed on every member before the next attempt, so that a
              * release after it wakes us, whichever member publishes first. */
+            int64_t subscribed_us = wl_now_us();
             for (size_t k = 0; k < q->n; k++) {
                 if (wl_sub_join(q->m[k].sub, l->hold.keys.channel, l->hold.keys.channel_len, &entries[k]) !=
                     WATCHLOCK_OK) {
@@ -328,10 +354,20 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
             int64_t ready_by = wl_now_us() + 100000; /* subscriptions run in parallel; a stopped member's is not awaited */
             if (until >= 0 && until < ready_by)
                 ready_by = until;
+            /* A member's subscription is confirmed one round trip (to that
+             * member) after it was sent: the longest of the confirmed ones
+             * measures the far members, whose answers an attempt decided by
+             * near members never waits for. Only a wait that ended with the
+             * confirmation times it (one confirmed earlier, while we waited
+             * for a frozen member, would take that wait for its own). */
             for (size_t k = 0; k < q->n; k++) {
-                bool live;
+                bool live = false;
+                int64_t before = wl_now_us();
                 if (entries[k] != NULL)
                     wl_sub_ready(q->m[k].sub, entries[k], ready_by, &live);
+                int64_t after = wl_now_us();
+                if (live && after - before > SUB_WAITED_US && after - subscribed_us > rtt_us)
+                    rtt_us = after - subscribed_us;
             }
             seen = wl_qwait_count(&ws);
             if (atomic_load(&c->closed)) {
@@ -343,15 +379,19 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
             if (rc != WATCHLOCK_ETIMEDOUT || t.unreach >= q->majority)
                 break;
         }
-        bool split = t.held < q->majority;
-        int64_t bound = retry_after_us(&t);
+        collisions = collided(&t) ? collisions + 1 : 0;
+        int64_t floor_us, bound = retry_after_us(&t, &floor_us);
         int64_t at = wl_now_us() + bound + wl_jitter_us(bound / 8 + 1000);
         if (until >= 0 && until < at)
             at = until;
+        if (floor_us > 0) /* only time lets us in before then: releases are not worth an attempt */
+            wl_qwait_until(&ws, seen, until >= 0 && until < wl_now_us() + floor_us ? until : wl_now_us() + floor_us,
+                           false);
         bool woken = wl_qwait_until(&ws, seen, at, true);
         if (!woken && until >= 0 && wl_now_us() >= until)
             break;
-        int64_t spread_until = wl_now_us() + wl_qwait_spread_us(split, attempt_us); /* one attempt per release */
+        int64_t spread_until = /* one attempt per release */
+            wl_now_us() + wl_qwait_spread_us(collisions, rtt_us, l->hold.lease_ms);
         wl_qwait_until(&ws, seen, until >= 0 && until < spread_until ? until : spread_until, false);
         if (atomic_load(&c->closed)) {
             rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
@@ -360,7 +400,8 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
         seen = wl_qwait_count(&ws); /* the wake-ups so far are answered by this attempt */
         int64_t a0 = wl_now_us();
         rc = attempt(l, &t);
-        attempt_us = wl_now_us() - a0;
+        if (t.unreach == 0 && wl_now_us() - a0 > rtt_us)
+            rtt_us = wl_now_us() - a0;
         seen += own_wakeups(&t, entries);
     }
     for (size_t k = 0; k < q->n; k++)

@@ -71,10 +71,12 @@ static int release_hold(watchlock_lock *l, bool retry)
     }
     if (rc != WATCHLOCK_OK) {
         pthread_mutex_unlock(&c->mu);
-        return rc == WATCHLOCK_ECONN
-                   ? wl_fail(rc, "%s: not confirmed by the server (%s); the hold is kept, not renewed, until a "
-                                 "later release confirms it or its lease runs out", what, watchlock_last_error())
-                   : rc;
+        if (rc != WATCHLOCK_ECONN)
+            return rc;
+        char why[400]; /* a copy: the message is formatted into the same per-thread buffer */
+        snprintf(why, sizeof why, "%s", watchlock_last_error());
+        return wl_fail(rc, "%s: not confirmed by the server (%s); the hold is kept, not renewed, until a later "
+                           "release confirms it or its lease runs out", what, why);
     }
     /* After a try whose outcome is unknown (it may have run: DEL +
      * PUBLISH, and a waiter may have taken the name since), "no key" and
