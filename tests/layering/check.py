@@ -78,8 +78,9 @@ def main(argv):
                 sources.add(rel[:-2])
                 with open(os.path.join(root, fn)) as f:
                     n = sum(1 for _ in f)
-                if n > MAX_LINES:
-                    problems.append("core/src/%s: %d lines (more than %d): split it" % (rel, n, MAX_LINES))
+                if n > MAX_LINES:  # a warning (issue 30.5): split a file by purpose, never mid-thought
+                    print("layering: warning: core/src/%s: %d lines (more than %d): split it by purpose"
+                          % (rel, n, MAX_LINES), file=sys.stderr)
     for unit in sorted(sources - set(rank)):
         problems.append("core/src/%s.c: not placed in %s" % (unit, layers_file))
     for unit in sorted(set(rank) - sources):
