@@ -11,8 +11,9 @@
  *             hash and fails (WRONGTYPE), a queued kind on a plain-held name
  *             meets a string and is refused: never both at once.
  *   2 fence   watchlock:{N}:fence  the fencing counter the plain lock uses
- *   3 holders watchlock:{N}:q:h    ZSET hold id -> its lease's end (server ms,
- *             a lower bound: renewals extend the hold's own key only)
+ *   3 holders watchlock:{N}:q:h    ZSET hold id -> its lease's end (server ms:
+ *             set by the grant and by every renewal and extend, up or down:
+ *             the renew script, scripts.c)
  *   4 queue   watchlock:{N}:q:q    ZSET waiter id -> arrival number (FIFO)
  *   5 live    watchlock:{N}:q:l    ZSET waiter id -> liveness lease's end (ms)
  *   6 data    watchlock:{N}:q:d    hash: <id> -> permits asked for or held;
@@ -32,8 +33,15 @@
  * the waiter's next call, which learns of the grant, sets the full lease.
  * A holder is live while its own key exists: a holders entry whose score has
  * passed is re-read (PTTL of its key) and moved, or dropped with its permits;
- * each script looks at most PURGE entries, so every operation is O(log N)
- * in the queue and holders (no loop over all of them). Server time only.
+ * each script looks at most 16 such entries. A waiter is live while its
+ * liveness lease has not passed: each script drops up to 1000 dead waiters
+ * in a few variadic commands (O(M log N), microseconds each), so dead
+ * waiters by the hundreds are gone in the call that meets them and never
+ * delay a hand-off; and grant_head never grants a head whose liveness has
+ * passed (it drops it and looks at the next one). A head whose k exceeds
+ * the count (set_permits lowered it) is dropped and woken: its next call
+ * is refused (k > cap, EINVAL), and the waiters behind it are served.
+ * Server time only.
  * The structure keys carry a TTL of twice the longest lease or liveness
  * that touched them (never shortened; the renew script extends it with every
  * renewal of a queued hold), so a name whose users all died disappears.
@@ -80,9 +88,17 @@
     "    elseif p == -1 then redis.call('ZADD', K[3], now + 1000, h)\n"                                     \
     "    else drop_holder(h) end\n"                                                                            \
     "  end\n"                                                                                                  \
-    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', K[5], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
-    "    drop_waiter(h)\n"                                                                                     \
+    "  local dead = redis.call('ZRANGEBYSCORE', K[5], '-inf', now, 'LIMIT', 0, 1000)\n"                     \
+    "  if #dead == 0 then return end\n"                                                                        \
+    "  local ws, ds = {}, {}\n"                                                                                \
+    "  for i, h in ipairs(dead) do\n"                                                                          \
+    "    ws[i] = 'w:' .. h\n"                                                                                  \
+    "    if not redis.call('ZSCORE', K[3], h) then ds[#ds + 1] = h; ds[#ds + 1] = 'o:' .. h end\n"            \
     "  end\n"                                                                                                  \
+    "  redis.call('ZREM', K[4], unpack(dead))\n"                                                              \
+    "  redis.call('ZREM', K[5], unpack(dead))\n"                                                              \
+    "  redis.call('HDEL', K[6], unpack(ws))\n"                                                                \
+    "  if #ds > 0 then redis.call('HDEL', K[6], unpack(ds)) end\n"                                            \
     "end\n"                                                                                                    \
     "local function grant(h, k, ident, lease, rd, o)\n"                                                           \
     "  tick()\n"                                                                                              \
@@ -95,15 +111,19 @@
     "  return f\n"                                                                                             \
     "end\n"                                                                                                    \
     "local function grant_head()\n"                                                                            \
+    "  tick()\n"                                                                                               \
     "  for i = 1, 128 do\n"                                                                                    \
     "    local h = redis.call('ZRANGE', K[4], 0, 0)[1]\n"                                                   \
     "    if not h then return end\n"                                                                           \
     "    local k = tonumber(redis.call('HGET', K[6], h) or '1')\n"                                          \
-    "    if used + k > cap then return end\n"                                                                  \
+    "    local alive = tonumber(redis.call('ZSCORE', K[5], h) or '0') > now\n"                              \
+    "    if alive and k <= cap and used + k > cap then return end\n"                                         \
     "    local w = redis.call('HGET', K[6], 'w:' .. h)\n"                                                   \
     "    local o = redis.call('HGET', K[6], 'o:' .. h)\n"                                                   \
     "    drop_waiter(h)\n"                                                                                     \
-    "    if w then\n"                                                                                          \
+    "    if alive and k > cap then\n"                                                                          \
+    "      redis.pcall(PUB, CP .. h, '')\n"                                                                    \
+    "    elseif alive and w then\n"                                                                            \
     "      local ident, lease, rd, live = string.match(w, '^(%S+) (%d+) (%d) (%d+)')\n"                      \
     "      grant(h, k, ident, math.min(tonumber(lease), tonumber(live)), rd, o)\n"                                \
     "      redis.pcall(PUB, CP .. h, '')\n"                                                                    \
