@@ -230,16 +230,20 @@ static void test_shortened_holder_handed_on(void)
     watchlock_client_close(c);
 }
 
-/* Item 14: DEAD waiters queued ahead of a live one, SIGKILLed together (one
- * process, one thread each); the test waits until the server's liveness
- * lease of every one of them has passed (a condition on the server's state),
- * then the holder releases. The release's own script call must drop them
- * all and grant the live waiter: right after it returns, nobody is queued
- * and the live waiter's fencing token is the holder's + 1 (no dead head was
- * granted in between). Before the fix a call purged at most 16 of them and
- * granted dead heads, each keeping the lock for its liveness lease. */
-enum { DEAD = 200 };
-
+/* Item 14: n dead waiters queued ahead of a live one. The dead ones are
+ * n threads of one process (lease 300 ms: liveness 300 ms), SIGKILLed
+ * together; the live one is another process (liveness 2 s), SIGSTOPped
+ * right after a liveness renewal, so that between the kill and the release
+ * no script call but the release's touches the name. The test waits until
+ * the server's liveness lease of every dead waiter has passed (the live
+ * one's has not: a condition on the server's state), then the holder
+ * releases. The release alone must drop them all and grant the live
+ * waiter: right after it returns nobody is queued, and the live waiter's
+ * fencing token is the holder's + 1 (no dead head granted in between).
+ * Before the fix a call purged at most 16 of them and granted dead heads,
+ * each keeping the lock for its liveness lease; with more dead waiters
+ * than one call's budget (1,000 purged + 128 heads looked at), the release
+ * calls again at once until the hand-off is done. */
 static void *dead_waiter_main(void *p)
 {
     watchlock_lock_acquire(p, -1);
@@ -249,81 +253,116 @@ static void *dead_waiter_main(void *p)
 static void dead_waiters_body(const q_args *a)
 {
     watchlock_client *c = open_client(test_url(""));
-    for (int i = 0; i < DEAD; i++) {
+    pthread_attr_t at;
+    CHECK(pthread_attr_init(&at) == 0);
+    CHECK(pthread_attr_setstacksize(&at, 512 * 1024) == 0);
+    for (int64_t i = 0; i < a->n; i++) {
         pthread_t th;
-        CHECK(pthread_create(&th, NULL, dead_waiter_main, fair(c, a->name, a->lease)) == 0);
-        /* one at a time: their order in the queue is their order here */
-        WAIT_FOR(q_info(c, a->name, Q_LEN) == i + 1, 20000);
-        CHECK_EQ(q_info(c, a->name, Q_LEN), i + 1);
+        CHECK(pthread_create(&th, &at, dead_waiter_main, fair(c, a->name, a->lease)) == 0);
     }
-    CHECK(rh_int(test_server(), "RPUSH %s-got 1", a->name) > 0);
+    WAIT_FOR(q_info(c, a->name, Q_LEN) == a->n, 120000);
+    CHECK_EQ(q_info(c, a->name, Q_LEN), a->n);
+    CHECK(rh_int(test_server(), "RPUSH %s-dead 1", a->name) > 0);
     for (;;)
         pause();
 }
 
-typedef struct live_waiter {
-    pthread_t th;
-    watchlock_lock *l;
-    int rc;
-} live_waiter;
-
-static void *live_main(void *p)
+static void live_waiter_body(const q_args *a)
 {
-    live_waiter *w = p;
-    w->rc = watchlock_lock_acquire(w->l, 60000);
-    return NULL;
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = fair(c, a->name, a->lease);
+    CHECK_OK(watchlock_lock_acquire(l, 120000));
+    CHECK(rh_int(test_server(), "RPUSH %s-live %lld", a->name, (long long)watchlock_lock_fencing_token(l)) > 0);
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
 }
 
-/* Waiters in the queue whose liveness lease has not passed on the server. */
-static long long live_in_queue(const char *name)
+/* From the server's liveness set of name, in one script: how many leases
+ * have not passed, and how long the latest one has left (ms). */
+static void liveness_view(const char *name, long long *alive, long long *latest_left)
 {
     redisReply *r = rh_command(test_server(), "EVAL %s 1 watchlock:{%s}:q:l",
                                "local t = redis.call('TIME') "
-                               "return redis.call('ZCOUNT', KEYS[1], "
-                               "'(' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), '+inf')",
+                               "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+                               "local e = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES') "
+                               "return {redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf'), "
+                               "e[2] and (tonumber(e[2]) - now) or -1}",
                                name);
-    CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER);
-    long long v = r->integer;
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    *alive = r->element[0]->integer;
+    *latest_left = r->element[1]->integer;
     freeReplyObject(r);
-    return v;
 }
 
-static void test_dead_waiters_never_granted(void)
+static long long live_alive(const char *name)
 {
-    const char *name = "qs-dead";
-    const int64_t lease = 1500; /* the waiters' liveness lease: 1.5 s */
-    q_child ch = q_fork(dead_waiters_body, (q_args){.name = name, .lease = lease});
+    long long alive, left;
+    liveness_view(name, &alive, &left);
+    return alive;
+}
+
+static long long live_latest_left(const char *name)
+{
+    long long alive, left;
+    liveness_view(name, &alive, &left);
+    return left;
+}
+
+static void dead_waiters(const char *name, int64_t dead)
+{
+    char key[96];
+    q_child dc = q_fork(dead_waiters_body, (q_args){.name = name, .lease = 300, .n = dead});
+    q_child lc = q_fork(live_waiter_body, (q_args){.name = name, .lease = 6000});
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *h = fair(c, name, 10000);
     CHECK_OK(watchlock_lock_acquire(h, 0));
-    q_go(&ch);
-    WAIT_FOR(rh_int(test_server(), "LLEN qs-dead-got") == 1, 120000);
-    CHECK_EQ(rh_int(test_server(), "LLEN qs-dead-got"), 1);
-    CHECK_EQ(q_info(c, name, Q_LEN), DEAD);
-    live_waiter lw = {.l = fair(c, name, lease), .rc = -1};
-    CHECK(pthread_create(&lw.th, NULL, live_main, &lw) == 0);
-    WAIT_FOR(q_info(c, name, Q_LEN) == DEAD + 1, 20000);
-    CHECK_EQ(q_info(c, name, Q_LEN), DEAD + 1);
-    q_kill_child(ch.pid);
-    /* every dead waiter's liveness lease has passed: only the live one's is ahead */
-    WAIT_FOR(live_in_queue(name) == 1, 20000);
-    CHECK_EQ(live_in_queue(name), 1);
+    q_go(&dc);
+    snprintf(key, sizeof key, "%s-dead", name);
+    WAIT_FOR(rh_int(test_server(), "LLEN %s", key) == 1, 180000);
+    CHECK_EQ(rh_int(test_server(), "LLEN %s", key), 1);
+    q_go(&lc);
+    WAIT_FOR(q_info(c, name, Q_LEN) == dead + 1, 20000);
+    CHECK_EQ(q_info(c, name, Q_LEN), dead + 1);
+    /* the live waiter (liveness 2 s) right after a renewal: stopped */
+    WAIT_FOR(live_latest_left(name) > 1500, 20000);
+    CHECK(kill(lc.pid, SIGSTOP) == 0);
+    q_kill_child(dc.pid);
+    /* every dead waiter's liveness lease has passed, the live one's not */
+    WAIT_FOR(live_alive(name) == 1, 20000);
+    long long alive, left;
+    liveness_view(name, &alive, &left);
+    CHECK_MSG(alive == 1, "%lld waiters with a liveness lease ahead, 1 expected (the live one: %lld ms left)", alive,
+              left);
     long long queued = q_info(c, name, Q_LEN);
     int64_t fence = watchlock_lock_fencing_token(h);
     CHECK_OK(watchlock_lock_release(h));
     long long after = q_info(c, name, Q_LEN), holders = q_info(c, name, Q_HOLDERS);
-    testing_note("%lld queued at the release (%d killed): %lld left right after it, %lld holding", queued, DEAD,
-                 after, holders);
+    testing_note("%lld queued at the release (%lld killed): %lld left right after it, %lld holding", queued,
+                 (long long)dead, after, holders);
+    CHECK(kill(lc.pid, SIGCONT) == 0);
     CHECK_EQ(after, 0);
     CHECK_EQ(holders, 1);
-    CHECK(pthread_join(lw.th, NULL) == 0);
-    CHECK_EQ(lw.rc, WATCHLOCK_OK);
+    q_wait_child(lc.pid, "live waiter");
     /* every grant of a fair lock takes the next token: one grant since the release */
-    CHECK_EQ(watchlock_lock_fencing_token(lw.l), fence + 1);
-    CHECK_OK(watchlock_lock_release(lw.l));
-    watchlock_lock_free(lw.l);
+    snprintf(key, sizeof key, "%s-live", name);
+    redisReply *r = rh_command(test_server(), "LPOP %s", key);
+    CHECK(r != NULL && r->type == REDIS_REPLY_STRING);
+    long long token = strtoll(r->str, NULL, 10);
+    freeReplyObject(r);
+    CHECK_EQ(token, fence + 1);
     watchlock_lock_free(h);
     watchlock_client_close(c);
+}
+
+static void test_dead_waiters_never_granted(void)
+{
+    dead_waiters("qs-dead", 200);
+}
+
+static void test_dead_waiters_past_one_call(void)
+{
+    dead_waiters("qs-dead-many", 1500);
 }
 
 static const test_case tests[] = {
@@ -332,6 +371,7 @@ static const test_case tests[] = {
     {"renew_moves_holders_deadline", test_renew_moves_holders_deadline, 0},
     {"shortened_holder_handed_on", test_shortened_holder_handed_on, 0},
     {"dead_waiters_never_granted", test_dead_waiters_never_granted, 180},
+    {"dead_waiters_past_one_call", test_dead_waiters_past_one_call, 240},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)

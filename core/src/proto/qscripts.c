@@ -129,6 +129,7 @@
     "      redis.pcall(PUB, CP .. h, '')\n"                                                                    \
     "    end\n"                                                                                                \
     "  end\n"                                                                                                  \
+    "  return true\n" /* its budget ran out: the caller calls again at once (queue.c, live_round.c) */        \
     "end\n"                                                                                                    \
     "local function finish(want)\n"                                                                           \
     "  if redis.call('ZCARD', K[3]) == 0 then used = 0 end\n"                                               \
@@ -286,8 +287,12 @@ const char wl_q_acquire_lua[] =
  * keep the structure for (ms).
  * -> release: 1 released, 0 no hold (expired), -1 another hold's key;
  *    leave: 1 left the queue, 2 it had been granted meanwhile and was given
- *    back, 0 not queued; downgrade: 1 done, 0 not a held write side.
- * Then grants to the head of the queue what is free now. */
+ *    back, 0 not queued; downgrade: 1 done, 0 not a held write side;
+ *    "purge" (any other op): 0, nothing but what follows.
+ * Then grants to the head of the queue what is free now. When that ran out
+ * of its budget (128 heads looked at: dead heads dropped, or waiters
+ * granted) the answer is {result, 1}: the caller calls again with op
+ * "purge" at once (queue.c), so the hand-off never waits a round for it. */
 const char wl_q_release_lua[] =
     Q_FAST_RELEASE
     Q_COMMON
@@ -326,8 +331,9 @@ const char wl_q_release_lua[] =
     "  end\n"
     "end\n"
     "purge()\n"
-    "grant_head()\n"
+    "local more = grant_head()\n"
     "finish(tonumber(ARGV[8]))\n"
+    "if more then return {r, 1} end\n"
     "return r\n";
 
 /* Admin: sets a semaphore's count. ARGV: 1 count, 2 hold key prefix,
@@ -362,12 +368,14 @@ const char wl_q_set_permits_lua[] =
  * holder's expiry is handed on within one round). -> one integer per
  * waiter: 2 granted (its hold key holds its ident: its thread's next
  * acquire call takes it), 1 queued, 0 not queued (dropped: it enqueues
- * again). O(log N) per waiter, O(PURGE log N) per name. */
+ * again), then one more: 1 when the hand-off of a name ran out of its
+ * budget (live_round.c sends the call again at once), else 0. O(log N)
+ * per waiter, O(PURGE log N) per name. */
 const char wl_q_live_lua[] =
     Q_COMMON
     "PUB, FTTL = ARGV[1], ARGV[2]\n"
     "local n = #KEYS / 6\n"
-    "local res, names, order = {}, {}, {}\n"
+    "local res, names, order, more = {}, {}, {}, 0\n"
     "for i = 1, n do\n"
     "  local g = names[KEYS[6 * i - 5]]\n"
     "  if not g then g = {}; names[KEYS[6 * i - 5]] = g; order[#order + 1] = i end\n"
@@ -389,7 +397,7 @@ const char wl_q_live_lua[] =
     "      want = math.max(want, 2 * math.max(tonumber(ARGV[b + 4]), live) + 1000)\n"
     "    end\n"
     "    purge()\n"
-    "    grant_head()\n"
+    "    if grant_head() then more = 1 end\n"
     "    finish(want)\n"
     "  end\n"
     "  for _, i in ipairs(g) do\n"
@@ -399,6 +407,7 @@ const char wl_q_live_lua[] =
     "    else res[i] = 0 end\n"
     "  end\n"
     "end\n"
+    "res[n + 1] = more\n"
     "return res\n";
 
 /* Admin: what a name is used as. KEYS 1..6 as above; ARGV 1 the hold key
