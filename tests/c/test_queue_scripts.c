@@ -14,6 +14,7 @@
 #include "queue_helpers.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 
 static watchlock_lock *sem(watchlock_client *c, const char *name, int64_t lease)
 {
@@ -231,7 +232,7 @@ static void test_shortened_holder_handed_on(void)
 }
 
 /* Item 14: n dead waiters queued ahead of a live one. The dead ones are
- * n threads of one process (lease 300 ms: liveness 300 ms), SIGKILLed
+ * n threads of one process (lease 1 s: liveness 1 s), SIGKILLed
  * together; the live one is another process (liveness 2 s), SIGSTOPped
  * right after a liveness renewal, so that between the kill and the release
  * no script call but the release's touches the name. The test waits until
@@ -312,7 +313,7 @@ static long long live_latest_left(const char *name)
 static void dead_waiters(const char *name, int64_t dead)
 {
     char key[96];
-    q_child dc = q_fork(dead_waiters_body, (q_args){.name = name, .lease = 300, .n = dead});
+    q_child dc = q_fork(dead_waiters_body, (q_args){.name = name, .lease = 1000, .n = dead});
     q_child lc = q_fork(live_waiter_body, (q_args){.name = name, .lease = 6000});
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *h = fair(c, name, 10000);
@@ -325,7 +326,7 @@ static void dead_waiters(const char *name, int64_t dead)
     WAIT_FOR(q_info(c, name, Q_LEN) == dead + 1, 20000);
     CHECK_EQ(q_info(c, name, Q_LEN), dead + 1);
     /* the live waiter (liveness 2 s) right after a renewal: stopped */
-    WAIT_FOR(live_latest_left(name) > 1500, 20000);
+    WAIT_FOR(live_latest_left(name) > 1800, 20000);
     CHECK(kill(lc.pid, SIGSTOP) == 0);
     q_kill_child(dc.pid);
     /* every dead waiter's liveness lease has passed, the live one's not */
@@ -365,6 +366,109 @@ static void test_dead_waiters_past_one_call(void)
     dead_waiters("qs-dead-many", 1500);
 }
 
+/* The hand-off on a holder's expiry (no release) with dead waiters past
+ * one call's budget is the waiters' round's: a round whose call ran out
+ * of budget sends it again at once (live_round.c), so the live waiter is
+ * granted by the first round that runs after the expiry, not one round
+ * period later per batch. The live waiter's process is stopped while the
+ * holder's process and the dead waiters' are SIGKILLed and their leases
+ * pass (conditions on the server's state), then continued: the time from
+ * its first liveness call (its score moves) to its grant must stay under
+ * half its round period, measured in this run from two successive scores
+ * of its liveness lease (server time). Without the repeat the grant waits
+ * for the next round: one whole period. */
+static void expiring_holder_body(const q_args *a)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = fair(c, a->name, a->lease);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK(rh_int(test_server(), "RPUSH %s-held 1", a->name) > 0);
+    for (;;)
+        pause();
+}
+
+/* The first holder's id in the holders set ("" none), into out[32]. */
+static void first_holder(const char *name, char *out)
+{
+    redisReply *r = rh_command(test_server(), "ZRANGE watchlock:{%s}:q:h 0 0", name);
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    snprintf(out, 32, "%s", r->elements == 1 ? r->element[0]->str : "");
+    freeReplyObject(r);
+}
+
+static long long latest_score(const char *name)
+{
+    redisReply *r = rh_command(test_server(), "ZRANGE watchlock:{%s}:q:l -1 -1 WITHSCORES", name);
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    long long v = r->elements == 2 ? strtoll(r->element[1]->str, NULL, 10) : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+static void test_dead_waiters_on_expiry(void)
+{
+    const char *name = "qs-dead-expiry";
+    const int64_t dead = 1500;
+    q_child hc = q_fork(expiring_holder_body, (q_args){.name = name, .lease = 600});
+    q_child dc = q_fork(dead_waiters_body, (q_args){.name = name, .lease = 1000, .n = dead});
+    q_child lc = q_fork(live_waiter_body, (q_args){.name = name, .lease = 6000});
+    watchlock_client *c = open_client(test_url(""));
+    q_go(&hc);
+    WAIT_FOR(rh_int(test_server(), "LLEN %s-held", name) == 1, 20000);
+    CHECK_EQ(rh_int(test_server(), "LLEN %s-held", name), 1);
+    char holder[32];
+    first_holder(name, holder);
+    CHECK(holder[0] != '\0');
+    q_go(&dc);
+    WAIT_FOR(rh_int(test_server(), "LLEN %s-dead", name) == 1, 180000);
+    CHECK_EQ(rh_int(test_server(), "LLEN %s-dead", name), 1);
+    q_go(&lc);
+    WAIT_FOR(q_info(c, name, Q_LEN) == dead + 1, 20000);
+    CHECK_EQ(q_info(c, name, Q_LEN), dead + 1);
+    /* the live waiter's round period, from two successive liveness ends
+     * (its lease of 2 s is the latest in the set; the dead ones' are 1 s) */
+    long long s0 = latest_score(name), s1, s2;
+    WAIT_FOR((s1 = latest_score(name)) != s0, 20000);
+    CHECK(s1 != s0);
+    WAIT_FOR((s2 = latest_score(name)) != s1, 20000);
+    CHECK(s2 != s1);
+    long long period_ms = s2 - s1;
+    /* stopped right after a renewal: 2 s of liveness ahead of it, 1 s more than the dead ones' */
+    WAIT_FOR(live_latest_left(name) > 1800, 20000);
+    CHECK(kill(lc.pid, SIGSTOP) == 0);
+    q_kill_child(dc.pid);
+    q_kill_child(hc.pid);
+    char key[96];
+    snprintf(key, sizeof key, "watchlock:{%s}:q:h:%s", name, holder);
+    WAIT_FOR(rh_int(test_server(), "EXISTS %s", key) == 0 && live_alive(name) == 1, 20000);
+    CHECK_EQ(rh_int(test_server(), "EXISTS %s", key), 0);
+    long long alive, left;
+    liveness_view(name, &alive, &left);
+    CHECK_MSG(alive == 1 && left > 0, "%lld waiters alive (1 expected), the latest with %lld ms left", alive, left);
+    long long stopped_score = latest_score(name);
+    CHECK(kill(lc.pid, SIGCONT) == 0);
+    /* its first call after SIGCONT moves its score (or already grants it) */
+    int64_t t_first = 0, t_grant = 0;
+    int64_t end = now_ms() + 20000;
+    while (now_ms() < end && t_grant == 0) {
+        bool granted = q_info(c, name, Q_LEN) == 0;
+        int64_t t = now_ms();
+        if (t_first == 0 && (granted || latest_score(name) != stopped_score))
+            t_first = t;
+        if (granted)
+            t_grant = t;
+        else
+            sleep_ms(1);
+    }
+    CHECK(t_grant != 0);
+    testing_note("%lld dead waiters, holder expired: granted %lld ms after the live waiter's first call "
+                 "(its round period %lld ms)",
+                 (long long)dead, (long long)(t_grant - t_first), period_ms);
+    CHECK_INT(t_grant - t_first, <, period_ms / 2);
+    q_wait_child(lc.pid, "live waiter");
+    watchlock_client_close(c);
+}
+
 static const test_case tests[] = {
     {"set_permits_below_head", test_set_permits_below_head, 0},
     {"grant_time_refuses_head", test_grant_time_refuses_head, 0},
@@ -372,6 +476,7 @@ static const test_case tests[] = {
     {"shortened_holder_handed_on", test_shortened_holder_handed_on, 0},
     {"dead_waiters_never_granted", test_dead_waiters_never_granted, 180},
     {"dead_waiters_past_one_call", test_dead_waiters_past_one_call, 240},
+    {"dead_waiters_on_expiry", test_dead_waiters_on_expiry, 240},
     {NULL, NULL, 0}};
 
 int main(int argc, char **argv)
