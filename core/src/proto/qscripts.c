@@ -288,7 +288,7 @@ const char wl_q_acquire_lua[] =
  * -> release: 1 released, 0 no hold (expired), -1 another hold's key;
  *    leave: 1 left the queue, 2 it had been granted meanwhile and was given
  *    back, 0 not queued; downgrade: 1 done, 0 not a held write side;
- *    "purge" (any other op): 0, nothing but what follows.
+ *    "purge": 0, touches no hold or waiter of its own, only what follows.
  * Then grants to the head of the queue what is free now. When that ran out
  * of its budget (128 heads looked at: dead heads dropped, or waiters
  * granted) the answer is {result, 1}: the caller calls again with op
@@ -300,7 +300,7 @@ const char wl_q_release_lua[] =
     "local st = redis.pcall('HMGET', KEYS[1], 'kind', 'cap', 'used', 'fixed')\n"
     "if type(st) ~= 'table' or st.err or not st[1] then\n" /* no queue state (or another type) */
     "  local v = redis.call('GET', ARGV[4] .. ARGV[2])\n"
-    "  if v and string.sub(v, 1, #ARGV[3]) == ARGV[3] then redis.call('DEL', ARGV[4] .. ARGV[2]) end\n"
+    "  if ARGV[1] ~= 'purge' and v and string.sub(v, 1, #ARGV[3]) == ARGV[3] then redis.call('DEL', ARGV[4] .. ARGV[2]) end\n"
     "  return 0\n"
     "end\n"
     "cap, used = tonumber(st[2] or '0'), tonumber(st[3] or '0')\n"
