@@ -842,7 +842,10 @@ WATCHLOCK_API int watchlock_semaphore_acquire(watchlock_lock *sem, int64_t k, in
 /*
  * Admin: sets the permit count of semaphore `name` (1 .. 2^31). A name in
  * use gets it at once (holders keep their permits; a larger count wakes the
- * waiters it can satisfy); a name not in use keeps it for a day (each use
+ * waiters it can satisfy; a waiter at the head asking for more than the
+ * new count is taken out of the queue and its acquire fails with EINVAL
+ * (permits 0 handles; a handle made for another count: EWRONGTYPE), and
+ * the waiters behind it are served); a name not in use keeps it for a day (each use
  * refreshes that), so later handles with permits 0 use it.
  * Errors: EINVAL, EWRONGTYPE (in use as another kind), ECONN ...
  */

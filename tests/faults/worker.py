@@ -14,6 +14,9 @@ hold (the library takes them in its own global order). Its hold is
 recorded as one hold per name (numbers 2k-1 for --name, 2k for N), each
 with that name's fencing token, so the checker judges every name on its
 own: no two holders of any name at once.
+--extend-ms E: right after each acquire the hold sets its lease to E ms
+(lock.extend), from the --lease-ms it was granted with (issue 29.13:
+scenario r, holders that shortened their lease and died).
 --lock-kind picks the lock kind (issues 22, 23): plain (the default), fair,
 sem:N:K (a semaphore of N permits, K taken per hold) or rw:P (a read-write
 lock, P% of the holds on the write side). Holds that must exclude each other
@@ -64,6 +67,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--name2", default=None, help="a multi-lock over --name and this")
     p.add_argument("--lock-kind", default="plain", help="plain | fair | sem:N:K | rw:P")
+    p.add_argument("--extend-ms", type=int, default=0, help="extend each hold to this lease at once")
     a = p.parse_args()
 
     die_with_parent()
@@ -155,6 +159,16 @@ def main() -> int:
             except watchlock.Error:
                 pass
             continue
+        if a.extend_ms:
+            try:
+                lock.extend(a.extend_ms / 1000.0)
+            except watchlock.Error as e:
+                hist.emit("acquire_failed", lock=a.name, t_call=t_call, status=type(e).__name__, detail="extend")
+                try:
+                    lock.release()
+                except watchlock.Error:
+                    pass
+                continue
         hold_no += 1
         cur["hold"], cur["fence"], cur["lock"] = hold_no, fence, hw.name
         family = {} if kind == "plain" else {"kind": kind, "base": a.name, "side": side,

@@ -8,7 +8,11 @@
  * carries up to LIVE_CHUNK of them, whatever their names. The call is made
  * on a pooled connection (wl_run_script_keep: routing, MOVED/ASK and
  * NOSCRIPT as for any script), after the round's renewals, so holds are
- * never kept waiting behind waiters.
+ * never kept waiting behind waiters. A call whose hand-off ran out of its
+ * budget (many dead waiters at a name's head, issue 29.14) says so, and
+ * its chunk is sent again at once (at most LIVE_MORE times, within the
+ * round's budget): each call's work stays bounded, and the hand-off does
+ * not wait a round per batch of dead waiters.
  */
 #include "hold/hold.h"
 
@@ -16,6 +20,7 @@
 #include <string.h>
 
 #define LIVE_CHUNK 256 /* waiters per script call (6 keys and 6 arguments each) */
+#define LIVE_MORE 64   /* calls again for one chunk whose hand-off ran out of budget */
 
 static int by_slot(const void *a, const void *b)
 {
@@ -23,7 +28,9 @@ static int by_slot(const void *a, const void *b)
     return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-static void send_chunk(watchlock_client *c, wl_live_entry *es, size_t n, const char *pub, size_t pub_len,
+/* One script call for es[0 .. n): true when a name's hand-off ran out of
+ * its budget (the script's last answer). */
+static bool send_chunk(watchlock_client *c, wl_live_entry *es, size_t n, const char *pub, size_t pub_len,
                        const char *fttl, size_t fttl_len)
 {
     size_t nkeys = WL_LIVE_NKEYS * n, nargs = 2 + 6 * n;
@@ -32,7 +39,7 @@ static void send_chunk(watchlock_client *c, wl_live_entry *es, size_t n, const c
     if (argv == NULL || lens == NULL) {
         free(argv);
         free(lens);
-        return; /* FAILED: retried at the next round */
+        return false; /* FAILED: retried at the next round */
     }
     const char **a = argv + nkeys;
     size_t *al = lens + nkeys;
@@ -62,16 +69,20 @@ static void send_chunk(watchlock_client *c, wl_live_entry *es, size_t n, const c
         xl[5] = e->a.chan_prefix_len;
     }
     redisReply *r = NULL;
+    bool more = false;
     if (wl_run_script_keep(&c->server, WL_SCRIPT_Q_LIVE, (int)nkeys, (int)nargs, argv, lens, &r,
                            "waiters' liveness", NULL, NULL) == WATCHLOCK_OK) {
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == n)
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == n + 1) {
             for (size_t i = 0; i < n; i++)
                 if (r->element[i]->type == REDIS_REPLY_INTEGER)
                     es[i].result = (int)r->element[i]->integer;
+            more = r->element[n]->type == REDIS_REPLY_INTEGER && r->element[n]->integer == 1;
+        }
         freeReplyObject(r);
     }
     free(argv);
     free(lens);
+    return more;
 }
 
 int wl_live_round(watchlock_client *c, wl_live_entry *es, size_t n, int64_t budget_ms)
@@ -92,8 +103,10 @@ int wl_live_round(watchlock_client *c, wl_live_entry *es, size_t n, int64_t budg
         size_t j = i + 1;
         while (j < n && j - i < LIVE_CHUNK && es[j].slot == es[i].slot)
             j++;
-        send_chunk(c, es + i, j - i, pub, strlen(pub), fttl, fttl_len);
+        bool more = send_chunk(c, es + i, j - i, pub, strlen(pub), fttl, fttl_len);
         calls++;
+        for (int k = 0; more && k < LIVE_MORE && wl_now_us() < end; k++, calls++)
+            more = send_chunk(c, es + i, j - i, pub, strlen(pub), fttl, fttl_len);
         i = j;
     }
     return calls;

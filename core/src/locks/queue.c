@@ -42,7 +42,9 @@ void wl_q_keys_argv(const watchlock_lock *l, const char **argv, size_t *lens)
     }
 }
 
-int wl_q_script(watchlock_lock *l, const char *op, int64_t *result, bool *resent)
+/* One call of the queue's release script; *more: its hand-off ran out of
+ * its budget (qscripts.c wl_q_release_lua). */
+static int q_script_once(watchlock_lock *l, const char *op, int64_t *result, bool *more, bool *resent)
 {
     watchlock_client *c = l->hold.client;
     char ident[WL_IDENT_SIZE], fttl[24], keep[24];
@@ -70,10 +72,36 @@ int wl_q_script(watchlock_lock *l, const char *op, int64_t *result, bool *resent
                                 resent);
     if (rc != WATCHLOCK_OK)
         return rc;
-    bool ok = r->type == REDIS_REPLY_INTEGER;
-    *result = ok ? r->integer : 0;
+    const redisReply *v = r;
+    *more = false;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[1]->type == REDIS_REPLY_INTEGER) {
+        v = r->element[0];
+        *more = r->element[1]->integer == 1;
+    }
+    bool ok = v->type == REDIS_REPLY_INTEGER;
+    *result = ok ? v->integer : 0;
     freeReplyObject(r);
     return ok ? WATCHLOCK_OK : wl_fail(WATCHLOCK_ESERVER, "%s: unexpected reply from server", what);
+}
+
+/* The hand-off a call began goes on at once while its script says it ran
+ * out of its budget (many dead waiters at the head, or a release that can
+ * serve more than one call grants): bounded work per call, no wait for the
+ * waiters' next round (issue 29.14). Best effort: the waiters' rounds do
+ * the same if a call fails. */
+#define Q_MORE_CALLS 64
+
+int wl_q_script(watchlock_lock *l, const char *op, int64_t *result, bool *resent)
+{
+    bool more = false;
+    int rc = q_script_once(l, op, result, &more, resent);
+    for (int i = 0; rc == WATCHLOCK_OK && more && i < Q_MORE_CALLS; i++) {
+        int64_t ignored;
+        if (q_script_once(l, "purge", &ignored, &more, NULL) != WATCHLOCK_OK)
+            break;
+    }
+    return rc;
 }
 
 int wl_q_side(const watchlock_lock *l)

@@ -11,8 +11,9 @@
  *             hash and fails (WRONGTYPE), a queued kind on a plain-held name
  *             meets a string and is refused: never both at once.
  *   2 fence   watchlock:{N}:fence  the fencing counter the plain lock uses
- *   3 holders watchlock:{N}:q:h    ZSET hold id -> its lease's end (server ms,
- *             a lower bound: renewals extend the hold's own key only)
+ *   3 holders watchlock:{N}:q:h    ZSET hold id -> its lease's end (server ms:
+ *             set by the grant and by every renewal and extend, up or down:
+ *             the renew script, scripts.c)
  *   4 queue   watchlock:{N}:q:q    ZSET waiter id -> arrival number (FIFO)
  *   5 live    watchlock:{N}:q:l    ZSET waiter id -> liveness lease's end (ms)
  *   6 data    watchlock:{N}:q:d    hash: <id> -> permits asked for or held;
@@ -32,8 +33,15 @@
  * the waiter's next call, which learns of the grant, sets the full lease.
  * A holder is live while its own key exists: a holders entry whose score has
  * passed is re-read (PTTL of its key) and moved, or dropped with its permits;
- * each script looks at most PURGE entries, so every operation is O(log N)
- * in the queue and holders (no loop over all of them). Server time only.
+ * each script looks at most 16 such entries. A waiter is live while its
+ * liveness lease has not passed: each script drops up to 1000 dead waiters
+ * in a few variadic commands (O(M log N), microseconds each), so dead
+ * waiters by the hundreds are gone in the call that meets them and never
+ * delay a hand-off; and grant_head never grants a head whose liveness has
+ * passed (it drops it and looks at the next one). A head whose k exceeds
+ * the count (set_permits lowered it) is dropped and woken: its next call
+ * is refused (k > cap, EINVAL), and the waiters behind it are served.
+ * Server time only.
  * The structure keys carry a TTL of twice the longest lease or liveness
  * that touched them (never shortened; the renew script extends it with every
  * renewal of a queued hold), so a name whose users all died disappears.
@@ -80,9 +88,17 @@
     "    elseif p == -1 then redis.call('ZADD', K[3], now + 1000, h)\n"                                     \
     "    else drop_holder(h) end\n"                                                                            \
     "  end\n"                                                                                                  \
-    "  for _, h in ipairs(redis.call('ZRANGEBYSCORE', K[5], '-inf', now, 'LIMIT', 0, 16)) do\n"             \
-    "    drop_waiter(h)\n"                                                                                     \
+    "  local dead = redis.call('ZRANGEBYSCORE', K[5], '-inf', now, 'LIMIT', 0, 1000)\n"                     \
+    "  if #dead == 0 then return end\n"                                                                        \
+    "  local ws, ds = {}, {}\n"                                                                                \
+    "  for i, h in ipairs(dead) do\n"                                                                          \
+    "    ws[i] = 'w:' .. h\n"                                                                                  \
+    "    if not redis.call('ZSCORE', K[3], h) then ds[#ds + 1] = h; ds[#ds + 1] = 'o:' .. h end\n"            \
     "  end\n"                                                                                                  \
+    "  redis.call('ZREM', K[4], unpack(dead))\n"                                                              \
+    "  redis.call('ZREM', K[5], unpack(dead))\n"                                                              \
+    "  redis.call('HDEL', K[6], unpack(ws))\n"                                                                \
+    "  if #ds > 0 then redis.call('HDEL', K[6], unpack(ds)) end\n"                                            \
     "end\n"                                                                                                    \
     "local function grant(h, k, ident, lease, rd, o)\n"                                                           \
     "  tick()\n"                                                                                              \
@@ -95,20 +111,25 @@
     "  return f\n"                                                                                             \
     "end\n"                                                                                                    \
     "local function grant_head()\n"                                                                            \
+    "  tick()\n"                                                                                               \
     "  for i = 1, 128 do\n"                                                                                    \
     "    local h = redis.call('ZRANGE', K[4], 0, 0)[1]\n"                                                   \
     "    if not h then return end\n"                                                                           \
     "    local k = tonumber(redis.call('HGET', K[6], h) or '1')\n"                                          \
-    "    if used + k > cap then return end\n"                                                                  \
+    "    local alive = tonumber(redis.call('ZSCORE', K[5], h) or '0') > now\n"                              \
+    "    if alive and k <= cap and used + k > cap then return end\n"                                         \
     "    local w = redis.call('HGET', K[6], 'w:' .. h)\n"                                                   \
     "    local o = redis.call('HGET', K[6], 'o:' .. h)\n"                                                   \
     "    drop_waiter(h)\n"                                                                                     \
-    "    if w then\n"                                                                                          \
+    "    if alive and k > cap then\n"                                                                          \
+    "      redis.pcall(PUB, CP .. h, '')\n"                                                                    \
+    "    elseif alive and w then\n"                                                                            \
     "      local ident, lease, rd, live = string.match(w, '^(%S+) (%d+) (%d) (%d+)')\n"                      \
     "      grant(h, k, ident, math.min(tonumber(lease), tonumber(live)), rd, o)\n"                                \
     "      redis.pcall(PUB, CP .. h, '')\n"                                                                    \
     "    end\n"                                                                                                \
     "  end\n"                                                                                                  \
+    "  return true\n" /* its budget ran out: the caller calls again at once (queue.c, live_round.c) */        \
     "end\n"                                                                                                    \
     "local function finish(want)\n"                                                                           \
     "  if redis.call('ZCARD', K[3]) == 0 then used = 0 end\n"                                               \
@@ -266,8 +287,12 @@ const char wl_q_acquire_lua[] =
  * keep the structure for (ms).
  * -> release: 1 released, 0 no hold (expired), -1 another hold's key;
  *    leave: 1 left the queue, 2 it had been granted meanwhile and was given
- *    back, 0 not queued; downgrade: 1 done, 0 not a held write side.
- * Then grants to the head of the queue what is free now. */
+ *    back, 0 not queued; downgrade: 1 done, 0 not a held write side;
+ *    "purge": 0, touches no hold or waiter of its own, only what follows.
+ * Then grants to the head of the queue what is free now. When that ran out
+ * of its budget (128 heads looked at: dead heads dropped, or waiters
+ * granted) the answer is {result, 1}: the caller calls again with op
+ * "purge" at once (queue.c), so the hand-off never waits a round for it. */
 const char wl_q_release_lua[] =
     Q_FAST_RELEASE
     Q_COMMON
@@ -275,7 +300,7 @@ const char wl_q_release_lua[] =
     "local st = redis.pcall('HMGET', KEYS[1], 'kind', 'cap', 'used', 'fixed')\n"
     "if type(st) ~= 'table' or st.err or not st[1] then\n" /* no queue state (or another type) */
     "  local v = redis.call('GET', ARGV[4] .. ARGV[2])\n"
-    "  if v and string.sub(v, 1, #ARGV[3]) == ARGV[3] then redis.call('DEL', ARGV[4] .. ARGV[2]) end\n"
+    "  if ARGV[1] ~= 'purge' and v and string.sub(v, 1, #ARGV[3]) == ARGV[3] then redis.call('DEL', ARGV[4] .. ARGV[2]) end\n"
     "  return 0\n"
     "end\n"
     "cap, used = tonumber(st[2] or '0'), tonumber(st[3] or '0')\n"
@@ -306,8 +331,9 @@ const char wl_q_release_lua[] =
     "  end\n"
     "end\n"
     "purge()\n"
-    "grant_head()\n"
+    "local more = grant_head()\n"
     "finish(tonumber(ARGV[8]))\n"
+    "if more then return {r, 1} end\n"
     "return r\n";
 
 /* Admin: sets a semaphore's count. ARGV: 1 count, 2 hold key prefix,
@@ -342,12 +368,14 @@ const char wl_q_set_permits_lua[] =
  * holder's expiry is handed on within one round). -> one integer per
  * waiter: 2 granted (its hold key holds its ident: its thread's next
  * acquire call takes it), 1 queued, 0 not queued (dropped: it enqueues
- * again). O(log N) per waiter, O(PURGE log N) per name. */
+ * again), then one more: 1 when the hand-off of a name ran out of its
+ * budget (live_round.c sends the call again at once), else 0. O(log N)
+ * per waiter, O(PURGE log N) per name. */
 const char wl_q_live_lua[] =
     Q_COMMON
     "PUB, FTTL = ARGV[1], ARGV[2]\n"
     "local n = #KEYS / 6\n"
-    "local res, names, order = {}, {}, {}\n"
+    "local res, names, order, more = {}, {}, {}, 0\n"
     "for i = 1, n do\n"
     "  local g = names[KEYS[6 * i - 5]]\n"
     "  if not g then g = {}; names[KEYS[6 * i - 5]] = g; order[#order + 1] = i end\n"
@@ -369,7 +397,7 @@ const char wl_q_live_lua[] =
     "      want = math.max(want, 2 * math.max(tonumber(ARGV[b + 4]), live) + 1000)\n"
     "    end\n"
     "    purge()\n"
-    "    grant_head()\n"
+    "    if grant_head() then more = 1 end\n"
     "    finish(want)\n"
     "  end\n"
     "  for _, i in ipairs(g) do\n"
@@ -379,6 +407,7 @@ const char wl_q_live_lua[] =
     "    else res[i] = 0 end\n"
     "  end\n"
     "end\n"
+    "res[n + 1] = more\n"
     "return res\n";
 
 /* Admin: what a name is used as. KEYS 1..6 as above; ARGV 1 the hold key

@@ -111,11 +111,20 @@ static const char release_lua[] =
  * A queued kind's hold key (watchlock:{N}:q:h:<id>, qscripts.c; a plain
  * lock key ends with its tag's '}') also extends the TTL of its name's
  * queue structure to twice the lease, so a holder that is only renewed
- * keeps its name's state alive. */
+ * keeps its name's state alive, and sets the hold's entry in the name's
+ * holders set to the new lease's end (server time), down as well as up:
+ * a holder that shortened its lease and died is handed on when its short
+ * lease ends, not when the first one would have (issue 29.13). */
 static const char renew_lua[] =
+    "local qnow\n"
     "local function qtouch(k, ms)\n"
-    "  local b = string.match(k, '^(.*):q:h:%x+$')\n"
+    "  local b, h = string.match(k, '^(.*):q:h:(%x+)$')\n"
     "  if not b then return end\n"
+    "  if not qnow then\n"
+    "    local t = redis.call('TIME')\n"
+    "    qnow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "  end\n"
+    "  redis.pcall('ZADD', b .. ':q:h', 'XX', string.format('%.0f', qnow + tonumber(ms)), h)\n"
     "  local want = 2 * tonumber(ms) + 1000\n"
     "  for _, s in ipairs({b, b .. ':q:h', b .. ':q:q', b .. ':q:l', b .. ':q:d'}) do\n"
     "    local p = redis.call('PTTL', s)\n"
