@@ -108,27 +108,29 @@ void wl_multi_rollback(watchlock_lock *l)
 
 /* The fast acquire of sorted members [from, to) (one slot, or the one
  * server), as the plain lock's (lock.c acquire_fast) for several names: one
- * transaction of plain commands in one round trip, no Lua,
- *   MULTI, SET lock_i <ident_i> NX PX lease (each), SET fence_i 0 NX PX ttl
- *   (each), INCR fence_i (each), EXEC
- * *done: every SET took its key and every INCR gave a seeded counter's
- * value (fences[] are the tokens; each INCR ran atomically with its SET).
- * Otherwise the script decides one round trip later: when only some SETs
- * took their keys (a name was held), those keys are given back first
- * (checked release), so a refusal leaves nothing; when all did but a
- * counter was not seeded, the script takes them as a retry of its own,
- * with fresh fences. Sends to the node of the first key. */
+ * transaction in one round trip, Lua only for the tokens,
+ *   MULTI, SET lock_i <ident_i> NX PX lease (each),
+ *   EVALSHA fence-script k fence_1 .. fence_k ttl, EXEC
+ * *done: every SET took its key and the fence script gave every token
+ * (fences[]; each drawn while its key was the hold's, by the one fence
+ * rule, proto.h WL_FENCE_LUA). Otherwise the script decides one round trip
+ * later: when only some SETs took their keys (a name was held), those keys
+ * are given back first (checked release), so a refusal leaves nothing;
+ * when all did but the tokens failed (NOSCRIPT, ...), the script takes
+ * them as a retry of its own, with fresh fences. Sends to the node of the
+ * first key. */
 static int take_fast(watchlock_lock *l, size_t from, size_t to, const char *const *argv, const size_t *lens,
                      bool *done, int64_t *fences)
 {
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
-    size_t k = to - from, ncmds = 3 * k + 2;
+    size_t k = to - from, ncmds = k + 3;
     static const char *const multi[1] = {"MULTI"}, *const exec[1] = {"EXEC"};
     wl_cmd *cmds = malloc(ncmds * sizeof *cmds);
-    const char **a = malloc(14 * k * sizeof *a);
-    size_t *al = malloc(14 * k * sizeof *al);
+    const char **a = malloc((7 * k + 4) * sizeof *a);
+    size_t *al = malloc((7 * k + 4) * sizeof *al);
     redisReply **r = calloc(ncmds, sizeof *r);
+    char nk[24];
     *done = false;
     int rc = WATCHLOCK_OK;
     if (cmds == NULL || a == NULL || al == NULL || r == NULL) {
@@ -139,19 +141,19 @@ static int take_fast(watchlock_lock *l, size_t from, size_t to, const char *cons
     cmds[ncmds - 1] = (wl_cmd){1, exec, NULL};
     /* argv as take_run makes it: lock, fence per name; lease, fence TTL, idents */
     const char *lease = argv[2 * k], *ttl = argv[2 * k + 1];
+    const char **ev = a + 6 * k;
+    size_t *evl = al + 6 * k;
+    wl_script_head(WL_SCRIPT_FENCE, atomic_exchange(&c->fence_body, false), (int64_t)k, nk, ev, evl);
     for (size_t i = 0; i < k; i++) {
-        const char **s1 = a + 6 * i, **s2 = a + 6 * k + 6 * i, **in = a + 12 * k + 2 * i;
-        size_t *l1 = al + 6 * i, *l2 = al + 6 * k + 6 * i, *il = al + 12 * k + 2 * i;
+        const char **s1 = a + 6 * i;
+        size_t *l1 = al + 6 * i;
         s1[0] = "SET", s1[1] = argv[2 * i], s1[2] = argv[2 * k + 2 + i], s1[3] = "NX", s1[4] = "PX", s1[5] = lease;
         l1[0] = 3, l1[1] = lens[2 * i], l1[2] = lens[2 * k + 2 + i], l1[3] = 2, l1[4] = 2, l1[5] = lens[2 * k];
-        s2[0] = "SET", s2[1] = argv[2 * i + 1], s2[2] = "0", s2[3] = "NX", s2[4] = "PX", s2[5] = ttl;
-        l2[0] = 3, l2[1] = lens[2 * i + 1], l2[2] = 1, l2[3] = 2, l2[4] = 2, l2[5] = lens[2 * k + 1];
-        in[0] = "INCR", in[1] = argv[2 * i + 1];
-        il[0] = 4, il[1] = lens[2 * i + 1];
+        ev[3 + i] = argv[2 * i + 1], evl[3 + i] = lens[2 * i + 1];
         cmds[1 + i] = (wl_cmd){6, s1, l1};
-        cmds[1 + k + i] = (wl_cmd){6, s2, l2};
-        cmds[1 + 2 * k + i] = (wl_cmd){2, in, il};
     }
+    ev[3 + k] = ttl, evl[3 + k] = lens[2 * k + 1];
+    cmds[1 + k] = (wl_cmd){(int)(k + 4), ev, evl};
     char what[160];
     wl_what(what, sizeof what, "acquire", l->hold.quoted);
     if ((rc = wl_run_pipeline(&c->server, (int)ncmds, cmds, r, what, NULL)) != WATCHLOCK_OK)
@@ -160,15 +162,19 @@ static int take_fast(watchlock_lock *l, size_t from, size_t to, const char *cons
         atomic_store(&c->no_fast, true); /* ran one by one: the script decides, now and later */
     const redisReply *x = r[ncmds - 1];
     size_t took = 0;
-    bool seeded = x->type == REDIS_REPLY_ARRAY && x->elements == 3 * k;
-    for (size_t i = 0; seeded && i < k; i++) {
+    bool shaped = x->type == REDIS_REPLY_ARRAY && x->elements == k + 1;
+    const redisReply *t = shaped ? x->element[k] : NULL;
+    if (t != NULL && t->type == REDIS_REPLY_ERROR && wl_reply_is_noscript(t))
+        atomic_store(&c->fence_body, true); /* the next fast attempt loads it */
+    bool tokens = t != NULL && t->type == REDIS_REPLY_ARRAY && t->elements == k;
+    for (size_t i = 0; shaped && i < k; i++) {
         took += x->element[i]->type == REDIS_REPLY_STATUS;
-        seeded = x->element[2 * k + i]->type == REDIS_REPLY_INTEGER && x->element[2 * k + i]->integer >= WL_FENCE_SEEDED;
-        if (seeded)
-            fences[i] = x->element[2 * k + i]->integer;
+        tokens = tokens && t->element[i]->type == REDIS_REPLY_INTEGER && t->element[i]->integer >= WL_FENCE_SEEDED;
+        if (tokens)
+            fences[i] = t->element[i]->integer;
     }
-    *done = seeded && took == k;
-    if (!*done && x->type == REDIS_REPLY_ARRAY && x->elements == 3 * k && took > 0 && took < k) {
+    *done = tokens && took == k;
+    if (!*done && shaped && took > 0 && took < k) {
         /* some names were held: give back the keys this transaction took */
         bool *sel = calloc(m->n, sizeof *sel);
         int *results = calloc(m->n, sizeof *results);
