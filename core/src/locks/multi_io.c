@@ -267,6 +267,7 @@ static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, si
     int64_t deadline = sent + lease * 1000 - wl_margin_us(c, lease);
     bool late = wl_now_us() >= deadline;
     pthread_mutex_lock(&c->mu);
+    l->token_used = true; /* holds begin with these tokens: the next acquire makes new ones */
     for (size_t i = 0; i < k; i++) {
         wl_hold *h = &m->m[from + i].hold;
         h->fence = fast_done ? fast[i] : wl_reply_i64(r->element[i + 1]);
@@ -309,6 +310,33 @@ static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, si
         return wl_fail(WATCHLOCK_ECONN, "%s: the server's reply came past the local deadline of a %" PRId64
                                         " ms lease; the names were given back", what, lease);
     return rc;
+}
+
+/* The run [from, to) failed uncertainly (ECONN: a timeout, a dropped
+ * connection): its keys may have been taken on the server. Gives them back
+ * at once (a checked release with this attempt's tokens: never anyone
+ * else's keys), so the names are not held by nobody for a lease (issue
+ * 29.15). Confirmed: the tokens stay for the next attempt. Not confirmed:
+ * the give-back may still land later, so the next attempt takes new
+ * tokens (a later hold with these would lose its keys to it). */
+static void give_back_run(watchlock_lock *l, size_t from, size_t to)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    bool *sel = calloc(m->n, sizeof *sel);
+    int *results = calloc(m->n, sizeof *results);
+    bool confirmed = false;
+    if (sel != NULL && results != NULL && !atomic_load(&c->closed)) {
+        for (size_t i = from; i < to; i++)
+            sel[i] = true;
+        confirmed = release_members(l, sel, results) == WATCHLOCK_OK;
+    }
+    free(sel), free(results);
+    if (!confirmed) {
+        pthread_mutex_lock(&c->mu);
+        l->token_used = true;
+        pthread_mutex_unlock(&c->mu);
+    }
 }
 
 /* With client->mu, at the end of an acquire: every member held → the
@@ -365,11 +393,17 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
     if (l->hold.state != WATCHLOCK_UNLOCKED)
         end_hold(c, &l->hold);
     int64_t lease = l->hold.lease_ms;
-    /* A fresh token for each name's hold (the hold identity rule: a hold
-     * of its own per name, as the renewals and releases name them). */
+    /* A token of its own for each name's hold (the hold identity rule: a
+     * hold of its own per name, as the renewals and releases name them).
+     * A new hold gets new tokens; failed attempts keep theirs, as the
+     * plain lock's do (lock.c attempt), so that a retry after a lost reply
+     * finds its own keys (issue 29.15). New ones also for another lease,
+     * and after a give-back that was not confirmed (give_back_run): it may
+     * still land and must not delete a later hold's keys. */
+    bool fresh = l->token_used || l->token_lease_ms != lease;
     for (size_t i = 0; i < m->n; i++) {
         wl_hold *h = &m->m[i].hold, *g = &l->hold;
-        if (wl_random_token(h->token) != 0) {
+        if (fresh && wl_random_token(h->token) != 0) {
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_unlock(&l->io_mu);
             return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
@@ -378,6 +412,10 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
         h->max_renewals = g->max_renewals, h->max_hold_ms = g->max_hold_ms;
         h->renew_num = g->renew_num, h->renew_den = g->renew_den;
         h->auto_renew = g->auto_renew;
+    }
+    if (fresh) {
+        l->token_used = false;
+        l->token_lease_ms = lease;
     }
     pthread_mutex_unlock(&c->mu);
 
@@ -395,6 +433,12 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
         size_t end = run_end(m, next, sharded), busy = 0;
         int64_t pttl = 0;
         rc = take_run(l, next, end, lease, &busy, &pttl);
+        if (rc == WATCHLOCK_ECONN) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+            give_back_run(l, next, end);
+            wl_fail(rc, "%s", msg); /* the failure told is the acquire's */
+        }
         if (rc == WATCHLOCK_OK) {
             next = end;
             if (next < m->n)
