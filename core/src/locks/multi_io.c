@@ -327,9 +327,14 @@ static void give_back_run(watchlock_lock *l, size_t from, size_t to)
     int *results = calloc(m->n, sizeof *results);
     bool confirmed = false;
     if (sel != NULL && results != NULL && !atomic_load(&c->closed)) {
-        for (size_t i = from; i < to; i++)
-            sel[i] = true;
-        confirmed = release_members(l, sel, results) == WATCHLOCK_OK;
+        bool any = false;
+        pthread_mutex_lock(&c->mu); /* members that became holds (a reply past the deadline) are the rollback's */
+        for (size_t i = from; i < to; i++) {
+            sel[i] = m->m[i].hold.state == WATCHLOCK_UNLOCKED;
+            any = any || sel[i];
+        }
+        pthread_mutex_unlock(&c->mu);
+        confirmed = !any || release_members(l, sel, results) == WATCHLOCK_OK;
     }
     free(sel), free(results);
     if (!confirmed) {
