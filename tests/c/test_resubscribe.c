@@ -19,6 +19,9 @@
  * holder releases: the release is published while the channel has no
  * subscription. Once the SUBSCRIBE lands, the waiter (plain, fair) must
  * re-check at once and get the lock, not sleep for the holder's lease.
+ * held_back_subscribe_quorum: the same for a quorum waiter (three members,
+ * each subscriber's connection killed, CLIENT KILL TYPE pubsub, and its
+ * re-SUBSCRIBE held back), woken through its notify hook.
  */
 #include "proxy_harness.h"
 #include "testing.h"
@@ -214,7 +217,75 @@ static void held_back_subscribe(void)
     rh_free(s);
 }
 
+/* The same for a quorum waiter: three members, each behind a proxy for
+ * the waiting client; every member's re-SUBSCRIBE is held back past the
+ * release (published on every member, heard on none). The waiter's notify
+ * hook must make it re-check once a subscription lands. */
+static void held_back_subscribe_quorum(void)
+{
+    rh_server *s[3];
+    ph_proxy *px[3];
+    char direct[3][300], proxied[3][300];
+    const char *du[3], *pu[3];
+    for (int i = 0; i < 3; i++) {
+        s[i] = rh_start(NULL);
+        CHECK(s[i] != NULL);
+        px[i] = ph_start(rh_port(s[i]));
+        CHECK(px[i] != NULL);
+        snprintf(direct[i], sizeof direct[i], "%s?connect_timeout=1s&command_timeout=1s", rh_url(s[i]));
+        snprintf(proxied[i], sizeof proxied[i], "%s?connect_timeout=3s&command_timeout=3s", ph_url(px[i])); /* above the held-back 1.5 s */
+        du[i] = direct[i], pu[i] = proxied[i];
+    }
+    watchlock_client *a = NULL, *b = NULL;
+    CHECK_OK(watchlock_client_open_quorum(&a, du, 3));
+    CHECK_OK(watchlock_client_open_quorum(&b, pu, 3));
+    /* a 10 s lease: fresh servers keep out of majorities for the longest
+     * lease recorded on them (the restart rule), waited out first */
+    enum { Q_LEASE = 10000 };
+    watchlock_lock *holder = new_lock(a, "held-quorum");
+    CHECK_OK(watchlock_lock_set_lease(holder, Q_LEASE));
+    CHECK_OK(watchlock_lock_acquire(holder, 4 * Q_LEASE));
+    const char *channel = "watchlock:{held-quorum}:released";
+    for (int i = 0; i < 3; i++) /* the holder's own wait's subscription lingers a while */
+        WAIT_FOR(numsub(s[i], channel) == 0, 20000);
+    waiter w = {.lock = new_lock(b, "held-quorum"), .wait_ms = 4 * Q_LEASE, .rc = -1};
+    CHECK_OK(watchlock_lock_set_lease(w.lock, Q_LEASE));
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, wait_main, &w) == 0);
+    for (int i = 0; i < 3; i++) {
+        WAIT_FOR(numsub(s[i], channel) == 1, 4 * Q_LEASE); /* b's restart window first */
+        CHECK_EQ(numsub(s[i], channel), 1);
+    }
+    for (int i = 0; i < 3; i++) { /* the subscribers' connections only (the proxy closes b's side) */
+        CHECK_EQ(ph_cmd(px[i], "delay up 1500"), 0);
+        CHECK_INT(rh_int(s[i], "CLIENT KILL TYPE pubsub"), >=, 1);
+    }
+    for (int i = 0; i < 3; i++) {
+        WAIT_FOR(numsub(s[i], channel) == 0, 10000);
+        CHECK_EQ(numsub(s[i], channel), 0);
+    }
+    int64_t t0 = now_ms();
+    CHECK_OK(watchlock_lock_release(holder)); /* published on every member, heard on none */
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(ph_cmd(px[i], "clear"), 0);
+    pthread_join(th, NULL);
+    CHECK_OK(w.rc);
+    testing_note("quorum waiter: got the lock %lld ms after the release (the holder's lease: %d ms)",
+                 (long long)(w.done_ms - t0), (int)Q_LEASE);
+    CHECK_INT(w.done_ms - t0, <, Q_LEASE / 2);
+    CHECK_OK(watchlock_lock_release(w.lock));
+    watchlock_lock_free(w.lock);
+    watchlock_lock_free(holder);
+    watchlock_client_close(b);
+    watchlock_client_close(a);
+    for (int i = 0; i < 3; i++) {
+        ph_free(px[i]);
+        rh_free(s[i]);
+    }
+}
+
 static const test_case tests[] = {
+    {"held_back_subscribe_quorum", held_back_subscribe_quorum, 180},
     {"follows_master", follows_master, 180},
     {"held_back_subscribe", held_back_subscribe, 120},
     {NULL, NULL, 0}};
