@@ -550,7 +550,7 @@ static void test_uncontended_cycle_cost(void)
     long long per = (all_calls() - before) / N, calls = (script_calls() - scripts) / N;
     printf("    uncontended fair cycle: %lld script calls, %lld commands inside them\n", calls, per);
     CHECK_EQ(calls, 2);
-    CHECK_INT(per, <=, 16);
+    CHECK_INT(per, <=, 17); /* 16 before issue 29.3: the clock-monotone fence sets its counter (SET KEEPTTL) */
     CHECK_EQ(q_info(c, "f-cycle", Q_KIND), WATCHLOCK_KIND_NONE); /* nothing left behind */
     CHECK_EQ(rh_int(test_server(), "EXISTS watchlock:{f-cycle}:q:h watchlock:{f-cycle}:q:d"), 0);
     watchlock_lock_free(l);

@@ -9,6 +9,7 @@
  * nothing; per-name fencing tokens follow the plain lock's. Cluster runs
  * across slots and nodes are in test_cluster.c.
  */
+#include "proxy_harness.h"
 #include "testing.h"
 
 #include <pthread.h>
@@ -357,7 +358,47 @@ static void test_fast_acquire(void)
     watchlock_client_close(c);
 }
 
+/* Issue 29.15: the acquire's reply is lost (it comes after the command
+ * timeout): the names are given back at once, and the same handle's retry
+ * gets them. Before: each call drew fresh tokens and nothing gave the
+ * attempt's keys back, so every name stayed held by nobody for the whole
+ * lease and the retry found them "held by another owner". */
+static void test_lost_reply(void)
+{
+    ph_proxy *px = ph_start(rh_port(test_server()));
+    CHECK(px != NULL);
+    char url[300];
+    snprintf(url, sizeof url, "%s?command_timeout=300ms", ph_url(px));
+    watchlock_client *c = open_client(url);
+    const char *names[] = {"lost-a", "lost-b", "lost-c"};
+    watchlock_lock *m = new_multi(c, names, 3);
+    CHECK_OK(watchlock_lock_set_lease(m, 60000));
+    for (int round = 0; round < 2; round++) { /* the script, then the fast transaction */
+        CHECK_EQ(ph_cmd(px, "delay down 1000"), 0); /* every reply comes after the command timeout */
+        CHECK_STATUS(watchlock_lock_acquire(m, 0), WATCHLOCK_ECONN);
+        CHECK_EQ(ph_cmd(px, "clear"), 0);
+        CHECK_MSG(exists("lost-a") + exists("lost-b") + exists("lost-c") == 0,
+                  "round %d: %lld of 3 names left held by the failed attempt (PTTL %lld ms)", round,
+                  exists("lost-a") + exists("lost-b") + exists("lost-c"),
+                  rh_int(test_server(), "PTTL watchlock:{lost-a}"));
+        CHECK_OK(watchlock_lock_acquire(m, 0)); /* the same handle's retry */
+        CHECK_OK(watchlock_lock_release(m));
+    }
+    /* the reply dropped and the connection reset: a retry finds the names free or its own */
+    CHECK_EQ(ph_cmd(px, "drop-reply-once"), 0);
+    int rc = watchlock_lock_acquire(m, 0);
+    CHECK_MSG(rc == WATCHLOCK_OK || rc == WATCHLOCK_ECONN, "acquire returned %d", rc);
+    if (rc != WATCHLOCK_OK)
+        CHECK_OK(watchlock_lock_acquire(m, 0));
+    CHECK_OK(watchlock_lock_release(m));
+    CHECK_EQ(exists("lost-a") + exists("lost-b") + exists("lost-c"), 0);
+    watchlock_lock_free(m);
+    watchlock_client_close(c);
+    ph_free(px);
+}
+
 static const test_case tests[] = {
+    {"lost_reply", test_lost_reply, 0},
     {"fast_acquire", test_fast_acquire, 0},
     {"all_or_nothing", test_all_or_nothing, 0},
     {"opposite_orders_never_deadlock", test_opposite_orders_never_deadlock, 120},

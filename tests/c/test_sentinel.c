@@ -72,6 +72,23 @@ static void test_min_replicas_without_replicas(void)
     rh_free(srv);
 }
 
+/* Subscribers of the channels matching a pattern (PUBSUB CHANNELS, then NUMSUB). */
+static long long subscribers(rh_server *s, const char *pattern)
+{
+    redisReply *r = rh_command(s, "PUBSUB CHANNELS %s", pattern);
+    long long n = 0;
+    for (size_t i = 0; r != NULL && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        redisReply *m = rh_command(s, "PUBSUB NUMSUB %s", r->element[i]->str);
+        if (m != NULL && m->type == REDIS_REPLY_ARRAY && m->elements == 2)
+            n += m->element[1]->integer;
+        if (m != NULL)
+            freeReplyObject(m);
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return n;
+}
+
 typedef struct fair_waiter {
     watchlock_lock *lock;
     int rc;
@@ -142,14 +159,28 @@ static void test_fair_queue_across_failover(void)
     CHECK_MSG(ok, "SENTINEL FAILOVER was refused for 30 s");
     WAIT_FOR(is_master(replica), 30000);
     CHECK(is_master(replica));
-    sleep_ms(1000); /* the waiter renews its liveness on the new master meanwhile */
+    /* The waiter's subscription moves to the new master (issue 29.16: a
+     * condition, not a fixed sleep; a release before that is not missed
+     * either: the waiter re-checks once it is subscribed there) */
+    WAIT_FOR(subscribers(replica, "watchlock:{sentinel-fair}:q:c:*") == 1, 30000);
+    CHECK_EQ(subscribers(replica, "watchlock:{sentinel-fair}:q:c:*"), 1);
+    /* ... and the old master is demoted: until then it still takes writes,
+     * and a release that lands there (the holder's client has not heard of
+     * the switch yet) frees nothing on the new master, whose waiter then
+     * gets the lock only when the holder's lease runs out there (the 28.9 s
+     * of a loaded run, ASan under parallel ctest too: a Sentinel failover's
+     * split brain, not a lost wake-up) */
+    WAIT_FOR(!is_master(master), 30000);
+    CHECK_MSG(!is_master(master), "the old master was not demoted within 30 s");
     CHECK_EQ(queue_len(replica, qkey), 1);
     int64_t t0 = now_ms();
     CHECK_OK(watchlock_lock_release(holder));
     pthread_join(th, NULL);
     CHECK_OK(w.rc);
     testing_note("after the failover the waiter got the lock %lld ms after the release", (long long)(w.done_ms - t0));
-    CHECK_INT(w.done_ms - t0, <, 5000);
+    /* woken by the release, not by the end of the holder's 30 s lease (a
+     * bound on behaviour: 5 s failed on a loaded machine, 28.9 s) */
+    CHECK_INT(w.done_ms - t0, <, 15000);
     CHECK_EQ(watchlock_lock_state(w.lock), WATCHLOCK_HELD);
     CHECK_OK(watchlock_lock_release(w.lock));
     watchlock_lock_free(w.lock);

@@ -45,6 +45,9 @@ struct watchlock_client {
     /* The server refused the fast acquire's MULTI (an ACL without
      * @transaction): acquires go to the script from then on (lock.c). */
     atomic_bool no_fast;
+    /* The fast acquires' fence script met NOSCRIPT (a restarted or new
+     * server): the next one goes as EVAL with its body, which loads it. */
+    atomic_bool fence_body;
 
     pthread_mutex_t mu; /* guards everything below */
     wl_hold *holds; /* every live handle's hold (doubly linked) */

@@ -126,34 +126,35 @@ static int wait_replicas(watchlock_client *c, wl_conn *conn, const char *what, c
     return rc;
 }
 
-/* The common acquire (no owner record, no name key) as one transaction of
- * three plain commands in one round trip, which costs the server about
- * half of the acquire script (docs/design.md, "Fencing"):
+/* The common acquire (no owner record, no name key) as one transaction
+ * in one round trip, with Lua only for the token:
  *   MULTI
  *   SET lock <ident> NX PX lease
- *   SET fence 0 NX PX fence-ttl   a counter made here has its TTL at once
- *   INCR fence
+ *   EVALSHA fence-script 1 fence fence-ttl   the token: proto.h WL_FENCE_LUA
  *   EXEC
- * *done: the SET took the key and INCR gave a seeded counter's next value
- * (>= WL_FENCE_SEEDED): acquired, *fence is the token. Anything else
- * (someone else holds it, a counter not yet seeded with the server's time,
- * an error reply, an aborted or refused transaction, a demoted server, a
- * cluster redirect: the three keys share a slot, so the transaction runs
- * on the one node that serves it, or not at all) leaves *done false and
- * the acquire script decides one round trip later; it takes a key that
- * already holds this very identity as ours, with a fresh token. The INCR
- * runs even when the SET failed: a contended attempt spends a number,
- * which keeps tokens increasing.
+ * *done: the SET took the key and the fence script gave the token:
+ * acquired, *fence is the token. Anything else (someone else holds it, an
+ * error reply such as NOSCRIPT, an aborted or refused transaction, a
+ * demoted server, a cluster redirect: the keys share a slot, so the
+ * transaction runs on the one node that serves it, or not at all) leaves
+ * *done false and the acquire script decides one round trip later; it
+ * takes a key that already holds this very identity as ours, with a fresh
+ * token. The fence script runs even when the SET failed: a contended
+ * attempt spends a number, which keeps tokens increasing.
  * MULTI/EXEC is what makes the token follow the order of holds: nothing
- * runs between the SET and the INCR, so the INCR runs while the key is
- * this hold's. Plain pipelined commands could be interleaved with other
- * clients' commands: A's SET, a force-release, B's acquire and INCR, then
- * A's INCR would hand A, who holds nothing, a token above the holder B's
- * (issue 19 item 4; tests/c/test_lock.c fast_acquire_token_order).
- * A user whose ACL denies MULTI (no @transaction) sees the three commands
- * run one by one and EXEC fail: the script then decides, and its own INCR
- * is the token, taken atomically with the check that the key is this
- * hold's; the client sends later acquires straight to the script.
+ * runs between the SET and the token. Plain pipelined commands could be
+ * interleaved with other clients' commands: A's SET, a force-release, B's
+ * acquire and token, then A's token would hand A, who holds nothing, a
+ * token above the holder B's (issue 19 item 4; tests/c/test_lock.c
+ * fast_acquire_token_order).
+ * Until issue 29.3 the token was a plain INCR here; it is the fence rule's
+ * now, max(counter + 1, server TIME in us), which no plain command can
+ * compute: an INCR of a counter restored from an old snapshot handed out
+ * tokens below earlier ones (tests/c/test_fence_restart.c).
+ * A user whose ACL denies MULTI (no @transaction) sees the commands run
+ * one by one and EXEC fail: the script then decides, and its own fence is
+ * the token, taken atomically with the check that the key is this hold's;
+ * the client sends later acquires straight to the script.
  * Only names this client has acquired before take this path
  * (client->seeded): a name's first acquire takes the script. */
 static int acquire_fast(watchlock_client *c, const char *const *argv, const size_t *lens, const char *what,
@@ -161,30 +162,37 @@ static int acquire_fast(watchlock_client *c, const char *const *argv, const size
 {
     static const char *const set_nx[] = {"SET", NULL, NULL, "NX", "PX", NULL};
     static const char *const multi[1] = {"MULTI"}, *const exec[1] = {"EXEC"};
-    const char *a1[6], *a2[6], *a3[2] = {"INCR", argv[1]};
-    size_t l1[6], l2[6], l3[2] = {4, lens[1]};
+    const char *a1[6], *a2[5];
+    size_t l1[6], l2[5];
+    char nk[24];
     memcpy(a1, set_nx, sizeof a1);
-    memcpy(a2, set_nx, sizeof a2);
     a1[1] = argv[0], a1[2] = argv[2], a1[5] = argv[3];
-    a2[1] = argv[1], a2[2] = "0", a2[5] = argv[4];
-    l1[0] = l2[0] = 3, l1[3] = l2[3] = 2, l1[4] = l2[4] = 2;
+    l1[0] = 3, l1[3] = 2, l1[4] = 2;
     l1[1] = lens[0], l1[2] = lens[2], l1[5] = lens[3];
-    l2[1] = lens[1], l2[2] = 1, l2[5] = lens[4];
-    const wl_cmd cmds[5] = {{1, multi, NULL}, {6, a1, l1}, {6, a2, l2}, {2, a3, l3}, {1, exec, NULL}};
-    redisReply *r[5];
+    bool body = atomic_exchange(&c->fence_body, false);
+    wl_script_head(WL_SCRIPT_FENCE, body, 1, nk, a2, l2);
+    a2[3] = argv[1], a2[4] = argv[4];
+    l2[3] = lens[1], l2[4] = lens[4];
+    const wl_cmd cmds[4] = {{1, multi, NULL}, {6, a1, l1}, {5, a2, l2}, {1, exec, NULL}};
+    redisReply *r[4];
     *done = false;
-    int rc = wl_run_pipeline(&c->server, 5, cmds, r, what, keep);
+    int rc = wl_run_pipeline(&c->server, 4, cmds, r, what, keep);
     if (rc != WATCHLOCK_OK)
         return rc;
     if (r[0]->type == REDIS_REPLY_ERROR && r[0]->str != NULL && strncmp(r[0]->str, "NOPERM", 6) == 0)
         atomic_store(&c->no_fast, true); /* the commands ran one by one: the script decides, now and later */
-    const redisReply *x = r[4]; /* EXEC: the three replies, or an error (EXECABORT) / nil */
-    if (x->type == REDIS_REPLY_ARRAY && x->elements == 3 && x->element[0]->type == REDIS_REPLY_STATUS &&
-        x->element[2]->type == REDIS_REPLY_INTEGER && x->element[2]->integer >= WL_FENCE_SEEDED) {
+    const redisReply *x = r[3]; /* EXEC: the two replies, or an error (EXECABORT) / nil */
+    if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 && x->element[1]->type == REDIS_REPLY_ERROR &&
+        wl_reply_is_noscript(x->element[1]))
+        atomic_store(&c->fence_body, true);
+    if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 && x->element[0]->type == REDIS_REPLY_STATUS &&
+        x->element[1]->type == REDIS_REPLY_ARRAY && x->element[1]->elements == 1 &&
+        x->element[1]->element[0]->type == REDIS_REPLY_INTEGER &&
+        x->element[1]->element[0]->integer >= WL_FENCE_SEEDED) {
         *done = true;
-        *fence = x->element[2]->integer;
+        *fence = x->element[1]->element[0]->integer;
     }
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 4; i++)
         freeReplyObject(r[i]);
     if (!*done && keep != NULL) { /* the script's own connection is the one to WAIT on */
         wl_server_put(&c->server, *keep);

@@ -108,27 +108,29 @@ void wl_multi_rollback(watchlock_lock *l)
 
 /* The fast acquire of sorted members [from, to) (one slot, or the one
  * server), as the plain lock's (lock.c acquire_fast) for several names: one
- * transaction of plain commands in one round trip, no Lua,
- *   MULTI, SET lock_i <ident_i> NX PX lease (each), SET fence_i 0 NX PX ttl
- *   (each), INCR fence_i (each), EXEC
- * *done: every SET took its key and every INCR gave a seeded counter's
- * value (fences[] are the tokens; each INCR ran atomically with its SET).
- * Otherwise the script decides one round trip later: when only some SETs
- * took their keys (a name was held), those keys are given back first
- * (checked release), so a refusal leaves nothing; when all did but a
- * counter was not seeded, the script takes them as a retry of its own,
- * with fresh fences. Sends to the node of the first key. */
+ * transaction in one round trip, Lua only for the tokens,
+ *   MULTI, SET lock_i <ident_i> NX PX lease (each),
+ *   EVALSHA fence-script k fence_1 .. fence_k ttl, EXEC
+ * *done: every SET took its key and the fence script gave every token
+ * (fences[]; each drawn while its key was the hold's, by the one fence
+ * rule, proto.h WL_FENCE_LUA). Otherwise the script decides one round trip
+ * later: when only some SETs took their keys (a name was held), those keys
+ * are given back first (checked release), so a refusal leaves nothing;
+ * when all did but the tokens failed (NOSCRIPT, ...), the script takes
+ * them as a retry of its own, with fresh fences. Sends to the node of the
+ * first key. */
 static int take_fast(watchlock_lock *l, size_t from, size_t to, const char *const *argv, const size_t *lens,
                      bool *done, int64_t *fences)
 {
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
-    size_t k = to - from, ncmds = 3 * k + 2;
+    size_t k = to - from, ncmds = k + 3;
     static const char *const multi[1] = {"MULTI"}, *const exec[1] = {"EXEC"};
     wl_cmd *cmds = malloc(ncmds * sizeof *cmds);
-    const char **a = malloc(14 * k * sizeof *a);
-    size_t *al = malloc(14 * k * sizeof *al);
+    const char **a = malloc((7 * k + 4) * sizeof *a);
+    size_t *al = malloc((7 * k + 4) * sizeof *al);
     redisReply **r = calloc(ncmds, sizeof *r);
+    char nk[24];
     *done = false;
     int rc = WATCHLOCK_OK;
     if (cmds == NULL || a == NULL || al == NULL || r == NULL) {
@@ -139,19 +141,19 @@ static int take_fast(watchlock_lock *l, size_t from, size_t to, const char *cons
     cmds[ncmds - 1] = (wl_cmd){1, exec, NULL};
     /* argv as take_run makes it: lock, fence per name; lease, fence TTL, idents */
     const char *lease = argv[2 * k], *ttl = argv[2 * k + 1];
+    const char **ev = a + 6 * k;
+    size_t *evl = al + 6 * k;
+    wl_script_head(WL_SCRIPT_FENCE, atomic_exchange(&c->fence_body, false), (int64_t)k, nk, ev, evl);
     for (size_t i = 0; i < k; i++) {
-        const char **s1 = a + 6 * i, **s2 = a + 6 * k + 6 * i, **in = a + 12 * k + 2 * i;
-        size_t *l1 = al + 6 * i, *l2 = al + 6 * k + 6 * i, *il = al + 12 * k + 2 * i;
+        const char **s1 = a + 6 * i;
+        size_t *l1 = al + 6 * i;
         s1[0] = "SET", s1[1] = argv[2 * i], s1[2] = argv[2 * k + 2 + i], s1[3] = "NX", s1[4] = "PX", s1[5] = lease;
         l1[0] = 3, l1[1] = lens[2 * i], l1[2] = lens[2 * k + 2 + i], l1[3] = 2, l1[4] = 2, l1[5] = lens[2 * k];
-        s2[0] = "SET", s2[1] = argv[2 * i + 1], s2[2] = "0", s2[3] = "NX", s2[4] = "PX", s2[5] = ttl;
-        l2[0] = 3, l2[1] = lens[2 * i + 1], l2[2] = 1, l2[3] = 2, l2[4] = 2, l2[5] = lens[2 * k + 1];
-        in[0] = "INCR", in[1] = argv[2 * i + 1];
-        il[0] = 4, il[1] = lens[2 * i + 1];
+        ev[3 + i] = argv[2 * i + 1], evl[3 + i] = lens[2 * i + 1];
         cmds[1 + i] = (wl_cmd){6, s1, l1};
-        cmds[1 + k + i] = (wl_cmd){6, s2, l2};
-        cmds[1 + 2 * k + i] = (wl_cmd){2, in, il};
     }
+    ev[3 + k] = ttl, evl[3 + k] = lens[2 * k + 1];
+    cmds[1 + k] = (wl_cmd){(int)(k + 4), ev, evl};
     char what[160];
     wl_what(what, sizeof what, "acquire", l->hold.quoted);
     if ((rc = wl_run_pipeline(&c->server, (int)ncmds, cmds, r, what, NULL)) != WATCHLOCK_OK)
@@ -160,15 +162,19 @@ static int take_fast(watchlock_lock *l, size_t from, size_t to, const char *cons
         atomic_store(&c->no_fast, true); /* ran one by one: the script decides, now and later */
     const redisReply *x = r[ncmds - 1];
     size_t took = 0;
-    bool seeded = x->type == REDIS_REPLY_ARRAY && x->elements == 3 * k;
-    for (size_t i = 0; seeded && i < k; i++) {
+    bool shaped = x->type == REDIS_REPLY_ARRAY && x->elements == k + 1;
+    const redisReply *t = shaped ? x->element[k] : NULL;
+    if (t != NULL && t->type == REDIS_REPLY_ERROR && wl_reply_is_noscript(t))
+        atomic_store(&c->fence_body, true); /* the next fast attempt loads it */
+    bool tokens = t != NULL && t->type == REDIS_REPLY_ARRAY && t->elements == k;
+    for (size_t i = 0; shaped && i < k; i++) {
         took += x->element[i]->type == REDIS_REPLY_STATUS;
-        seeded = x->element[2 * k + i]->type == REDIS_REPLY_INTEGER && x->element[2 * k + i]->integer >= WL_FENCE_SEEDED;
-        if (seeded)
-            fences[i] = x->element[2 * k + i]->integer;
+        tokens = tokens && t->element[i]->type == REDIS_REPLY_INTEGER && t->element[i]->integer >= WL_FENCE_SEEDED;
+        if (tokens)
+            fences[i] = t->element[i]->integer;
     }
-    *done = seeded && took == k;
-    if (!*done && x->type == REDIS_REPLY_ARRAY && x->elements == 3 * k && took > 0 && took < k) {
+    *done = tokens && took == k;
+    if (!*done && shaped && took > 0 && took < k) {
         /* some names were held: give back the keys this transaction took */
         bool *sel = calloc(m->n, sizeof *sel);
         int *results = calloc(m->n, sizeof *results);
@@ -261,6 +267,7 @@ static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, si
     int64_t deadline = sent + lease * 1000 - wl_margin_us(c, lease);
     bool late = wl_now_us() >= deadline;
     pthread_mutex_lock(&c->mu);
+    l->token_used = true; /* holds begin with these tokens: the next acquire makes new ones */
     for (size_t i = 0; i < k; i++) {
         wl_hold *h = &m->m[from + i].hold;
         h->fence = fast_done ? fast[i] : wl_reply_i64(r->element[i + 1]);
@@ -303,6 +310,38 @@ static int take_run(watchlock_lock *l, size_t from, size_t to, int64_t lease, si
         return wl_fail(WATCHLOCK_ECONN, "%s: the server's reply came past the local deadline of a %" PRId64
                                         " ms lease; the names were given back", what, lease);
     return rc;
+}
+
+/* The run [from, to) failed uncertainly (ECONN: a timeout, a dropped
+ * connection): its keys may have been taken on the server. Gives them back
+ * at once (a checked release with this attempt's tokens: never anyone
+ * else's keys), so the names are not held by nobody for a lease (issue
+ * 29.15). Confirmed: the tokens stay for the next attempt. Not confirmed:
+ * the give-back may still land later, so the next attempt takes new
+ * tokens (a later hold with these would lose its keys to it). */
+static void give_back_run(watchlock_lock *l, size_t from, size_t to)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    bool *sel = calloc(m->n, sizeof *sel);
+    int *results = calloc(m->n, sizeof *results);
+    bool confirmed = false;
+    if (sel != NULL && results != NULL && !atomic_load(&c->closed)) {
+        bool any = false;
+        pthread_mutex_lock(&c->mu); /* members that became holds (a reply past the deadline) are the rollback's */
+        for (size_t i = from; i < to; i++) {
+            sel[i] = m->m[i].hold.state == WATCHLOCK_UNLOCKED;
+            any = any || sel[i];
+        }
+        pthread_mutex_unlock(&c->mu);
+        confirmed = !any || release_members(l, sel, results) == WATCHLOCK_OK;
+    }
+    free(sel), free(results);
+    if (!confirmed) {
+        pthread_mutex_lock(&c->mu);
+        l->token_used = true;
+        pthread_mutex_unlock(&c->mu);
+    }
 }
 
 /* With client->mu, at the end of an acquire: every member held → the
@@ -359,11 +398,17 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
     if (l->hold.state != WATCHLOCK_UNLOCKED)
         end_hold(c, &l->hold);
     int64_t lease = l->hold.lease_ms;
-    /* A fresh token for each name's hold (the hold identity rule: a hold
-     * of its own per name, as the renewals and releases name them). */
+    /* A token of its own for each name's hold (the hold identity rule: a
+     * hold of its own per name, as the renewals and releases name them).
+     * A new hold gets new tokens; failed attempts keep theirs, as the
+     * plain lock's do (lock.c attempt), so that a retry after a lost reply
+     * finds its own keys (issue 29.15). New ones also for another lease,
+     * and after a give-back that was not confirmed (give_back_run): it may
+     * still land and must not delete a later hold's keys. */
+    bool fresh = l->token_used || l->token_lease_ms != lease;
     for (size_t i = 0; i < m->n; i++) {
         wl_hold *h = &m->m[i].hold, *g = &l->hold;
-        if (wl_random_token(h->token) != 0) {
+        if (fresh && wl_random_token(h->token) != 0) {
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_unlock(&l->io_mu);
             return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
@@ -372,6 +417,10 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
         h->max_renewals = g->max_renewals, h->max_hold_ms = g->max_hold_ms;
         h->renew_num = g->renew_num, h->renew_den = g->renew_den;
         h->auto_renew = g->auto_renew;
+    }
+    if (fresh) {
+        l->token_used = false;
+        l->token_lease_ms = lease;
     }
     pthread_mutex_unlock(&c->mu);
 
@@ -389,6 +438,12 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
         size_t end = run_end(m, next, sharded), busy = 0;
         int64_t pttl = 0;
         rc = take_run(l, next, end, lease, &busy, &pttl);
+        if (rc == WATCHLOCK_ECONN) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", watchlock_last_error());
+            give_back_run(l, next, end);
+            wl_fail(rc, "%s", msg); /* the failure told is the acquire's */
+        }
         if (rc == WATCHLOCK_OK) {
             next = end;
             if (next < m->n)

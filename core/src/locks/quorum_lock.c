@@ -41,18 +41,18 @@ struct wl_qlock {
 };
 
 /* Raises the fencing counter to ARGV[2] on a member that still holds the
- * hold ("<token>." prefix ARGV[1]); never lowers it. -> 1 raised (or
- * already that high) with our key there, 0 our key is not there. */
+ * hold ("<token>." prefix ARGV[1]); never lowers it, and keeps the one
+ * fence rule (proto.h WL_FENCE_LUA, issue 29.3): the counter becomes
+ * max(counter, member's TIME in us, ARGV[2]), a new one with its TTL
+ * ARGV[3]. -> 1 raised (or already that high) with our key there, 0 our
+ * key is not there; an error when the counter cannot count. */
 static const char raise_lua[] =
+    WL_FENCE_LUA
     "local v = redis.pcall('GET', KEYS[1])\n"
     "if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return 0 end\n"
-    "local f = redis.pcall('GET', KEYS[2])\n"
-    "local n = type(f) == 'string' and tonumber(f) or nil\n"
-    "if n == nil then\n"
-    "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
-    "elseif n < tonumber(ARGV[2]) then\n"
-    "  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')\n"
-    "end\n"
+    "local n = wl_fence(KEYS[2], false, ARGV[3])\n"
+    "if type(n) ~= 'number' then return n end\n"
+    "if n < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL') end\n"
     "return 1\n";
 
 static bool held_now(const watchlock_lock *l)

@@ -14,7 +14,14 @@
  * re-subscribe for every wait). When the connection fails every waiter is
  * woken (generation bump) and `live` turns false; waiters then sleep until
  * the holder's lease ends or the thread reconnects and resubscribes (which
- * wakes them again). A SUBSCRIBE the server refuses (ACL) marks the entry
+ * wakes them again: every confirmed SUBSCRIBE is a wake-up, so a waiter
+ * re-checks at once whatever was published while the channel had no
+ * subscription). The connection follows the server's address: once it is
+ * no longer current (a Sentinel failover learnt by any path: the
+ * sentinels' +switch-master, a READONLY reply, a failed connection), the
+ * thread drops it and subscribes again where the master is now (issue
+ * 29.16: a release published on the new master while the subscription
+ * stayed on the old one was never heard). A SUBSCRIBE the server refuses (ACL) marks the entry
  * denied: its waiters are bounded by the holder's lease alone, and the
  * client's WATCHLOCK_STAT_SUBSCRIBE_DENIED counts it.
  *
@@ -39,6 +46,7 @@
 #include <unistd.h>
 
 #define LINGER_US 2000000
+#define FOLLOW_US 250000 /* with waiters: how soon a moved master is followed (a local check, no I/O) */
 #define RECONNECT_DELAY_US 200000
 
 struct wl_sub_entry {
@@ -273,16 +281,25 @@ static void *subscriber_main(void *arg)
         }
         int fd = wl_conn_fd(sub->ctx);
         short events = (short)(POLLIN | (wl_conn_wants_write(sub->ctx) ? POLLOUT : 0));
+        bool waiters = false;
+        for (const wl_sub_entry *e = sub->entries; e != NULL && !waiters; e = e->next)
+            waiters = e->refs > 0;
         pthread_mutex_unlock(&sub->mu);
 
         struct pollfd pf[2] = {{fd, events, 0}, {sub->efd, POLLIN, 0}};
-        int n = poll(pf, 2, LINGER_US / 1000);
+        int n = poll(pf, 2, (waiters ? FOLLOW_US : LINGER_US) / 1000);
         if (pf[1].revents & POLLIN) {
             uint64_t v;
             ssize_t r = read(sub->efd, &v, sizeof v);
             WL_UNUSED(r);
         }
+        /* ctx is this thread's; the server's mutex is taken without ours */
+        bool moved = !wl_server_current(sub->server, sub->ctx);
         pthread_mutex_lock(&sub->mu);
+        if (moved && sub->ctx != NULL) { /* the master moved: subscribe again there */
+            drop_connection(sub);
+            continue;
+        }
         if (n > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) && sub->ctx != NULL && !sub->reconnect) {
             if (wl_conn_read_some(sub->ctx) != 0) {
                 drop_connection(sub);

@@ -126,6 +126,7 @@ enum {
     WL_SCRIPT_Q_SET_PERMITS,
     WL_SCRIPT_Q_INFO,
     WL_SCRIPT_Q_LIVE,        /* queued waiters' liveness, batched (hold/live_round.c) */
+    WL_SCRIPT_FENCE,         /* the fast acquires' tokens (locks/lock.c, locks/multi_io.c): WL_FENCE_LUA per key */
     WL_SCRIPT_COUNT
 };
 typedef struct wl_script {
@@ -140,10 +141,46 @@ extern wl_script wl_scripts[WL_SCRIPT_COUNT];
 bool wl_scripts_have_sha(void);
 void wl_scripts_set_shas(const char shas[][41]);
 /* A fence counter at or above this (2001-09-09 in microseconds) has been
- * seeded with the server's clock; below it, it was made by INCR or by the
- * fast acquire's "SET fence 0 NX" and is seeded before its value is used
- * as a token (scripts.c, locks/lock.c acquire_fast). */
+ * seeded with the server's clock; below it, it was made by INCR (or by
+ * hand) and is seeded before its value is used as a token. */
 #define WL_FENCE_SEEDED INT64_C(1000000000000000)
+/* The one rule of fencing tokens (issue 29.3), a Lua function every script
+ * that hands out or raises a token includes: wl_fence(key, incr, ttl[, now])
+ * (now: the server's TIME in us when the script has read it already) sets
+ * the counter to n = max(counter + 1, server TIME in us) (incr false, for
+ * a reader share: max(counter, TIME)) and returns n, or the error table of
+ * the command that failed (INCR of a counter of another type or not a
+ * number, TIME denied): nothing is then left without a TTL. A counter
+ * below WL_FENCE_SEEDED (new, expired, made by a contended attempt) gets
+ * its TTL `ttl` ms when it is first set; a seeded one keeps its TTL
+ * (KEEPTTL: set once, never refreshed). Clock-monotone: a counter that
+ * went back (a server restored from an old RDB snapshot, a failover to a
+ * replica that missed writes) cannot hand out a token below one issued
+ * before, as long as every earlier token was at most the clock of its
+ * server then and the clocks have moved forward since (docs/design.md,
+ * "Fencing"). */
+#define WL_FENCE_LUA                                                                                       \
+    "local function wl_fence(k, incr, ttl, now)\n"                                                        \
+    "  local n = redis.pcall(incr and 'INCR' or 'GET', k)\n"                                             \
+    "  if not incr and type(n) ~= 'table' then\n"                                                        \
+    "    n = tonumber(n or '0') or {err = 'ERR the fence counter is not a number'}\n"                    \
+    "  end\n"                                                                                             \
+    "  if type(n) ~= 'number' then return n end\n"                                                        \
+    "  if not now then\n"                                                                                 \
+    "    local t = redis.pcall('TIME')\n"                                                                 \
+    "    if type(t) ~= 'table' or not t[2] then\n"                                                        \
+    "      if incr and n < 1000000000000000 then redis.call('DEL', k) end\n"                              \
+    "      return t\n"                                                                                    \
+    "    end\n"                                                                                           \
+    "    now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                               \
+    "  end\n"                                                                                             \
+    "  if n < now then\n"                                                                                 \
+    "    if n < 1000000000000000 then redis.call('SET', k, string.format('%.0f', now), 'PX', ttl)\n"      \
+    "    else redis.call('SET', k, string.format('%.0f', now), 'KEEPTTL') end\n"                          \
+    "    n = now\n"                                                                                       \
+    "  end\n"                                                                                             \
+    "  return n\n"                                                                                        \
+    "end\n"
 /* ---- globs on names (glob.c) ---- */
 /* Whether name s matches the Redis-style glob p (case-sensitive). *give_up
  * (start false) ends hopeless retries: the match is then false. */

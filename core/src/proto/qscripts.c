@@ -60,12 +60,9 @@
     "local cap, used = 0, 0\n"                                                                                 \
     "local HP, CP, PUB, FTTL\n"                                                                                \
     "local function fence(incr)\n"                                                                             \
-    "  local n\n"                                                                                              \
-    "  if incr then n = redis.call('INCR', K[2]) else n = tonumber(redis.call('GET', K[2]) or '0') end\n" \
-    "  if n < 1000000000000000 then\n"                                                                         \
-    "    n = now_us\n"                                                                                         \
-    "    redis.call('SET', K[2], string.format('%.0f', n), 'PX', FTTL)\n"                                   \
-    "  end\n"                                                                                                  \
+    "  tick()\n"                                                                                              \
+    "  local n = wl_fence(K[2], incr, FTTL, now_us)\n"                                                         \
+    "  if type(n) ~= 'number' then error(n) end\n"                                                             \
     "  return n\n"                                                                                             \
     "end\n"                                                                                                    \
     "local function drop_holder(h)\n"                                                                          \
@@ -164,12 +161,8 @@
     "  local want = string.format('%d', 2 * math.max(lease, tonumber(ARGV[7])) + 1000)\n"                       \
     "  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])\n"                                                 \
     "  local t = redis.call('TIME')\n"                                                                          \
-    "  local f\n"                                                                                               \
-    "  if ARGV[12] ~= '1' then f = redis.call('INCR', KEYS[2]) else f = tonumber(redis.call('GET', KEYS[2]) or '0') end\n" \
-    "  if f < 1000000000000000 then\n"                                                                          \
-    "    f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                                       \
-    "    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[11])\n"                                \
-    "  end\n"                                                                                                   \
+    "  local f = wl_fence(KEYS[2], ARGV[12] ~= '1', ARGV[11], tonumber(t[1]) * 1000000 + tonumber(t[2]))\n"    \
+    "  if type(f) ~= 'number' then error(f) end\n"                                                              \
     "  redis.call('SET', ARGV[8] .. h, ARGV[5], 'PX', ARGV[6])\n"                                               \
     "  redis.call('ZADD', KEYS[3], string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + lease), h)\n" \
     "  redis.call('HSET', KEYS[6], h, ARGV[4], 'g:' .. h, string.format('%.0f', f))\n"                          \
@@ -211,6 +204,7 @@
  * try); {-3, kind, cap} the name is another kind / another count;
  * {-4} a semaphore with count 0 on a name that has none; {-5, cap} k > cap. */
 const char wl_q_acquire_lua[] =
+    WL_FENCE_LUA /* the fence rule (proto.h), before everything that uses it */
     Q_FAST_ACQUIRE
     Q_COMMON
     "HP, CP, PUB, FTTL = ARGV[8], ARGV[9], ARGV[10], ARGV[11]\n"
@@ -294,6 +288,7 @@ const char wl_q_acquire_lua[] =
  * granted) the answer is {result, 1}: the caller calls again with op
  * "purge" at once (queue.c), so the hand-off never waits a round for it. */
 const char wl_q_release_lua[] =
+    WL_FENCE_LUA /* the fence rule (proto.h), before everything that uses it */
     Q_FAST_RELEASE
     Q_COMMON
     "HP, CP, PUB, FTTL = ARGV[4], ARGV[5], ARGV[6], ARGV[7]\n"
@@ -341,6 +336,7 @@ const char wl_q_release_lua[] =
  * in use (ms). -> {1} done, {-3, kind} another kind. A larger count wakes
  * the waiters it can satisfy. */
 const char wl_q_set_permits_lua[] =
+    WL_FENCE_LUA /* the fence rule (proto.h), before everything that uses it */
     Q_COMMON
     "HP, CP, PUB, FTTL = ARGV[2], ARGV[3], ARGV[4], ARGV[5]\n"
     "local ty = redis.call('TYPE', KEYS[1])['ok']\n"
@@ -372,6 +368,7 @@ const char wl_q_set_permits_lua[] =
  * budget (live_round.c sends the call again at once), else 0. O(log N)
  * per waiter, O(PURGE log N) per name. */
 const char wl_q_live_lua[] =
+    WL_FENCE_LUA /* the fence rule (proto.h), before everything that uses it */
     Q_COMMON
     "PUB, FTTL = ARGV[1], ARGV[2]\n"
     "local n = #KEYS / 6\n"

@@ -4,9 +4,10 @@
  * Each script touches one name's keys only (one hash tag, one slot), checks
  * the hold identity where it must, and never writes before a command that
  * could fail (Redis does not roll back a script that errors halfway).
- * Fencing tokens come from a per-name counter (INCR) that is seeded with the
- * server's time in microseconds whenever it does not exist, so they keep
- * increasing after the counter key expires.
+ * Fencing tokens come from a per-name counter by one rule, WL_FENCE_LUA
+ * (proto.h): max(counter + 1, server TIME in microseconds), so they keep
+ * increasing after the counter expires and after a server came back with
+ * an old counter (an RDB snapshot, a failover to a lagging replica).
  */
 #include "proto/proto.h"
 
@@ -19,14 +20,11 @@
  * -> {1, fence} acquired, {0, pttl} held by someone else.
  * SET NX PX comes first, so a name held by someone else costs one write
  * attempt and a PTTL, and the fence is touched only by a hold that begins.
- * The fence is INCR of the counter (which keeps the counter's TTL). A
- * counter not yet seeded (INCR gave less than WL_FENCE_SEEDED, 10^15: first
- * use, or it expired; contended fast acquires may have counted it up from
- * 0 meanwhile, lock.c acquire_fast) is
- * seeded with the server's TIME in microseconds and given its TTL, so
- * tokens keep increasing after the counter expires (docs/design.md,
- * "Fencing"); the TTL is set once, at seeding, and never refreshed, so no
- * counter outlives it. The key already holding this very identity is a
+ * The fence is wl_fence's (proto.h): max(counter + 1, TIME in us), the
+ * counter set to it; a counter not yet seeded (below WL_FENCE_SEEDED, 10^15:
+ * first use, or it expired) gets its TTL then, which is never refreshed,
+ * so no counter outlives it (docs/design.md, "Fencing"). The key already
+ * holding this very identity is a
  * retry of an acquire whose reply was lost: it counts as acquired, with a
  * fresh fencing token (never the stored one). The commands that can fail
  * after the SET (INCR of a counter of another type or not a number, TIME
@@ -47,21 +45,12 @@
  * the hold stores the name there, with the fence's TTL, best effort (under
  * pcall), so that listing can show it. */
 static const char acquire_lua[] =
+    WL_FENCE_LUA
     "local set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
     "if not set and redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
     "  return {0, redis.call('PTTL', KEYS[1])}\n"
     "end\n"
-    "local n = redis.pcall('INCR', KEYS[2])\n"
-    "if type(n) == 'number' and n < 1000000000000000 then\n"
-    "  local t = redis.pcall('TIME')\n"
-    "  if type(t) == 'table' and t[2] then\n"
-    "    n = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "    redis.call('SET', KEYS[2], string.format('%.0f', n), 'PX', ARGV[3])\n"
-    "  else\n"
-    "    redis.call('DEL', KEYS[2])\n"
-    "    n = t\n"
-    "  end\n"
-    "end\n"
+    "local n = wl_fence(KEYS[2], true, ARGV[3])\n"
     "if type(n) ~= 'number' then\n"
     "  redis.call('DEL', KEYS[1])\n"
     "  return n\n"
@@ -231,12 +220,12 @@ static const char inspect_owner_lua[] =
  * written). Every key is read before anything is written, so a refusal
  * leaves nothing; a key already holding its identity is a retry whose
  * reply was lost (taken, with fresh fences). Each name's fence comes from
- * its own counter exactly as the plain acquire's does (INCR, seeded with
- * TIME below WL_FENCE_SEEDED), so a name's tokens increase across plain and
- * multi holds alike. A counter that cannot count (another type, TIME
+ * its own counter exactly as the plain acquire's does (wl_fence), so a
+ * name's tokens increase across plain and multi holds alike. A counter that cannot count (another type, TIME
  * denied) undoes the call: every lock key of the call is deleted before the
  * error is returned. */
 static const char multi_acquire_lua[] =
+    WL_FENCE_LUA
     "local n = #KEYS / 2\n"
     "for i = 1, n do\n"
     "  local v = redis.pcall('GET', KEYS[2 * i - 1])\n"
@@ -246,18 +235,7 @@ static const char multi_acquire_lua[] =
     "for i = 1, n do redis.call('SET', KEYS[2 * i - 1], ARGV[2 + i], 'PX', ARGV[1]) end\n"
     "local out = {1}\n"
     "for i = 1, n do\n"
-    "  local f = KEYS[2 * i]\n"
-    "  local c = redis.pcall('INCR', f)\n"
-    "  if type(c) == 'number' and c < 1000000000000000 then\n"
-    "    local t = redis.pcall('TIME')\n"
-    "    if type(t) == 'table' and t[2] then\n"
-    "      c = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "      redis.call('SET', f, string.format('%.0f', c), 'PX', ARGV[2])\n"
-    "    else\n"
-    "      redis.call('DEL', f)\n"
-    "      c = t\n"
-    "    end\n"
-    "  end\n"
+    "  local c = wl_fence(KEYS[2 * i], true, ARGV[2])\n"
     "  if type(c) ~= 'number' then\n"
     "    for j = 1, n do redis.call('DEL', KEYS[2 * j - 1]) end\n"
     "    return c\n"
@@ -285,7 +263,24 @@ static const char multi_release_lua[] =
     "end\n"
     "return out\n";
 
+/* The fast acquires' tokens (locks/lock.c acquire_fast, locks/multi_io.c
+ * take_fast: inside their MULTI, right after the SETs that take the keys,
+ * so each token is drawn while its key is the hold's). KEYS: fence
+ * counters. ARGV: fence TTL ms. -> {token1, token2, ...} by wl_fence's
+ * rule, or the error of the first counter that cannot count (the tokens
+ * drawn before it are spent numbers: harmless). */
+static const char fence_lua[] =
+    WL_FENCE_LUA
+    "local out = {}\n"
+    "for i = 1, #KEYS do\n"
+    "  local n = wl_fence(KEYS[i], true, ARGV[1])\n"
+    "  if type(n) ~= 'number' then return n end\n"
+    "  out[i] = n\n"
+    "end\n"
+    "return out\n";
+
 wl_script wl_scripts[WL_SCRIPT_COUNT] = {
+    [WL_SCRIPT_FENCE] = {fence_lua, ""},
     [WL_SCRIPT_MULTI_ACQUIRE] = {multi_acquire_lua, ""},
     [WL_SCRIPT_MULTI_RELEASE] = {multi_release_lua, ""},
     [WL_SCRIPT_ACQUIRE] = {acquire_lua, ""},
