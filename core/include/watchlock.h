@@ -209,10 +209,11 @@ WATCHLOCK_API int watchlock_client_next_lost_event(watchlock_client *client, int
  *                                   (a reentrant acquire starts none)
  *   WATCHLOCK_STAT_CONTENDED_ACQUIRES of those, the ones that found the lock
  *                                   held by another owner first and waited
- *   WATCHLOCK_STAT_ACQUIRE_TIMEOUTS acquires that returned ETIMEDOUT, once per
- *                                   wait: a call that resumes a wait kept by the
- *                                   previous one (a binding waiting in slices)
- *                                   does not count again
+ *   WATCHLOCK_STAT_ACQUIRE_TIMEOUTS acquires that returned without the lock
+ *                                   (ETIMEDOUT); on a handle that waits in slices
+ *                                   (watchlock_lock_set_wait_slices) the calls up
+ *                                   to watchlock_lock_forget_wait() are one acquire:
+ *                                   it counts once, when given up without the lock
  *   WATCHLOCK_STAT_RELEASE_RETRIES  releases sent again because an earlier
  *                                   try's outcome was unknown (connection failed)
  *   WATCHLOCK_STAT_LOST_TAKEN .. WATCHLOCK_STAT_LOST_CONNECTION
@@ -854,8 +855,10 @@ WATCHLOCK_API int watchlock_client_set_permits(watchlock_client *client, const v
  * keeps the handle's place in the queue for up to one liveness lease
  * (0.3-2 s), the next acquire with a wait resumes it, and
  * watchlock_lock_forget_wait() (or an acquire with wait 0) gives it up at
- * once (one round trip). No effect on the plain lock (whose timed-out wait
- * is always kept, see watchlock_lock_acquire()). Errors: EINVAL, ECLOSED,
+ * once (one round trip). Every kind, the plain lock included: the acquire
+ * calls up to watchlock_lock_forget_wait() (or the handle's free) are one
+ * wait for WATCHLOCK_STAT_ACQUIRE_TIMEOUTS, counted once if it ends without
+ * the lock (a call that gets it counts no timeout). Errors: EINVAL, ECLOSED,
  * EFORKED.
  */
 WATCHLOCK_API int watchlock_lock_set_wait_slices(watchlock_lock *lock, int on);

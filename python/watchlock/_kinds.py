@@ -68,22 +68,6 @@ class _Kind(Lock):
         self._made_with: Tuple[Client, Name, Dict[str, Any]] = (client, name, dict(options))
         super().__init__(client, name, **options)
 
-    def _acquire_native(self, deadline: Optional[float], cancelled: Optional[threading.Event],
-                        sliced: bool) -> bool:
-        # The handle keeps its place in the queue between slices
-        # (watchlock_lock_set_wait_slices, set when it was made); a wait that
-        # ends without the lock, or is interrupted, gives the place up now
-        # rather than after a liveness lease (a ghost at the head would be
-        # granted the lock and hold up the waiters behind it).
-        try:
-            ok = super()._acquire_native(deadline, cancelled, sliced)
-        except BaseException:
-            self._forget_wait()
-            raise
-        if not ok:
-            self._forget_wait()
-        return ok
-
     def _fresh(self) -> _Kind:
         client, name, options = self._made_with
         return type(self)(client, name, **options)

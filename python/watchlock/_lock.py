@@ -124,6 +124,11 @@ def _new_handle(runtime: Runtime, name: Name, options: _Options,
     if st != OK:
         raise_status(st, f"cannot create lock {fmt_name(name)}", name)
     try:
+        # Lock waits in slices (_acquire_native): the calls of one acquire are
+        # one wait for the core (a queued kind keeps its place, the stats count
+        # one timeout when it ends without the lock, at _forget_wait)
+        if (st := _native.lock_set_wait_slices(h, 1)) != OK:
+            raise_status(st, f"cannot create lock {fmt_name(name)}", name)
         for i, arg in enumerate(options):
             if arg is not None and (st := _SETTERS[i](h, arg)) != OK:
                 raise_status(st, f"{_OPTION_NAMES[i]}={(given[i] if given is not None else arg)!r}", name)
@@ -399,6 +404,21 @@ class Lock:
         return True
 
     def _acquire_native(self, deadline: Optional[float], cancelled: Optional[threading.Event],
+                        sliced: bool) -> bool:
+        # The handle waits in slices (watchlock_lock_set_wait_slices, set when
+        # it was made): a wait that ends without the lock, or is interrupted,
+        # is given up now: a queued kind leaves the queue (a ghost at its head
+        # would hold up the waiters behind it) and the core counts one timeout
+        try:
+            ok = self._acquire_slices(deadline, cancelled, sliced)
+        except BaseException:
+            self._forget_wait()
+            raise
+        if not ok:
+            self._forget_wait()
+        return ok
+
+    def _acquire_slices(self, deadline: Optional[float], cancelled: Optional[threading.Event],
                         sliced: bool) -> bool:
         slicing = sliced or cancelled is not None
         h = self._hnd

@@ -404,8 +404,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         return rc;
 
     int64_t t0_us = wl_now_us(); /* stats.c: the wait time */
-    bool continued = false;      /* stats.c: this call resumed a wait kept by an earlier one */
-    int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
+        int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
     uint64_t gen = 0;
     int64_t lease_end = 0, pttl = 0;
     wl_sub_entry *entry = NULL;
@@ -414,7 +413,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     if (wait_ms != 0) {
         entry = wl_wait_take(l, &sub, &gen, &lease_end);
         resume = entry != NULL && wl_sub_generation(sub, entry) == gen && wl_now_us() < lease_end;
-        if ((continued = resume)) /* stats.c: a kept wait goes on; its time counts from its start */
+        if (resume) /* stats.c: a kept wait goes on; its time counts from its start */
             t0_us = atomic_load_explicit(&l->wait_t0_us, memory_order_relaxed);
     }
     if (entry == NULL) {
@@ -474,7 +473,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     if (entry != NULL)
         wl_sub_leave(sub, entry);
 out:
-    wl_stats_acquire(c, rc, sub != NULL, continued, t0_us); /* stats.c; sub: it found the lock held and waited */
+    wl_acquire_record(l, rc, sub != NULL, t0_us); /* wait.c; sub: it found the lock held and waited */
     if (rc == WATCHLOCK_ETIMEDOUT)
         return wl_fail(rc, "lock %s is held by another owner%s", l->hold.quoted,
                        wait_ms == 0 ? "" : " and was not released in time");
