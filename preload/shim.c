@@ -266,7 +266,8 @@ static pid_t spawn_keeper(const struct request *r, int status_w, const char *nam
 static void set_fence_env(const char *path, const char *token)
 {
     char var[WLP_PATH_MAX + 32];
-    setenv("WATCHLOCK_FENCE", token, 1);
+    setenv("WATCHLOCK_FENCING_TOKEN", token, 1); /* the name `watchlock run` uses */
+    setenv("WATCHLOCK_FENCE", token, 1);         /* its alias (the shim's first name) */
     if (wlp_fence_var(var, sizeof var, path) > 0)
         setenv(var, token, 1);
 }

@@ -146,6 +146,15 @@ _SLICE_MS = 250
 #: acquire()'s "argument not given"
 _UNSET: Any = object()
 _MAIN_IDENT = threading.main_thread().ident
+
+
+def _timeout_arg(timeout: Any, blocking_timeout: Any) -> Any:
+    """acquire()'s timeout, also given as redis-py's blocking_timeout=."""
+    if blocking_timeout is _UNSET:
+        return timeout
+    if timeout is not _UNSET:
+        raise TypeError("acquire() takes timeout= or blocking_timeout= (redis-py's name for it), not both")
+    return blocking_timeout
 _get_ident = threading.get_ident
 
 
@@ -337,7 +346,8 @@ class Lock:
 
     # ---- acquire / release ---------------------------------------------
 
-    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET) -> bool:
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET, *,
+                blocking_timeout: Optional[Duration] = _UNSET) -> bool:
         """Acquires the lock, like threading.Lock.acquire: True when acquired,
         False when it was not free and ``blocking`` is False, or the wait
         ran out. Other errors raise (ConnectionError, ...).
@@ -347,8 +357,9 @@ class Lock:
         when made with ``blocking=False``. Arguments override that:
         ``blocking=False`` tries once, ``blocking=True`` waits up to the
         lock's ``blocking_timeout``, ``timeout`` (a duration; -1 or None =
-        forever) waits that long instead."""
-        wait = self._wait_for(blocking, timeout)
+        forever) waits that long instead. ``blocking_timeout=`` is redis-py's
+        name for ``timeout`` (None = forever), accepted here too."""
+        wait = self._wait_for(blocking, _timeout_arg(timeout, blocking_timeout))
         ident = threading.get_ident()
         return self._acquire(wait, ident, None, sliced=ident == _MAIN_IDENT)
 
@@ -574,7 +585,8 @@ class Lock:
 
     # ---- asyncio --------------------------------------------------------
 
-    async def acquire_async(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET) -> bool:
+    async def acquire_async(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET, *,
+                            blocking_timeout: Optional[Duration] = _UNSET) -> bool:
         """Like :meth:`acquire` (the same arguments, and without them the
         lock's own ``blocking``/``blocking_timeout``), awaitable, without
         blocking the event loop and without a thread per waiting task
@@ -583,7 +595,7 @@ class Lock:
         owner is the current task (reentrant per task). If the task is
         cancelled while waiting, the wait stops and a lock acquired meanwhile
         is released: cancellation never leaks a hold."""
-        return await self._acquire_async(self._wait_for(blocking, timeout))
+        return await self._acquire_async(self._wait_for(blocking, _timeout_arg(timeout, blocking_timeout)))
 
     def _acquire_async(self, wait: int) -> Coroutine[Any, Any, bool]:
         return _async.acquire(self._runtime, self._name, self._acquire_for_task, self._forget_wait, self.release,

@@ -234,8 +234,9 @@ static int set_end(watchlock_lock *l)
 int watchlock_lock_set_lease(watchlock_lock *l, int64_t lease_ms)
 {
     if (l != NULL && (lease_ms <= 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS))
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms", l->hold.quoted,
-                       lease_ms);
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms (%s)",
+                       l->hold.quoted, lease_ms,
+                       lease_ms < 0 ? "negative" : lease_ms == 0 ? "zero: a lock that expires at once" : "too long");
     int rc = set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
