@@ -701,6 +701,40 @@ WATCHLOCK_API const char *watchlock_check_name(int code);
 #define WATCHLOCK_MAX_LABEL 1024
 WATCHLOCK_API int watchlock_lock_set_owner_label(watchlock_lock *lock, const char *label);
 
+/*
+ * Key layouts. WATCHLOCK_KEYS_WATCHLOCK (the default): the lock of name N is
+ * the key watchlock:{N} (escaped, docs/design.md) holding "<token>.<epoch>".
+ * WATCHLOCK_KEYS_NAME: redis-py's layout, for a fleet that mixes redis-py's
+ * Lock and watchlock on one name (Python's watchlock.redis_compat): the lock
+ * is the key N itself holding the hold's token and nothing else, so a
+ * redis-py Lock and this handle exclude each other, neither can release or
+ * extend the other's hold, and DEL N frees it. The fence counter, the
+ * release channel and the owner record stay under watchlock:{N}: the same
+ * Cluster slot as N when N has no '{', '}' or '%' (escaped there); another
+ * name's lock key and fence are in different slots, which a single server
+ * or Sentinel does not mind, but the acquire script writes both, so under
+ * Cluster such a name's acquire is refused (CROSSSLOT). What this layout gives up: an extend's epoch (a
+ * late extend or renewal of this hold may still set its lease after a later
+ * one), the owner record, and `watchlock list` (its keys are not
+ * watchlock:{...}); a waiter is woken by watchlock holders' releases, and by
+ * a redis-py holder's only when its key expires (redis-py publishes
+ * nothing): it looks again at least every second.
+ * Only on a plain lock (not a queued kind, multi-lock or quorum client)
+ * while it holds nothing; a name starting with "watchlock:" is refused.
+ * Errors: EINVAL, ENOMEM, ECLOSED, EFORKED.
+ */
+#define WATCHLOCK_KEYS_WATCHLOCK 0
+#define WATCHLOCK_KEYS_NAME 1
+WATCHLOCK_API int watchlock_lock_set_key_layout(watchlock_lock *lock, int layout);
+/*
+ * The name layout only: the value the next hold stores under the name (as
+ * redis-py's acquire(token=...)): 1 .. 32 bytes, no '.' (copied). Used by
+ * the next acquire's attempts until one begins a hold; later holds get
+ * fresh random tokens (32 hex digits) unless set again. Errors: EINVAL (not
+ * the name layout, held, empty, too long, a '.'), ECLOSED, EFORKED.
+ */
+WATCHLOCK_API int watchlock_lock_set_token(watchlock_lock *lock, const char *token);
+
 /* An owner record: host, pid and label of a holder. Immutable: may be read
  * from any number of threads at once. */
 typedef struct watchlock_owner watchlock_owner;

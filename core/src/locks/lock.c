@@ -42,7 +42,7 @@ typedef struct owner_args {
 /* With client->mu held: copies the label (no owner record without one). */
 static void owner_args_take(const watchlock_lock *l, owner_args *o)
 {
-    o->set = l->owner_label != NULL;
+    o->set = l->owner_label != NULL && !l->hold.plain_value; /* the name layout keeps redis-py's keys only */
     if (o->set)
         snprintf(o->label, sizeof o->label, "%s", l->owner_label);
 }
@@ -247,7 +247,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
      * retry after a lost reply finds its own key; a different lease gets a
      * new one too, so that an old attempt landing late never sets a lease
      * this hold does not count on. */
-    if (l->token_used || l->token_lease_ms != lease) {
+    if (l->token_used || (l->token_lease_ms != lease && !l->hold.plain_value)) { /* (a token set: kept) */
         if (wl_random_token(l->hold.token) != 0) {
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_unlock(&l->io_mu);
@@ -377,6 +377,16 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
 }
 
 
+/* When to look again at a name held by another owner: when its lease
+ * ends (wait.c), or, in the name layout, within a second: a redis-py
+ * holder there releases without a message on the release channel. */
+static int64_t holder_end(const watchlock_lock *l, int64_t pttl_ms)
+{
+    int64_t end = wl_wait_holder_end(pttl_ms);
+    int64_t soon = wl_now_us() + 1000000;
+    return l->hold.plain_value && end > soon ? soon : end;
+}
+
 int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
 {
     int rc = wl_check_lock(l);
@@ -422,7 +432,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
             goto out;
         if ((rc = wl_wait_join(l, &sub, &entry)) != WATCHLOCK_OK)
             return rc;
-        lease_end = wl_wait_holder_end(pttl);
+        lease_end = holder_end(l, pttl);
     }
     rc = WATCHLOCK_ETIMEDOUT;
     for (;;) {
@@ -454,7 +464,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
             rc = attempt(l, &pttl);
             if (rc != WATCHLOCK_ETIMEDOUT)
                 break;
-            lease_end = wl_wait_holder_end(pttl);
+            lease_end = holder_end(l, pttl);
         }
         resume = false;
         /* Sleep until woken by a release, but never past the holder's lease. */

@@ -80,7 +80,8 @@ static const char acquire_lua[] =
     "end\n"
     "return {1, n}\n";
 
-/* KEYS: lock. ARGV: "<token>." (the hold, any epoch), channel, the
+/* KEYS: lock. ARGV: "<token>." (the hold, any epoch; a token without the
+ * '.': the name layout's hold, whose value is exactly the token), channel, the
  * publish command (PUBLISH, or SPUBLISH: sharded pub/sub under Cluster).
  * -> 1 released, 0 no key, -1 another owner (or not a string).
  * PUBLISH runs under pcall after the DEL: a user whose ACL denies the
@@ -89,7 +90,9 @@ static const char acquire_lua[] =
 static const char release_lua[] =
     "local v = redis.pcall('GET', KEYS[1])\n"
     "if not v then return 0 end\n"
-    "if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return -1 end\n"
+    "if type(v) ~= 'string' or (string.byte(ARGV[1], -1) == 46 and string.sub(v, 1, #ARGV[1]) or v) ~= ARGV[1] then\n"
+    "  return -1\n"
+    "end\n"
     "redis.call('DEL', KEYS[1])\n"
     "redis.pcall(ARGV[3], ARGV[2], '')\n"
     "return 1\n";
@@ -100,6 +103,8 @@ static const char release_lua[] =
  * -> {r1, r2, ...}: 1 renewed (the key now holds "<token>.<to>" with the
  * full lease), 0 not ours (another owner, no key, or another type), 2 stale
  * (a later write of ours already installed a newer epoch: nothing done).
+ * A name-layout hold's identity is its token alone (no '.', no epoch): only
+ * a key that holds exactly it is ours.
  * A key that holds exactly "<token>.<to>" gets PEXPIRE (the common case,
  * one string comparison); one at an epoch of ours in [from, to) is moved
  * to `to`. Writes that set different leases carry different epochs, so a
@@ -133,7 +138,7 @@ static const char renew_lua[] =
     "    if string.byte(KEYS[i], -1) ~= 125 then qtouch(KEYS[i], ARGV[a]) end\n"
     "  else\n"
     "    local p = string.match(id, '^.*%.')\n"
-    "    if type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
+    "    if not p or type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
     "      out[i] = 0\n"
     "    else\n"
     "      local e, to = tonumber(string.sub(v, #p + 1)), tonumber(string.sub(id, #p + 1))\n"
