@@ -734,6 +734,17 @@ WATCHLOCK_API int watchlock_lock_set_key_layout(watchlock_lock *lock, int layout
  * the name layout, held, empty, too long, a '.'), ECLOSED, EFORKED.
  */
 WATCHLOCK_API int watchlock_lock_set_token(watchlock_lock *lock, const char *token);
+/*
+ * The name layout only, on 1: the key is written without expiry, as
+ * redis-py's Lock without a timeout writes it (a crashed holder keeps it
+ * until someone deletes the key: DEL name, watchlock_client_force_release
+ * does not know this layout). Sets auto-renew off and the lease to
+ * WATCHLOCK_MAX_LEASE_MS, which is then only the hold's local deadline: after
+ * 30 days the handle reports the hold LOST (expired) and stops counting on
+ * it, though the key stays. extend() gives the key that lease. While the
+ * handle holds nothing. Errors: EINVAL, ECLOSED, EFORKED.
+ */
+WATCHLOCK_API int watchlock_lock_set_no_expiry(watchlock_lock *lock, int on);
 
 /* An owner record: host, pid and label of a holder. Immutable: may be read
  * from any number of threads at once. */

@@ -20,10 +20,10 @@ own :class:`watchlock.Lock`:
   half runs this (docs/python.md, "Migrating from redis-py");
 - ``timeout`` is a hard cap, as redis-py's key TTL: the lease is ``timeout``
   and the watchdog does not renew it (``auto_renew=False``). With
-  ``timeout=None`` (redis-py: the key never expires) the watchdog renews the
-  lock while it is held, so a crashed holder frees it within the default
-  lease instead of never (the one documented difference: ``r.ttl(name)`` is
-  that lease's, not -1);
+  ``timeout=None`` the key never expires, as redis-py's (a crashed holder
+  keeps it until ``r.delete(name)``; watchlock_lock_set_no_expiry): for a
+  lease that frees the lock of a crashed holder and is renewed while the
+  holder lives, use :class:`watchlock.Lock`;
 - ``blocking``/``blocking_timeout`` are what ``with`` and a bare
   ``acquire()`` wait; ``sleep`` is accepted and checked but not used:
   waiters are woken by the release (pub/sub), not by polling;
@@ -200,11 +200,14 @@ class Lock:
 
     def _new_inner(self) -> _WatchLock:
         if self.timeout is None:
-            inner = self._client.lock(self.name)  # renewed by the watchdog while held
+            inner = self._client.lock(self.name, auto_renew=False)
         else:
             inner = self._client.lock(self.name, ttl=self.timeout, auto_renew=False)  # a hard cap
         # redis-py's keys: the lock is the key `name`, holding the token
-        if (st := _native.lock_set_key_layout(inner._h, _native.WATCHLOCK_KEYS_NAME)) != OK:
+        st = _native.lock_set_key_layout(inner._h, _native.WATCHLOCK_KEYS_NAME)
+        if st == OK and self.timeout is None:  # as redis-py's: a key without expiry
+            st = _native.lock_set_no_expiry(inner._h, 1)
+        if st != OK:
             raise_status(st, f"cannot use redis-py's keys for lock {self.name!r}", self.name)
         return inner
 

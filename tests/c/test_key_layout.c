@@ -92,6 +92,32 @@ static void test_foreign_holds_are_not_ours(void)
     watchlock_client_close(c);
 }
 
+/* redis-py's Lock without a timeout: the key never expires; a second
+ * handle waits, looking again, and gets it after the release. */
+static void test_no_expiry(void)
+{
+    rh_server *srv = test_server();
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *l = new_lock(c, "layout:forever");
+    CHECK_FAILS_WITH_MSG(watchlock_lock_set_no_expiry(l, 1), WATCHLOCK_EINVAL); /* the name layout only */
+    CHECK_OK(watchlock_lock_set_key_layout(l, WATCHLOCK_KEYS_NAME));
+    CHECK_OK(watchlock_lock_set_no_expiry(l, 1));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_EQ(rh_int(srv, "PTTL layout:forever"), -1);
+    CHECK_EQ(watchlock_lock_renewals(l), 0);
+    watchlock_lock *other = new_lock(c, "layout:forever");
+    CHECK_OK(watchlock_lock_set_key_layout(other, WATCHLOCK_KEYS_NAME));
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(other, 200), WATCHLOCK_ETIMEDOUT);
+    CHECK_OK(watchlock_lock_release(l));
+    CHECK_EQ(rh_int(srv, "EXISTS layout:forever"), 0);
+    CHECK_OK(watchlock_lock_acquire(other, 10000));
+    CHECK_INT(rh_int(srv, "PTTL layout:forever"), >, 0); /* other's default lease */
+    CHECK_OK(watchlock_lock_release(other));
+    watchlock_lock_free(other);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+}
+
 static void test_misuse_is_refused(void)
 {
     watchlock_client *c = open_client(test_url(""));
@@ -126,6 +152,7 @@ int main(int argc, char **argv)
     static const test_case tests[] = {
         {"name_is_the_key_and_the_token_its_value", test_name_is_the_key_and_the_token_its_value, 0},
         {"foreign_holds_are_not_ours", test_foreign_holds_are_not_ours, 0},
+        {"no_expiry", test_no_expiry, 0},
         {"misuse_is_refused", test_misuse_is_refused, 0},
         {NULL, NULL, 0},
     };

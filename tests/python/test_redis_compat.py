@@ -70,11 +70,16 @@ def test_timeout_is_a_hard_cap_without_renewal(r, name):
         lock.release()
 
 
-def test_no_timeout_means_renewed_while_held(r, name):
+def test_no_timeout_means_a_key_without_expiry_as_redis_py(r, name):
     lock = r.lock(name, lock_class=Lock)
     assert lock.acquire(blocking=False)
-    assert lock.watchlock_lock.ttl == 30 and lease_left(r, name) > 20
+    assert r.pttl(name) == -1 and r.get(name) == lock.local.token
+    other = r.lock(name, blocking_timeout=0.3, lock_class=Lock)
+    assert not other.acquire()  # held, no lease to wait out
     lock.release()
+    assert not r.exists(name)
+    assert other.acquire(blocking=False)
+    other.release()
 
 
 def test_extend_adds_and_replace_ttl_replaces(r, name):

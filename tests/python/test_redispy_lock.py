@@ -15,8 +15,7 @@ and write the lock's key by its name (r.get("foo"), r.set("foo", "a"),
 r.pttl("foo")) as they do against redis-py: redis_compat uses redis-py's
 keys. The tests in EXCLUDED run as strict xfails (if one starts passing,
 the run fails and the list must be updated): the ones that patch redis-py's
-own module clock, and the ones that expect timeout=None to leave a key
-without expiry, where redis_compat keeps a renewed lease (docs/python.md).
+own module clock.
 """
 from __future__ import annotations
 
@@ -90,12 +89,7 @@ upstream = importlib.import_module("redispy_tests.test_lock")
 #: upstream test -> why it cannot pass against another lock implementation
 _CLOCK = ("patches redis-py's module internals (redis.lock.mod_time / redis.asyncio.lock.asyncio) to count its "
           "polling sleeps; watchlock waits for the release's wake-up, not by polling every `sleep` seconds")
-_NO_TTL = ("expects timeout=None to leave the key without expiry (r.ttl == -1): redis_compat keeps a lease the "
-           "watchdog renews, so that a crashed holder frees the lock (the documented difference, docs/python.md)")
 EXCLUDED = {
-    "test_lock": _NO_TTL,
-    "test_lock_token": _NO_TTL,
-    "test_lock_token_thread_local_false": _NO_TTL,
     "test_blocking_timeout": _CLOCK,
     "test_context_manager_blocking_timeout": _CLOCK,
 }

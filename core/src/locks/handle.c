@@ -367,11 +367,34 @@ int watchlock_lock_set_key_layout(watchlock_lock *l, int layout)
     wl_keys_clear(&l->hold.keys);
     l->hold.keys = keys;
     l->hold.plain_value = layout == WATCHLOCK_KEYS_NAME;
+    l->no_expiry = l->no_expiry && l->hold.plain_value;
     l->token_used = true; /* the next acquire makes a fresh token (or takes the one set) */
     l->key_hash = UINT64_C(14695981039346656037); /* FNV-1a, as at creation */
     for (size_t i = 0; i < l->hold.keys.lock_len; i++)
         l->key_hash = (l->key_hash ^ (unsigned char)l->hold.keys.lock[i]) * UINT64_C(1099511628211);
     l->key_hash |= 1;
+    return set_end(l);
+}
+
+int watchlock_lock_set_no_expiry(watchlock_lock *l, int on)
+{
+    int rc = set_begin(l);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    const char *why = NULL;
+    if (!l->hold.plain_value)
+        why = "a key without expiry is only for the name layout (watchlock_lock_set_key_layout)";
+    else if (l->hold.state != WATCHLOCK_UNLOCKED || l->hold.hold_count != 0)
+        why = "it changes only while the handle holds nothing";
+    if (why != NULL) {
+        pthread_mutex_unlock(&l->hold.client->mu);
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: %s", l->hold.quoted, why);
+    }
+    l->no_expiry = on != 0;
+    if (l->no_expiry) { /* nothing to renew; the local deadline as far as a lease goes */
+        l->hold.auto_renew = false;
+        l->hold.lease_ms = WATCHLOCK_MAX_LEASE_MS;
+    }
     return set_end(l);
 }
 

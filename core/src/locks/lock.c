@@ -260,6 +260,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     size_t ident_len = wl_ident(&l->hold, 1, ident);
     owner_args owner;
     owner_args_take(l, &owner);
+    bool no_expiry = l->no_expiry;
     bool store_name = l->hold.keys.name != NULL &&
                       (l->name_stored_us == 0 || wl_now_us() - l->name_stored_us >= NAME_REFRESH_US);
     pthread_mutex_unlock(&c->mu);
@@ -269,7 +270,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
 
     char lease_s[24], fence_ttl_s[24];
     int64_t fence_ttl = lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS;
-    wl_fmt_i64(lease_s, lease);
+    wl_fmt_i64(lease_s, no_expiry ? 0 : lease); /* 0: the key without expiry (scripts.c) */
     wl_fmt_i64(fence_ttl_s, fence_ttl);
     const char *argv[11] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
     size_t lens[11] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
@@ -295,7 +296,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
      * script, which answers "held" with the remaining lease in one round
      * trip. */
     atomic_uint_fast64_t *seeded = &c->seeded[l->key_hash % WL_SEEDED_SLOTS];
-    if (nkeys == 2 && !l->last_busy && atomic_load_explicit(seeded, memory_order_relaxed) == l->key_hash &&
+    if (nkeys == 2 && !no_expiry && !l->last_busy && atomic_load_explicit(seeded, memory_order_relaxed) == l->key_hash &&
         !atomic_load_explicit(&c->no_fast, memory_order_relaxed))
         rc = acquire_fast(c, argv, lens, what, keep, &acquired, &value);
     if (rc == WATCHLOCK_OK && !acquired) {

@@ -56,6 +56,7 @@ struct watchlock_lock {
     atomic_bool wait_slices;     /* watchlock_lock_set_wait_slices: acquire calls up to forget_wait are one wait */
     atomic_bool timeout_pending; /* wait_slices: a slice timed out; counted when the wait is given up (wait.c) */
     bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */
+    bool no_expiry;       /* the name layout's key without expiry (watchlock_lock_set_no_expiry); client->mu */
     int64_t token_lease_ms; /* lease of the attempts made with token */
     bool last_busy;       /* io_mu: the last attempt found the name held: the next goes to the script */
     uint64_t key_hash;    /* of keys.lock, never 0: its slot in client->seeded */

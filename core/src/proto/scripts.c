@@ -14,7 +14,7 @@
 #include <string.h>
 
 /* KEYS: lock, fence[, owner][, name]. ARGV: hold identity "<token>.1",
- * lease ms, fence ttl ms[, host, pid, label][, name] (owner fields with an
+ * lease ms (0: a key without expiry, the name layout's no-expiry hold), fence ttl ms[, host, pid, label][, name] (owner fields with an
  * owner label; the name key and the name for a digested long name).
  * -> {1, fence} acquired, {0, pttl} held by someone else.
  * SET NX PX comes first, so a name held by someone else costs one write
@@ -47,7 +47,9 @@
  * the hold stores the name there, with the fence's TTL, best effort (under
  * pcall), so that listing can show it. */
 static const char acquire_lua[] =
-    "local set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
+    "local set\n"
+    "if ARGV[2] == '0' then set = redis.call('SET', KEYS[1], ARGV[1], 'NX')\n"
+    "else set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) end\n"
     "if not set and redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
     "  return {0, redis.call('PTTL', KEYS[1])}\n"
     "end\n"
@@ -66,7 +68,7 @@ static const char acquire_lua[] =
     "  redis.call('DEL', KEYS[1])\n"
     "  return n\n"
     "end\n"
-    "if not set then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+    "if not set and ARGV[2] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
     "if #ARGV >= 6 then\n"
     "  redis.pcall('DEL', KEYS[3])\n"
     "  local w = redis.pcall('HSET', KEYS[3], 'token', string.match(ARGV[1], '^.*%.'), 'host', ARGV[4],\n"
