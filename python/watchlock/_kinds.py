@@ -156,7 +156,7 @@ class Semaphore(_Kind):
             permits = self._check_k(k, "k")
         self._k = self._check_k(permits)
 
-    def acquire(self, blocking: Optional[bool] = None,  # type: ignore[override]
+    def acquire(self, blocking: Optional[bool] = None,
                 timeout: Optional[Duration] = _UNSET, *, permits: int = 1,
                 blocking_timeout: Optional[Duration] = _UNSET, k: Optional[int] = None) -> bool:
         """threading.Semaphore.acquire(blocking=True, timeout=None): takes
@@ -170,7 +170,7 @@ class Semaphore(_Kind):
         self._take(permits, k)
         return super().acquire(blocking, timeout, blocking_timeout=blocking_timeout)
 
-    async def acquire_async(self, blocking: Optional[bool] = None,  # type: ignore[override]
+    async def acquire_async(self, blocking: Optional[bool] = None,
                             timeout: Optional[Duration] = _UNSET, *, permits: int = 1,
                             blocking_timeout: Optional[Duration] = _UNSET, k: Optional[int] = None) -> bool:
         self._check_blocking(blocking)
