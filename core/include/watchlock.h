@@ -730,8 +730,9 @@ WATCHLOCK_API int watchlock_lock_set_key_layout(watchlock_lock *lock, int layout
  * The name layout only: the value the next hold stores under the name (as
  * redis-py's acquire(token=...)): 1 .. 32 bytes, no '.' (copied). Used by
  * the next acquire's attempts until one begins a hold; later holds get
- * fresh random tokens (32 hex digits) unless set again. Errors: EINVAL (not
- * the name layout, held, empty, too long, a '.'), ECLOSED, EFORKED.
+ * fresh random tokens (32 hex digits) unless set again. Not while HELD (a
+ * LOST handle's next acquire starts a fresh hold: allowed). Errors: EINVAL
+ * (not the name layout, held, empty, too long, a '.'), ECLOSED, EFORKED.
  */
 WATCHLOCK_API int watchlock_lock_set_token(watchlock_lock *lock, const char *token);
 /*

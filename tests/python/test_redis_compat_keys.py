@@ -88,6 +88,16 @@ def test_delete_frees_the_lock_and_tokens_are_redis_pys(r, name):
     assert not r.exists(name)
 
 
+def test_a_lock_lost_to_its_timeout_acquires_again(r, name):
+    from conftest import wait_for
+    lock = r.lock(name, timeout=0.3, lock_class=Lock)
+    assert lock.acquire(blocking=False)
+    wait_for(lambda: lock.watchlock_lock.lost)  # the 0.3 s cap ran out
+    assert lock.acquire(blocking_timeout=30, token="again")  # a fresh hold (once the key expired: soon after)
+    assert r.get(name) == b"again"
+    lock.release()
+
+
 def test_a_waiter_behind_a_redis_py_holder_gets_the_lock_after_its_release(r, name):
     """redis-py's release publishes nothing: the waiter must look again
     rather than sleep to the end of the holder's 60 s lease."""

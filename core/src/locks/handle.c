@@ -407,7 +407,7 @@ int watchlock_lock_set_token(watchlock_lock *l, const char *token)
     const char *why = NULL;
     if (!l->hold.plain_value)
         why = "a token can be set only in the name layout (watchlock_lock_set_key_layout)";
-    else if (l->hold.state != WATCHLOCK_UNLOCKED || l->hold.hold_count != 0)
+    else if (l->hold.state == WATCHLOCK_HELD) /* (LOST: the next acquire starts a fresh hold) */
         why = "the token is set before the acquire, while the handle holds nothing";
     else if (len == 0 || len > 32)
         why = len == 0 ? "the token is empty" : "the token is longer than 32 bytes";
