@@ -157,8 +157,9 @@ void cli_help_run(void)
           "what they mean in the C, Python and Lua APIs; the library checks their values\n"
           "when the lock is made, after connecting.\n"
           "\n"
-          "COMMAND sees WATCHLOCK_NAME and WATCHLOCK_FENCING_TOKEN in its environment; pass\n"
-          "the token to storage that can reject writes from a stale holder. With --also,\n"
+          "COMMAND sees WATCHLOCK_NAME and WATCHLOCK_FENCING_TOKEN in its environment\n"
+          "(WATCHLOCK_FENCE is an alias, as under exec); pass the token to storage that\n"
+          "can reject writes from a stale holder. With --also,\n"
           "WATCHLOCK_NAME and WATCHLOCK_FENCING_TOKEN are NAME's, and\n"
           "WATCHLOCK_FENCING_TOKENS has every name's token, space-separated, in the order\n"
           "NAME, then each --also.\n"
@@ -385,7 +386,7 @@ static void die_by_signal(int sig)
 static int ours(const char *var)
 {
     return strncmp(var, "WATCHLOCK_NAME=", 15) == 0 || strncmp(var, "WATCHLOCK_FENCING_TOKEN=", 24) == 0 ||
-           strncmp(var, "WATCHLOCK_FENCING_TOKENS=", 25) == 0;
+           strncmp(var, "WATCHLOCK_FENCING_TOKENS=", 25) == 0 || strncmp(var, "WATCHLOCK_FENCE=", 16) == 0;
 }
 
 /* Frees what child_environment made: the inherited WATCHLOCK_* variables
@@ -400,14 +401,15 @@ static void free_child_environment(char **env)
     free(env);
 }
 
-/* WATCHLOCK_NAME, WATCHLOCK_FENCING_TOKEN and, for a multi-lock (tokens not
- * NULL), WATCHLOCK_FENCING_TOKENS replace inherited ones. */
+/* WATCHLOCK_NAME, WATCHLOCK_FENCING_TOKEN (and its alias WATCHLOCK_FENCE,
+ * the name `watchlock exec`'s shim also sets) and, for a multi-lock (tokens
+ * not NULL), WATCHLOCK_FENCING_TOKENS replace inherited ones. */
 static char **child_environment(const char *name, int64_t fence, const char *tokens)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 4, sizeof *env);
+    char **env = calloc(n + 5, sizeof *env);
     if (!env)
         return NULL;
     size_t k = 0;
@@ -418,17 +420,20 @@ static char **child_environment(const char *name, int64_t fence, const char *tok
     }
     size_t name_len = strlen(name);
     char *name_var = malloc(name_len + 16);
-    char *fence_var = malloc(48);
-    if (!name_var || !fence_var) {
+    char *fence_var = malloc(48), *alias_var = malloc(40);
+    if (!name_var || !fence_var || !alias_var) {
         free(name_var);
         free(fence_var);
+        free(alias_var);
         free(env);
         return NULL;
     }
     snprintf(name_var, name_len + 16, "WATCHLOCK_NAME=%s", name);
     snprintf(fence_var, 48, "WATCHLOCK_FENCING_TOKEN=%lld", (long long)fence);
+    snprintf(alias_var, 40, "WATCHLOCK_FENCE=%lld", (long long)fence);
     env[k++] = name_var;
     env[k++] = fence_var;
+    env[k++] = alias_var;
     if (tokens != NULL) {
         size_t len = strlen(tokens) + 26;
         if ((env[k] = malloc(len)) == NULL) {

@@ -390,7 +390,10 @@ static int conn_get(void)
 
 static void set_fence_env(const char *token)
 {
-    /* One variable, the lock taken last: the environment never grows per lock (issue 33.6). */
+    /* One name, the lock taken last: the environment never grows per lock
+     * (issue 33.6). WATCHLOCK_FENCING_TOKEN is the name `watchlock run`
+     * uses; WATCHLOCK_FENCE, the shim's first name, is kept as its alias. */
+    setenv("WATCHLOCK_FENCING_TOKEN", token, 1);
     setenv("WATCHLOCK_FENCE", token, 1);
 }
 

@@ -211,10 +211,11 @@ WATCHLOCK_API int watchlock_client_next_lost_event(watchlock_client *client, int
  *                                   (a reentrant acquire starts none)
  *   WATCHLOCK_STAT_CONTENDED_ACQUIRES of those, the ones that found the lock
  *                                   held by another owner first and waited
- *   WATCHLOCK_STAT_ACQUIRE_TIMEOUTS acquires that returned ETIMEDOUT, once per
- *                                   wait: a call that resumes a wait kept by the
- *                                   previous one (a binding waiting in slices)
- *                                   does not count again
+ *   WATCHLOCK_STAT_ACQUIRE_TIMEOUTS acquires that returned without the lock
+ *                                   (ETIMEDOUT); on a handle that waits in slices
+ *                                   (watchlock_lock_set_wait_slices) the calls up
+ *                                   to watchlock_lock_forget_wait() are one acquire:
+ *                                   it counts once, when given up without the lock
  *   WATCHLOCK_STAT_RELEASE_RETRIES  releases sent again because an earlier
  *                                   try's outcome was unknown (connection failed)
  *   WATCHLOCK_STAT_LOST_TAKEN .. WATCHLOCK_STAT_LOST_CONNECTION
@@ -702,6 +703,52 @@ WATCHLOCK_API const char *watchlock_check_name(int code);
 #define WATCHLOCK_MAX_LABEL 1024
 WATCHLOCK_API int watchlock_lock_set_owner_label(watchlock_lock *lock, const char *label);
 
+/*
+ * Key layouts. WATCHLOCK_KEYS_WATCHLOCK (the default): the lock of name N is
+ * the key watchlock:{N} (escaped, docs/design.md) holding "<token>.<epoch>".
+ * WATCHLOCK_KEYS_NAME: redis-py's layout, for a fleet that mixes redis-py's
+ * Lock and watchlock on one name (Python's watchlock.redis_compat): the lock
+ * is the key N itself holding the hold's token and nothing else, so a
+ * redis-py Lock and this handle exclude each other, neither can release or
+ * extend the other's hold, and DEL N frees it. The fence counter, the
+ * release channel and the owner record stay under watchlock:{N}: the same
+ * Cluster slot as N when N has no '{', '}' or '%' (escaped there); another
+ * name's lock key and fence are in different slots, which a single server
+ * or Sentinel does not mind, but the acquire script writes both, so under
+ * Cluster such a name's acquire is refused (CROSSSLOT). What this layout gives up: an extend's epoch (a
+ * late extend or renewal of this hold may still set its lease after a later
+ * one), the owner record, and `watchlock list` (its keys are not
+ * watchlock:{...}); a waiter is woken by watchlock holders' releases, and by
+ * a redis-py holder's only when its key expires (redis-py publishes
+ * nothing): it looks again at least every second.
+ * Only on a plain lock (not a queued kind, multi-lock or quorum client)
+ * while it holds nothing; a name starting with "watchlock:" is refused.
+ * Errors: EINVAL, ENOMEM, ECLOSED, EFORKED.
+ */
+#define WATCHLOCK_KEYS_WATCHLOCK 0
+#define WATCHLOCK_KEYS_NAME 1
+WATCHLOCK_API int watchlock_lock_set_key_layout(watchlock_lock *lock, int layout);
+/*
+ * The name layout only: the value the next hold stores under the name (as
+ * redis-py's acquire(token=...)): 1 .. 32 bytes, no '.' (copied). Used by
+ * the next acquire's attempts until one begins a hold; later holds get
+ * fresh random tokens (32 hex digits) unless set again. Not while HELD (a
+ * LOST handle's next acquire starts a fresh hold: allowed). Errors: EINVAL
+ * (not the name layout, held, empty, too long, a '.'), ECLOSED, EFORKED.
+ */
+WATCHLOCK_API int watchlock_lock_set_token(watchlock_lock *lock, const char *token);
+/*
+ * The name layout only, on 1: the key is written without expiry, as
+ * redis-py's Lock without a timeout writes it (a crashed holder keeps it
+ * until someone deletes the key: DEL name, watchlock_client_force_release
+ * does not know this layout). Sets auto-renew off and the lease to
+ * WATCHLOCK_MAX_LEASE_MS, which is then only the hold's local deadline: after
+ * 30 days the handle reports the hold LOST (expired) and stops counting on
+ * it, though the key stays. extend() gives the key that lease. While the
+ * handle holds nothing. Errors: EINVAL, ECLOSED, EFORKED.
+ */
+WATCHLOCK_API int watchlock_lock_set_no_expiry(watchlock_lock *lock, int on);
+
 /* An owner record: host, pid and label of a holder. Immutable: may be read
  * from any number of threads at once. */
 typedef struct watchlock_owner watchlock_owner;
@@ -860,8 +907,10 @@ WATCHLOCK_API int watchlock_client_set_permits(watchlock_client *client, const v
  * (0.3-2 s), the next acquire with a wait resumes it (one that asks for
  * another k leaves it and queues again with that k), and
  * watchlock_lock_forget_wait() (or an acquire with wait 0) gives it up at
- * once (one round trip). No effect on the plain lock (whose timed-out wait
- * is always kept, see watchlock_lock_acquire()). Errors: EINVAL, ECLOSED,
+ * once (one round trip). Every kind, the plain lock included: the acquire
+ * calls up to watchlock_lock_forget_wait() (or the handle's free) are one
+ * wait for WATCHLOCK_STAT_ACQUIRE_TIMEOUTS, counted once if it ends without
+ * the lock (a call that gets it counts no timeout). Errors: EINVAL, ECLOSED,
  * EFORKED.
  */
 WATCHLOCK_API int watchlock_lock_set_wait_slices(watchlock_lock *lock, int on);

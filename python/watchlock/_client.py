@@ -220,8 +220,8 @@ class Client(HasRuntime):
         """A new :class:`Semaphore` for ``name`` with ``permits`` permits (set
         by the first user of the name; 0 = the name's existing count; another
         count than the name's raises :class:`WrongTypeError`: change it with
-        :meth:`set_permits`). ``acquire(k=1, blocking, timeout)`` takes k
-        permits as one hold (leased, renewed, fenced); ``with sem:`` takes 1,
+        :meth:`set_permits`). ``acquire(blocking, timeout, *, permits=1)``
+        (threading.Semaphore's) takes that many permits as one hold (leased, renewed, fenced); ``with sem:`` takes 1,
         ``with sem.take(k):`` k. The other options are :meth:`lock`'s."""
         return Semaphore(self, name, permits, label=label, **options)
 

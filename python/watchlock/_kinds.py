@@ -27,15 +27,13 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple, TypeVar
 
 from . import _native
-from ._lock import Lock
+from ._lock import _UNSET, Lock
 from ._util import OK, Duration, Name, fmt_name, raise_status
 
 if TYPE_CHECKING:
     from ._client import Client
 
 _c = importlib.import_module(f"{__package__}.__native")
-#: acquire()'s "timeout not given" (then the lock's own blocking_timeout)
-_UNSET: Any = object()
 # The C functions of the SWIG module, without its Python proxies (as _lock.py).
 _fair_lock_new: Callable[[_native.ClientHandle, Name], Tuple[int, _native.LockHandle]] = _c.fair_lock_new
 _semaphore_new: Callable[[_native.ClientHandle, Name, int], Tuple[int, _native.LockHandle]] = _c.semaphore_new
@@ -67,22 +65,6 @@ class _Kind(Lock):
     def __init__(self, client: Client, name: Name, **options: Any) -> None:
         self._made_with: Tuple[Client, Name, Dict[str, Any]] = (client, name, dict(options))
         super().__init__(client, name, **options)
-
-    def _acquire_native(self, deadline: Optional[float], cancelled: Optional[threading.Event],
-                        sliced: bool) -> bool:
-        # The handle keeps its place in the queue between slices
-        # (watchlock_lock_set_wait_slices, set when it was made); a wait that
-        # ends without the lock, or is interrupted, gives the place up now
-        # rather than after a liveness lease (a ghost at the head would be
-        # granted the lock and hold up the waiters behind it).
-        try:
-            ok = super()._acquire_native(deadline, cancelled, sliced)
-        except BaseException:
-            self._forget_wait()
-            raise
-        if not ok:
-            self._forget_wait()
-        return ok
 
     def _fresh(self) -> _Kind:
         client, name, options = self._made_with
@@ -135,8 +117,11 @@ class Semaphore(_Kind):
     later ones (no starvation of large requests)."""
 
     def __init__(self, client: Client, name: Name, permits: int = 0, **options: Any) -> None:
-        if type(permits) is not int or permits < 0:
-            raise TypeError("permits must be an int >= 1 (or 0: the name's existing count)")
+        if type(permits) is not int:
+            raise TypeError(f"permits must be an int >= 1 (or 0: the name's existing count), not "
+                            f"{type(permits).__name__}")
+        if permits < 0:
+            raise ValueError(f"permits must be >= 1 (or 0: the name's existing count), got {permits} (negative)")
         self._permits = permits
         self._k = 1
         super().__init__(client, name, **options)
@@ -149,26 +134,48 @@ class Semaphore(_Kind):
         return _semaphore_acquire(h, self._k, wait)
 
     @staticmethod
-    def _check_k(k: int) -> int:
-        if type(k) is not int or k < 1:
-            raise TypeError(f"k must be an int >= 1 (the number of permits to take), not {k!r}")
+    def _check_k(k: int, what: str = "permits") -> int:
+        if type(k) is not int:
+            raise TypeError(f"{what} (the number of permits to take) must be an int >= 1, not {type(k).__name__}")
+        if k < 1:
+            raise ValueError(f"{what} (the number of permits to take) must be >= 1, got {k} "
+                             f"({'zero' if k == 0 else 'negative'})")
         return k
 
-    def acquire(self, k: int = 1, blocking: Optional[bool] = None,  # type: ignore[override]
-                timeout: Optional[Duration] = _UNSET) -> bool:
-        """Takes ``k`` permits (threading.Semaphore's blocking/timeout, and
-        without them the semaphore's own blocking/blocking_timeout): True when
-        taken, False when the wait ran out. WrongTypeError when the name is
-        another kind or k is more than its permits."""
-        self._k = self._check_k(k)
-        return super().acquire(blocking) if timeout is _UNSET else super().acquire(blocking, timeout)
+    @staticmethod
+    def _check_blocking(blocking: Optional[bool]) -> None:
+        # acquire(k, ...) was the signature before threading.Semaphore's: say so
+        if type(blocking) is int and blocking not in (0, 1):
+            raise TypeError(f"blocking must be True or False, not {blocking}: the number of permits is "
+                            f"keyword-only (acquire(permits={blocking}))")
 
-    async def acquire_async(self, k: int = 1, blocking: Optional[bool] = None,  # type: ignore[override]
-                            timeout: Optional[Duration] = _UNSET) -> bool:
-        self._k = self._check_k(k)
-        if timeout is _UNSET:
-            return await super().acquire_async(blocking)
-        return await super().acquire_async(blocking, timeout)
+    def _take(self, permits: int, k: Optional[int]) -> None:
+        if k is not None:  # the keyword of earlier versions
+            if permits != 1:
+                raise TypeError("acquire() takes permits= or k= (its former name), not both")
+            permits = self._check_k(k, "k")
+        self._k = self._check_k(permits)
+
+    def acquire(self, blocking: Optional[bool] = None,
+                timeout: Optional[Duration] = _UNSET, *, permits: int = 1,
+                blocking_timeout: Optional[Duration] = _UNSET, k: Optional[int] = None) -> bool:
+        """threading.Semaphore.acquire(blocking=True, timeout=None): takes
+        ``permits`` permits (keyword-only, 1 by default) as one hold: True
+        when taken, False when the wait ran out; without blocking/timeout
+        it waits as the semaphore was made to (its blocking_timeout, None =
+        until free). ``blocking_timeout=`` is accepted for ``timeout``
+        (redis-py's name). WrongTypeError when the name is another kind or
+        ``permits`` is more than its count."""
+        self._check_blocking(blocking)
+        self._take(permits, k)
+        return super().acquire(blocking, timeout, blocking_timeout=blocking_timeout)
+
+    async def acquire_async(self, blocking: Optional[bool] = None,
+                            timeout: Optional[Duration] = _UNSET, *, permits: int = 1,
+                            blocking_timeout: Optional[Duration] = _UNSET, k: Optional[int] = None) -> bool:
+        self._check_blocking(blocking)
+        self._take(permits, k)
+        return await super().acquire_async(blocking, timeout, blocking_timeout=blocking_timeout)
 
     def take(self, k: int) -> Semaphore:
         """For ``with sem.take(3):``: the next ``with`` takes ``k`` permits."""

@@ -124,6 +124,11 @@ def _new_handle(runtime: Runtime, name: Name, options: _Options,
     if st != OK:
         raise_status(st, f"cannot create lock {fmt_name(name)}", name)
     try:
+        # Lock waits in slices (_acquire_native): the calls of one acquire are
+        # one wait for the core (a queued kind keeps its place, the stats count
+        # one timeout when it ends without the lock, at _forget_wait)
+        if (st := _native.lock_set_wait_slices(h, 1)) != OK:
+            raise_status(st, f"cannot create lock {fmt_name(name)}", name)
         for i, arg in enumerate(options):
             if arg is not None and (st := _SETTERS[i](h, arg)) != OK:
                 raise_status(st, f"{_OPTION_NAMES[i]}={(given[i] if given is not None else arg)!r}", name)
@@ -141,6 +146,15 @@ _SLICE_MS = 250
 #: acquire()'s "argument not given"
 _UNSET: Any = object()
 _MAIN_IDENT = threading.main_thread().ident
+
+
+def _timeout_arg(timeout: Any, blocking_timeout: Any) -> Any:
+    """acquire()'s timeout, also given as redis-py's blocking_timeout=."""
+    if blocking_timeout is _UNSET:
+        return timeout
+    if timeout is not _UNSET:
+        raise TypeError("acquire() takes timeout= or blocking_timeout= (redis-py's name for it), not both")
+    return blocking_timeout
 _get_ident = threading.get_ident
 
 
@@ -332,7 +346,8 @@ class Lock:
 
     # ---- acquire / release ---------------------------------------------
 
-    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET) -> bool:
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET, *,
+                blocking_timeout: Optional[Duration] = _UNSET) -> bool:
         """Acquires the lock, like threading.Lock.acquire: True when acquired,
         False when it was not free and ``blocking`` is False, or the wait
         ran out. Other errors raise (ConnectionError, ...).
@@ -342,8 +357,9 @@ class Lock:
         when made with ``blocking=False``. Arguments override that:
         ``blocking=False`` tries once, ``blocking=True`` waits up to the
         lock's ``blocking_timeout``, ``timeout`` (a duration; -1 or None =
-        forever) waits that long instead."""
-        wait = self._wait_for(blocking, timeout)
+        forever) waits that long instead. ``blocking_timeout=`` is redis-py's
+        name for ``timeout`` (None = forever), accepted here too."""
+        wait = self._wait_for(blocking, _timeout_arg(timeout, blocking_timeout))
         ident = threading.get_ident()
         return self._acquire(wait, ident, None, sliced=ident == _MAIN_IDENT)
 
@@ -399,6 +415,21 @@ class Lock:
         return True
 
     def _acquire_native(self, deadline: Optional[float], cancelled: Optional[threading.Event],
+                        sliced: bool) -> bool:
+        # The handle waits in slices (watchlock_lock_set_wait_slices, set when
+        # it was made): a wait that ends without the lock, or is interrupted,
+        # is given up now: a queued kind leaves the queue (a ghost at its head
+        # would hold up the waiters behind it) and the core counts one timeout
+        try:
+            ok = self._acquire_slices(deadline, cancelled, sliced)
+        except BaseException:
+            self._forget_wait()
+            raise
+        if not ok:
+            self._forget_wait()
+        return ok
+
+    def _acquire_slices(self, deadline: Optional[float], cancelled: Optional[threading.Event],
                         sliced: bool) -> bool:
         slicing = sliced or cancelled is not None
         h = self._hnd
@@ -554,7 +585,8 @@ class Lock:
 
     # ---- asyncio --------------------------------------------------------
 
-    async def acquire_async(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET) -> bool:
+    async def acquire_async(self, blocking: Optional[bool] = None, timeout: Optional[Duration] = _UNSET, *,
+                            blocking_timeout: Optional[Duration] = _UNSET) -> bool:
         """Like :meth:`acquire` (the same arguments, and without them the
         lock's own ``blocking``/``blocking_timeout``), awaitable, without
         blocking the event loop and without a thread per waiting task
@@ -563,7 +595,7 @@ class Lock:
         owner is the current task (reentrant per task). If the task is
         cancelled while waiting, the wait stops and a lock acquired meanwhile
         is released: cancellation never leaks a hold."""
-        return await self._acquire_async(self._wait_for(blocking, timeout))
+        return await self._acquire_async(self._wait_for(blocking, _timeout_arg(timeout, blocking_timeout)))
 
     def _acquire_async(self, wait: int) -> Coroutine[Any, Any, bool]:
         return _async.acquire(self._runtime, self._name, self._acquire_for_task, self._forget_wait, self.release,

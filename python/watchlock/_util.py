@@ -127,4 +127,7 @@ def wait_ms(blocking: bool, timeout: Optional[Duration], lock_name: Name) -> int
         return 0
     if timeout is None or timeout == -1:
         return -1
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout < 0:
+        raise ValueError(f"timeout must be 0 or more seconds (or -1 / None: wait until free), got {timeout} "
+                         f"(negative)")
     return to_ms(timeout, "timeout", lock_name)

@@ -11,11 +11,19 @@
 arguments and gets redis-py's semantics where they differ from watchlock's
 own :class:`watchlock.Lock`:
 
+- the keys are redis-py's (the C core's name layout,
+  watchlock_lock_set_key_layout): the lock is the key named like the lock,
+  holding the holder's token (``lock.local.token``, ``acquire(token=...)``;
+  1 .. 32 bytes without '.'), so a redis-py ``Lock`` and this one on one name
+  exclude each other, neither releases nor extends the other's hold, and
+  ``r.delete(name)`` frees it: half a fleet may run redis-py while the other
+  half runs this (docs/python.md, "Migrating from redis-py");
 - ``timeout`` is a hard cap, as redis-py's key TTL: the lease is ``timeout``
   and the watchdog does not renew it (``auto_renew=False``). With
-  ``timeout=None`` (redis-py: the key never expires) the watchdog renews the
-  lock while it is held, so a crashed holder frees it within the default
-  lease instead of never;
+  ``timeout=None`` the key never expires, as redis-py's (a crashed holder
+  keeps it until ``r.delete(name)``; watchlock_lock_set_no_expiry): for a
+  lease that frees the lock of a crashed holder and is renewed while the
+  holder lives, use :class:`watchlock.Lock`;
 - ``blocking``/``blocking_timeout`` are what ``with`` and a bare
   ``acquire()`` wait; ``sleep`` is accepted and checked but not used:
   waiters are woken by the release (pub/sub), not by polling;
@@ -32,10 +40,9 @@ own :class:`watchlock.Lock`:
 
 Underneath it is a :class:`watchlock.Lock` on a :class:`watchlock.Client`
 made from the redis client's connection pool (host, port, db, username,
-password, TLS files, unix socket path, timeouts), one per pool: the keys are
-watchlock's (not the name itself), fencing tokens (``fencing_token``) and
-loss detection work as with any watchlock lock. ``token=`` (redis-py's
-custom token value) is refused: watchlock makes its own tokens.
+password, TLS files, unix socket path, timeouts), one per pool: fencing
+tokens (``fencing_token``, counted under ``watchlock:{name}:fence``) and
+loss detection work as with any watchlock lock.
 """
 from __future__ import annotations
 
@@ -45,13 +52,16 @@ import math
 import os
 import threading
 import time
+import uuid
 import weakref
 from typing import Any, Dict, List, Optional, Tuple, Type, Union
 from urllib.parse import quote
 
+from . import _native
 from . import exceptions as _wl
 from ._client import Client
 from ._lock import Lock as _WatchLock
+from ._util import OK, raise_status
 
 __all__ = ["Lock", "AsyncLock", "LockError", "LockNotOwnedError", "client_for", "url_for"]
 
@@ -190,8 +200,27 @@ class Lock:
 
     def _new_inner(self) -> _WatchLock:
         if self.timeout is None:
-            return self._client.lock(self.name)  # renewed by the watchdog while held
-        return self._client.lock(self.name, ttl=self.timeout, auto_renew=False)  # a hard cap
+            inner = self._client.lock(self.name, auto_renew=False)
+        else:
+            inner = self._client.lock(self.name, ttl=self.timeout, auto_renew=False)  # a hard cap
+        # redis-py's keys: the lock is the key `name`, holding the token
+        st = _native.lock_set_key_layout(inner._h, _native.WATCHLOCK_KEYS_NAME)
+        if st == OK and self.timeout is None:  # as redis-py's: a key without expiry
+            st = _native.lock_set_no_expiry(inner._h, 1)
+        if st != OK:
+            raise_status(st, f"cannot use redis-py's keys for lock {self.name!r}", self.name)
+        return inner
+
+    def _set_token(self, inner: _WatchLock, token: Optional[Union[str, bytes]]) -> bytes:
+        """The next hold's token (redis-py's acquire(token=...), else a fresh
+        one as redis-py's uuid hex), set on the core's handle; as bytes."""
+        if token is None:
+            text = uuid.uuid4().hex
+        else:
+            text = token.decode() if isinstance(token, bytes) else str(token)
+        if (st := _native.lock_set_token(inner._h, text)) != OK:
+            raise_status(st, f"acquire(token={token!r})", self.name)
+        return text.encode()
 
     # ---- redis-py's API ---------------------------------------------------
 
@@ -214,26 +243,24 @@ class Lock:
         """Waits as redis-py's: ``blocking`` (False: try once) and
         ``blocking_timeout`` (None: until free), the lock's own when not
         given. True when acquired, False when not."""
-        blocking, blocking_timeout = self._acquire_args(sleep, blocking, blocking_timeout, token)
+        blocking, blocking_timeout = self._acquire_args(sleep, blocking, blocking_timeout)
         deadline = None if blocking_timeout is None else time.monotonic() + float(blocking_timeout)
         inner = self._hold_handle()
         if inner.owned() and not self._wait_for_other_owner(inner, blocking, deadline):
             return False  # held through this object (another thread, or not released): not reentrant
+        value = self._set_token(inner, token)
         if not blocking:
             ok = inner.acquire(blocking=False)
         else:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ok = inner.acquire(timeout=left)
         if ok:
-            self.local.token = str(inner.fencing_token).encode()
+            self.local.token = value
         return ok
 
-    def _acquire_args(self, sleep: Optional[float], blocking: Optional[bool], blocking_timeout: Optional[float],
-                      token: Optional[Union[str, bytes]]) -> Tuple[bool, Optional[float]]:
+    def _acquire_args(self, sleep: Optional[float], blocking: Optional[bool],
+                      blocking_timeout: Optional[float]) -> Tuple[bool, Optional[float]]:
         """acquire()'s arguments checked, and the lock's own where not given."""
-        if token is not None:
-            raise TypeError("acquire(token=...) is not supported by watchlock: it makes its own tokens "
-                            "(see lock.fencing_token)")
         if sleep is not None and sleep < 0:
             raise ValueError("sleep must not be negative")
         return (self.blocking if blocking is None else blocking,
@@ -260,8 +287,9 @@ class Lock:
         return True
 
     def locked(self) -> bool:
-        """True when anybody holds the lock (the server's view, one round trip)."""
-        return self._inner.locked()
+        """True when anybody holds the lock (the server's view, one round
+        trip): the key `name` exists, as redis-py's."""
+        return bool(self.redis.exists(self.name))
 
     def owned(self) -> bool:
         """True when this lock (in this thread, when thread_local) holds it."""
@@ -362,7 +390,7 @@ class AsyncLock(Lock):
 
     async def acquire(self, sleep: Optional[float] = None, blocking: Optional[bool] = None,  # type: ignore[override]
                       blocking_timeout: Optional[float] = None, token: Optional[Union[str, bytes]] = None) -> bool:
-        blocking, blocking_timeout = self._acquire_args(sleep, blocking, blocking_timeout, token)
+        blocking, blocking_timeout = self._acquire_args(sleep, blocking, blocking_timeout)
         loop = asyncio.get_running_loop()
         deadline = None if blocking_timeout is None else loop.time() + float(blocking_timeout)
         inner = self._hold_handle()
@@ -371,16 +399,17 @@ class AsyncLock(Lock):
             if not blocking or (deadline is not None and now >= deadline):
                 return False
             await asyncio.sleep(self.sleep if deadline is None else min(self.sleep, deadline - now))
+        value = self._set_token(inner, token)
         if not blocking:
             ok = await inner.acquire_async(blocking=False)
         else:
             ok = await inner.acquire_async(timeout=None if deadline is None else max(0.0, deadline - loop.time()))
         if ok:
-            self.local.token = str(inner.fencing_token).encode()
+            self.local.token = value
         return ok
 
     async def locked(self) -> bool:  # type: ignore[override]
-        return await self._inner.locked_async()
+        return bool(await self.redis.exists(self.name))
 
     async def owned(self) -> bool:  # type: ignore[override]
         return Lock.owned(self)

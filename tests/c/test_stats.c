@@ -83,9 +83,10 @@ static void test_acquires_waits_holds(void)
     CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(b, 0), WATCHLOCK_ETIMEDOUT);
     CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(b, 50), WATCHLOCK_ETIMEDOUT);
     CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRE_TIMEOUTS), 2);
-    /* the next call resumes the kept wait (a binding waiting in slices): one wait, one timeout */
+    /* the next call resumes the kept wait, but without wait slices every
+     * call is an acquire of its own that returned without the lock */
     CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(b, 50), WATCHLOCK_ETIMEDOUT);
-    CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRE_TIMEOUTS), 2);
+    CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRE_TIMEOUTS), 3);
     CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRES), 1);
     CHECK_OK(watchlock_lock_release(a));
     int64_t t0 = now_ms();
@@ -122,6 +123,41 @@ static void test_acquires_waits_holds(void)
     CHECK_EQ(stat(c, WATCHLOCK_STAT_LOST_TAKEN), 0);
     watchlock_lock_free(a);
     watchlock_lock_free(b);
+    watchlock_client_close(c);
+}
+
+/* issue 31 item 5: a handle that waits in slices (as the Python binding
+ * does) makes one acquire of all its calls up to forget_wait: a wait of
+ * many timed-out slices that then gets the lock is no timeout (each wait
+ * counted one before); one given up counts one, at forget_wait or free. */
+static void test_sliced_wait_counts_what_happened(void)
+{
+    watchlock_client *c = open_client(test_url(""));
+    watchlock_lock *a = new_lock(c, "stats-slices");
+    watchlock_lock *b = new_lock(c, "stats-slices");
+    CHECK_OK(watchlock_lock_set_wait_slices(b, 1));
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    for (int i = 0; i < 6; i++)
+        CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(b, 30), WATCHLOCK_ETIMEDOUT);
+    CHECK_OK(watchlock_lock_release(a));
+    CHECK_OK(watchlock_lock_acquire(b, 10000)); /* the wait's last slice gets it */
+    CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRE_TIMEOUTS), 0);
+    CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRES), 2);
+    CHECK_OK(watchlock_lock_release(b));
+
+    CHECK_OK(watchlock_lock_acquire(a, 0));
+    for (int i = 0; i < 6; i++)
+        CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(b, 30), WATCHLOCK_ETIMEDOUT);
+    CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRE_TIMEOUTS), 0); /* not given up yet */
+    CHECK_OK(watchlock_lock_forget_wait(b));
+    CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRE_TIMEOUTS), 1);
+    CHECK_OK(watchlock_lock_forget_wait(b)); /* nothing pending: no count */
+    CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRE_TIMEOUTS), 1);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(b, 0), WATCHLOCK_ETIMEDOUT);
+    watchlock_lock_free(b); /* a wait given up by the free counts too */
+    CHECK_EQ(stat(c, WATCHLOCK_STAT_ACQUIRE_TIMEOUTS), 2);
+    CHECK_OK(watchlock_lock_release(a));
+    watchlock_lock_free(a);
     watchlock_client_close(c);
 }
 
@@ -210,6 +246,7 @@ int main(int argc, char **argv)
     static const test_case tests[] = {
         {"bucket_bounds_and_arguments", test_bucket_bounds_and_arguments, 0},
         {"acquires_waits_holds", test_acquires_waits_holds, 0},
+        {"sliced_wait_counts_what_happened", test_sliced_wait_counts_what_happened, 0},
         {"losses_and_renewals", test_losses_and_renewals, 0},
         {"release_retry_and_connection_loss", test_release_retry_and_connection_loss, 0},
         {NULL, NULL, 0},

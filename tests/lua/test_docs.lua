@@ -65,4 +65,13 @@ test("docs/lua.md's quick start runs (without the <close> block on LuaJIT)", fun
   H.eq(job.name, "nightly-job", "the hooked lock")
 end)
 
+test("docs/lua.md's dropped-lock example runs: the lock stays held", function()
+  local code = example("docs/lua.md", "**A dropped lock is not an unlock.**")
+  local client = run(code, "collectgarbage() collectgarbage() return client", "docs/lua.md (dropped)")
+  H.eq(client:inspect("job").held, true, "a collected lock is not released")
+  client:close()
+  H.eq(run("local c = assert(require('watchlock').connect(" .. ('%q'):format(H.url) .. ")) return c", "",
+           "check"):inspect("job").held, false, "close released it")
+end)
+
 return T

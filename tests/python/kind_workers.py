@@ -32,7 +32,7 @@ def make(client: watchlock.Client, kind: str, name: str, ttl: float):
 
 def acquire(lock, k: int) -> bool:
     if isinstance(lock, watchlock.Semaphore):
-        return lock.acquire(k)
+        return lock.acquire(permits=k)
     return lock.acquire()
 
 

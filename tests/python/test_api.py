@@ -53,7 +53,7 @@ def test_durations_accept_numbers_timedeltas_and_strings(client, name):
         assert lock.ttl == 5.0 and 1 < lock.remaining <= 5
         lock.extend(datetime.timedelta(seconds=3))
         assert lock.ttl == 3.0
-    with pytest.raises(watchlock.InvalidArgument, match="ttl of lock .*bad duration '-1s'"):
+    with pytest.raises(watchlock.InvalidArgument, match="ttl of lock .*duration '-1s' is negative"):
         lock.extend("-1s")
 
 

@@ -6,20 +6,16 @@ redis-py's code is not in this repository: the sdist is fetched with
 there). If redis is not installed or the download fails, this module fails
 to import: the run fails, nothing is skipped.
 
-A thin adapter, the same for tests/test_lock.py (threads) and
-tests/test_asyncio/test_lock.py (redis.asyncio):
-- the fixtures of redis-py's conftest the files use (`r`, `r_decoded`'s
-  `_get_client`, `create_redis`): redis clients on the harness's throwaway
-  redis-server, flushed after each test;
-- names: redis-py keeps a lock's token at the key named like the lock,
-  watchlock at watchlock:{name}; LockKeys maps the tests' key commands on a
-  lock's name (get, set, ttl, pttl, pexpire) to that key, so r.pttl("foo")
-  reads lock foo's lease and r.set("foo", "a") overwrites its holder's token;
-- get_lock() passes lock_class=watchlock.redis_compat.Lock (AsyncLock)
-  instead of redis-py's own class.
-The tests in EXCLUDED read redis-py's token storage or patch its polling
-clock; they run as strict xfails: if one starts passing, the run fails and
-the list must be updated.
+Only the lock class is swapped (issue 31 item 1): get_lock() passes
+lock_class=watchlock.redis_compat.Lock (AsyncLock) instead of redis-py's own
+class, and the fixtures of redis-py's conftest the files use (`r`,
+`r_decoded`'s `_get_client`, `create_redis`) are redis clients on the
+harness's throwaway redis-server, flushed after each test. The tests read
+and write the lock's key by its name (r.get("foo"), r.set("foo", "a"),
+r.pttl("foo")) as they do against redis-py: redis_compat uses redis-py's
+keys. The tests in EXCLUDED run as strict xfails (if one starts passing,
+the run fails and the list must be updated): the ones that patch redis-py's
+own module clock.
 """
 from __future__ import annotations
 
@@ -42,7 +38,7 @@ WORK = Path(os.environ.get("WATCHLOCK_REDISPY_DIR") or ROOT / "build" / "redis-p
 SHIM = '''"""Stands in for redis-py's tests/conftest.py (written by watchlock's tests/python/test_redispy_lock.py)."""
 def _get_client(cls, request, single_connection_client=True, flushdb=True, from_url=None, **kwargs):
     server = request.getfixturevalue("redis_server")
-    client = request.getfixturevalue("lock_keys")(cls(host="127.0.0.1", port=server.port, **kwargs))
+    client = cls(host="127.0.0.1", port=server.port, **kwargs)
 
     def teardown():
         if flushdb:
@@ -55,40 +51,11 @@ def _get_client(cls, request, single_connection_client=True, flushdb=True, from_
 UPSTREAM_FILES = ("tests/test_lock.py", "tests/test_asyncio/test_lock.py")
 
 
-#: the key commands redis-py's lock tests run on a lock's key
-LOCK_KEY_COMMANDS = frozenset({"get", "set", "ttl", "pttl", "pexpire", "expire", "delete", "exists"})
-
-
-def lock_key(name):
-    """watchlock's key of lock `name` (core/src/proto/keys.c, short names)."""
-    raw = name.encode() if isinstance(name, str) else bytes(name)
-    escaped = raw.replace(b"%", b"%25").replace(b"{", b"%7B").replace(b"}", b"%7D")
-    return b"watchlock:{" + escaped + b"}"
-
-
-class LockKeys:
-    """The name half of the adapter: a redis client (sync or asyncio) whose
-    key commands (LOCK_KEY_COMMANDS) address the lock key of the name they
-    are given. redis-py keeps a lock's token at the key named like the lock;
-    watchlock at watchlock:{name} (DESIGN.md): r.pttl("foo") in a redis-py
-    test reads the lease of lock "foo", r.set("foo", "a") overwrites its
-    holder's token, on the same server. Every other call goes to the client
-    as it is (r.lock(..., lock_class=...) makes the lock with the client itself)."""
-
-    def __init__(self, client):
-        self._client = client
-
-    def __getattr__(self, attr):
-        value = getattr(self._client, attr)
-        if attr in LOCK_KEY_COMMANDS:
-            return lambda key, *args, **kwargs: value(lock_key(key), *args, **kwargs)
-        return value
-
-
 def fetch_upstream() -> Path:
     """The redis sdist's lock tests, unpacked into WORK/redispy_tests."""
     pkg = WORK / "redispy_tests"
     if (pkg / "test_lock.py").is_file():
+        (pkg / "conftest.py").write_text(SHIM)  # this file's, also over one an older version wrote
         return pkg
     WORK.mkdir(parents=True, exist_ok=True)
     sdists = list(WORK.glob("redis-*.tar.gz"))
@@ -120,26 +87,14 @@ sys.path.insert(0, str(fetch_upstream().parent))
 upstream = importlib.import_module("redispy_tests.test_lock")
 
 #: upstream test -> why it cannot pass against another lock implementation
-_TOKEN = ("reads redis-py's token storage: compares the key's value with lock.local.token (watchlock's token "
-          "is the core's, not readable from Python; lock.local.token holds the fencing token)")
 _CLOCK = ("patches redis-py's module internals (redis.lock.mod_time / redis.asyncio.lock.asyncio) to count its "
           "polling sleeps; watchlock waits for the release's wake-up, not by polling every `sleep` seconds")
 EXCLUDED = {
-    "test_lock": _TOKEN + "; also expects no TTL for timeout=None, where watchlock keeps a renewed lease",
-    "test_lock_token": "acquire(token=...) stores a caller's token in redis-py's storage: watchlock makes its own "
-                       "(TypeError naming fencing_token)",
-    "test_lock_token_thread_local_false": "acquire(token=...), as test_lock_token",
     "test_blocking_timeout": _CLOCK,
-    "test_context_manager": _TOKEN,
     "test_context_manager_blocking_timeout": _CLOCK,
 }
-# What they check otherwise is tested in tests/python/test_redis_compat.py
-# (the fencing token as local.token, the wait of blocking_timeout).
-
-
-@pytest.fixture
-def lock_keys():
-    return LockKeys
+# What they check otherwise is tested in tests/python/test_redis_compat_keys.py
+# (the token stored under the name, acquire(token=...)).
 
 
 @pytest.fixture
@@ -203,7 +158,7 @@ class _AsyncServer:
     @pytest_asyncio.fixture
     async def r(self, create_redis):
         client = await create_redis()
-        yield LockKeys(client)
+        yield client
         await client.flushdb()
 
 

@@ -50,13 +50,13 @@ def test_never_more_than_n_holders(redis_server, client, name):
 
 def test_permits_k_and_head_blocking(client, name):
     a = client.semaphore(name, permits=3, ttl=10)
-    assert a.acquire(2)
+    assert a.acquire(permits=2)
     assert a.held_permits == 2
     info = client.name_info(name)
     assert (info.kind, info.permits, info.in_use) == ("semaphore", 3, 2)
     big = client.semaphore(name, permits=3, ttl=10)
     got_big = threading.Event()
-    t = threading.Thread(target=lambda: (big.acquire(2, timeout=30) and got_big.set()))
+    t = threading.Thread(target=lambda: (big.acquire(timeout=30, permits=2) and got_big.set()))
     t.start()
     wait_queue(client, name, 1)
     # 1 permit is free, but the head of the queue wants 2: a later request
@@ -96,10 +96,10 @@ def test_sigkill_of_a_permit_holder_gives_its_permits_back(redis_server, client,
     try:
         token = int(expect_line(p, "held").split()[1])
         sem = client.semaphore(name, permits=3, ttl=10)
-        assert sem.acquire(2, blocking=False) is False
+        assert sem.acquire(blocking=False, permits=2) is False
         os.kill(p.pid, signal.SIGKILL)
         killed = time.monotonic()
-        assert sem.acquire(2, timeout=ttl + 30)
+        assert sem.acquire(timeout=ttl + 30, permits=2)
         assert time.monotonic() - killed < ttl + 5
         assert sem.fencing_token > token
         sem.release()
@@ -142,7 +142,7 @@ def test_semaphore_idioms(client, name):
 
     async def main():
         s = client.semaphore(name, permits=4, ttl=5)
-        assert await s.acquire_async(2)
+        assert await s.acquire_async(permits=2)
         held = s.held_permits
         await s.release_async()
         async with client.semaphore(name, permits=4):
@@ -150,5 +150,5 @@ def test_semaphore_idioms(client, name):
         return held
 
     assert asyncio.run(main()) == 2
-    with pytest.raises(TypeError):
-        sem.acquire(0)
+    with pytest.raises(ValueError):
+        sem.acquire(permits=0)

@@ -247,6 +247,9 @@ int watchlock_parse_duration(int64_t *out_ms, const char *text)
         else
             digits++;
     }
+    if (p[0] == '-' && (isdigit((unsigned char)p[1]) || p[1] == '.'))
+        return wl_fail(WATCHLOCK_EINVAL, "duration '%.64s' is negative: it must be 0 or more (500ms, 30s, 5m, 1h)",
+                       text);
     if (digits == 0 || dots > 1)
         return wl_fail(WATCHLOCK_EINVAL, "bad duration '%.64s': expected a number such as 500ms, 30s, 5m, 1h",
                        text);

@@ -22,8 +22,12 @@ int64_t wl_margin_us(const watchlock_client *c, int64_t lease_ms)
 
 size_t wl_ident(const wl_hold *h, int64_t epoch, char *buf)
 {
-    size_t n = strlen(h->token); /* 32 hex digits */
+    size_t n = strlen(h->token); /* 32 hex digits, or a caller's token without '.' (plain_value) */
     memcpy(buf, h->token, n);
+    if (h->plain_value) { /* redis-py's layout: the value is the token, whatever the epoch */
+        buf[n] = '\0';
+        return n;
+    }
     buf[n++] = '.';
     if (epoch < 0) {
         buf[n] = '\0';

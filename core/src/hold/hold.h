@@ -163,6 +163,7 @@ struct wl_hold {
      * kept across failed attempts so that a retried acquire finds its own
      * key); the epoch changes whenever a write sets a different lease. */
     char token[33];
+    bool plain_value; /* the name layout (redis-py's): the key holds the token itself, no epoch */
     int64_t epoch;    /* the server holds this epoch or a later one of ours */
     int64_t epoch_to; /* the epoch our newest write installs (== epoch when none pending) */
     int64_t epoch_ms; /* the lease that goes with epoch_to */

@@ -40,14 +40,16 @@ static void hist_add(wl_hist *h, int64_t us)
     add(&h->sum_us, (uint64_t)us);
 }
 
-void wl_stats_acquire(watchlock_client *c, int rc, bool waited, bool continued, int64_t t0_us)
+/* pending: a timed-out slice of a wait that goes on (locks/wait.c
+ * wl_acquire_record): not a timeout yet, counted when the wait is given up. */
+void wl_stats_acquire(watchlock_client *c, int rc, bool waited, bool pending, int64_t t0_us)
 {
     if (rc == WATCHLOCK_OK) {
         add(&c->stats.acquires, 1);
         if (waited)
             add(&c->stats.contended, 1);
         hist_add(&c->stats.wait, wl_now_us() - t0_us);
-    } else if (rc == WATCHLOCK_ETIMEDOUT && !continued) { /* a wait cut in slices counts once */
+    } else if (rc == WATCHLOCK_ETIMEDOUT && !pending) { /* an acquire that returned without the lock */
         add(&c->stats.acquire_timeouts, 1);
     }
 }

@@ -35,10 +35,10 @@ typedef struct wl_stats {
 struct watchlock_client;
 struct watchlock_lock;
 /* An acquire call that started at t0_us ended with rc; `waited`: it found
- * the lock held at least once (contended); `continued`: it resumed a wait
- * an earlier call kept (t0_us is then that wait's start, and a timeout was
- * counted by the call that began it). */
-void wl_stats_acquire(struct watchlock_client *c, int rc, bool waited, bool continued, int64_t t0_us);
+ * the lock held at least once (contended); `pending`: a timeout that is
+ * not one yet (a slice of a wait that goes on: locks/wait.c
+ * wl_acquire_record), not counted. t0_us is the wait's start. */
+void wl_stats_acquire(struct watchlock_client *c, int rc, bool waited, bool pending, int64_t t0_us);
 /* A hold that started at acquired_us was released now. */
 void wl_stats_hold(struct watchlock_client *c, int64_t acquired_us);
 void wl_stats_lost(struct watchlock_client *c, int reason);

@@ -113,6 +113,8 @@ void watchlock_lock_free(watchlock_lock *l)
 {
     if (l == NULL || l->fork_gen != wl_fork_generation())
         return; /* forked child: never release or touch the parent's lock */
+    if (atomic_exchange(&l->timeout_pending, false)) /* wait.c: a sliced wait given up by the free */
+        wl_stats_acquire(l->hold.client, WATCHLOCK_ETIMEDOUT, false, false, 0);
     if (l->kind != NULL) {
         l->kind->free(l);
         return;
@@ -187,7 +189,7 @@ int watchlock_lock_abandon(watchlock_lock *l)
     if (l->kind != NULL)
         return l->kind->abandon(l);
     watchlock_client *c = l->hold.client;
-    wl_wait_forget(l);
+    wl_wait_give_up(l);
     pthread_mutex_lock(&c->mu);
     l->hold.freed = true; /* no callback starts from now on */
     l->hold.on_lost = NULL;
@@ -232,8 +234,9 @@ static int set_end(watchlock_lock *l)
 int watchlock_lock_set_lease(watchlock_lock *l, int64_t lease_ms)
 {
     if (l != NULL && (lease_ms <= 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS))
-        return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms", l->hold.quoted,
-                       lease_ms);
+        return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms (%s)",
+                       l->hold.quoted, lease_ms,
+                       lease_ms < 0 ? "negative" : lease_ms == 0 ? "zero: a lock that expires at once" : "too long");
     int rc = set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;

@@ -42,7 +42,7 @@ typedef struct owner_args {
 /* With client->mu held: copies the label (no owner record without one). */
 static void owner_args_take(const watchlock_lock *l, owner_args *o)
 {
-    o->set = l->owner_label != NULL;
+    o->set = l->owner_label != NULL && !l->hold.plain_value; /* the name layout keeps redis-py's keys only */
     if (o->set)
         snprintf(o->label, sizeof o->label, "%s", l->owner_label);
 }
@@ -255,7 +255,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
      * retry after a lost reply finds its own key; a different lease gets a
      * new one too, so that an old attempt landing late never sets a lease
      * this hold does not count on. */
-    if (l->token_used || l->token_lease_ms != lease) {
+    if (l->token_used || (l->token_lease_ms != lease && !l->hold.plain_value)) { /* (a token set: kept) */
         if (wl_random_token(l->hold.token) != 0) {
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_unlock(&l->io_mu);
@@ -268,6 +268,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     size_t ident_len = wl_ident(&l->hold, 1, ident);
     owner_args owner;
     owner_args_take(l, &owner);
+    bool no_expiry = l->no_expiry;
     bool store_name = l->hold.keys.name != NULL &&
                       (l->name_stored_us == 0 || wl_now_us() - l->name_stored_us >= NAME_REFRESH_US);
     pthread_mutex_unlock(&c->mu);
@@ -277,7 +278,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
 
     char lease_s[24], fence_ttl_s[24];
     int64_t fence_ttl = lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS;
-    wl_fmt_i64(lease_s, lease);
+    wl_fmt_i64(lease_s, no_expiry ? 0 : lease); /* 0: the key without expiry (scripts.c) */
     wl_fmt_i64(fence_ttl_s, fence_ttl);
     const char *argv[11] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
     size_t lens[11] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
@@ -303,7 +304,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
      * script, which answers "held" with the remaining lease in one round
      * trip. */
     atomic_uint_fast64_t *seeded = &c->seeded[l->key_hash % WL_SEEDED_SLOTS];
-    if (nkeys == 2 && !l->last_busy && atomic_load_explicit(seeded, memory_order_relaxed) == l->key_hash &&
+    if (nkeys == 2 && !no_expiry && !l->last_busy && atomic_load_explicit(seeded, memory_order_relaxed) == l->key_hash &&
         !atomic_load_explicit(&c->no_fast, memory_order_relaxed))
         rc = acquire_fast(c, argv, lens, what, keep, &acquired, &value);
     if (rc == WATCHLOCK_OK && !acquired) {
@@ -385,6 +386,16 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
 }
 
 
+/* When to look again at a name held by another owner: when its lease
+ * ends (wait.c), or, in the name layout, within a second: a redis-py
+ * holder there releases without a message on the release channel. */
+static int64_t holder_end(const watchlock_lock *l, int64_t pttl_ms)
+{
+    int64_t end = wl_wait_holder_end(pttl_ms);
+    int64_t soon = wl_now_us() + 1000000;
+    return l->hold.plain_value && end > soon ? soon : end;
+}
+
 int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
 {
     int rc = wl_check_lock(l);
@@ -412,8 +423,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
         return rc;
 
     int64_t t0_us = wl_now_us(); /* stats.c: the wait time */
-    bool continued = false;      /* stats.c: this call resumed a wait kept by an earlier one */
-    int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
+        int64_t until = wl_deadline_after_ms(wait_ms); /* -1: forever */
     uint64_t gen = 0;
     int64_t lease_end = 0, pttl = 0;
     wl_sub_entry *entry = NULL;
@@ -422,7 +432,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     if (wait_ms != 0) {
         entry = wl_wait_take(l, &sub, &gen, &lease_end);
         resume = entry != NULL && wl_sub_generation(sub, entry) == gen && wl_now_us() < lease_end;
-        if ((continued = resume)) /* stats.c: a kept wait goes on; its time counts from its start */
+        if (resume) /* stats.c: a kept wait goes on; its time counts from its start */
             t0_us = atomic_load_explicit(&l->wait_t0_us, memory_order_relaxed);
     }
     if (entry == NULL) {
@@ -431,7 +441,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
             goto out;
         if ((rc = wl_wait_join(l, &sub, &entry)) != WATCHLOCK_OK)
             return rc;
-        lease_end = wl_wait_holder_end(pttl);
+        lease_end = holder_end(l, pttl);
     }
     rc = WATCHLOCK_ETIMEDOUT;
     for (;;) {
@@ -463,7 +473,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
             rc = attempt(l, &pttl);
             if (rc != WATCHLOCK_ETIMEDOUT)
                 break;
-            lease_end = wl_wait_holder_end(pttl);
+            lease_end = holder_end(l, pttl);
         }
         resume = false;
         /* Sleep until woken by a release, but never past the holder's lease. */
@@ -482,7 +492,7 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     if (entry != NULL)
         wl_sub_leave(sub, entry);
 out:
-    wl_stats_acquire(c, rc, sub != NULL, continued, t0_us); /* stats.c; sub: it found the lock held and waited */
+    wl_acquire_record(l, rc, sub != NULL, t0_us); /* wait.c; sub: it found the lock held and waited */
     if (rc == WATCHLOCK_ETIMEDOUT)
         return wl_fail(rc, "lock %s is held by another owner%s", l->hold.quoted,
                        wait_ms == 0 ? "" : " and was not released in time");

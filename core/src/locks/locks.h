@@ -58,7 +58,10 @@ struct watchlock_lock {
     size_t name_len;
     pthread_mutex_t io_mu;
     atomic_llong wait_t0_us;  /* stats.c: when a wait kept for the next acquire call began */
+    atomic_bool wait_slices;     /* watchlock_lock_set_wait_slices: acquire calls up to forget_wait are one wait */
+    atomic_bool timeout_pending; /* wait_slices: a slice timed out; counted when the wait is given up (wait.c) */
     bool token_used;      /* token belongs to a hold that began: the next attempt makes a new one */
+    bool no_expiry;       /* the name layout's key without expiry (watchlock_lock_set_no_expiry); client->mu */
     int64_t token_lease_ms; /* lease of the attempts made with token */
     bool last_busy;       /* io_mu: the last attempt found the name held: the next goes to the script */
     uint64_t key_hash;    /* of keys.lock, never 0: its slot in client->seeded */
@@ -84,6 +87,12 @@ static inline watchlock_lock *wl_lock_of(wl_hold *h)
 }
 
 int wl_check_lock(const watchlock_lock *l);
+/* An acquire call's outcome into the client's stats (wait.c): with wait
+ * slices on, a timed-out call leaves its timeout pending for the next call
+ * of the same wait; wl_wait_give_up (forget_wait, close, abandon) drops the
+ * kept wait and counts a pending timeout. */
+void wl_acquire_record(watchlock_lock *l, int rc, bool waited, int64_t t0_us);
+void wl_wait_give_up(watchlock_lock *l);
 /* The fencing token the hold recorded (handle.c; 0 for NULL or forked). */
 int64_t wl_lock_fence(const watchlock_lock *l);
 /* Quorum clients (quorum_lock.c): the plain lock's acquire and extend.

@@ -492,14 +492,14 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
         snprintf(msg, sizeof msg, "%s", watchlock_last_error());
         wl_multi_rollback(l); /* nothing stays taken */
         pthread_mutex_unlock(&l->io_mu);
-        wl_stats_acquire(c, rc, waited, false, t0);
+        wl_acquire_record(l, rc, waited, t0);
         if (rc == WATCHLOCK_ETIMEDOUT)
             return wl_fail(rc, "multi-lock %s: a name is held by another owner%s", l->hold.quoted,
                            wait_ms == 0 ? "" : " and was not released in time");
         return wl_fail(rc, "%s", msg);
     }
     pthread_mutex_unlock(&l->io_mu);
-    wl_stats_acquire(c, rc, waited, false, t0);
+    wl_acquire_record(l, rc, waited, t0);
     return WATCHLOCK_OK;
 }
 

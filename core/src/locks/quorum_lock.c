@@ -413,7 +413,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
         pthread_cond_destroy(&ws.cond);
         pthread_mutex_destroy(&ws.mu);
     }
-    wl_stats_acquire(c, rc, waited, false, t0_us);
+    wl_acquire_record(l, rc, waited, t0_us);
     if (rc != WATCHLOCK_ETIMEDOUT)
         return rc;
     char why[200];

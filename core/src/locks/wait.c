@@ -52,6 +52,28 @@ void wl_wait_forget(watchlock_lock *l)
         wl_sub_leave(sub, entry);
 }
 
+/* "A timeout is an acquire that returned without the lock" (stats.c):
+ * a caller that waits in slices (watchlock_lock_set_wait_slices) makes
+ * several acquire calls for one wait, so a slice that times out is not yet
+ * a timeout: it stays pending, the next call goes on with the wait (its
+ * outcome replaces the pending one: the lock, or an error), and the wait
+ * ends without the lock only when the caller gives it up
+ * (watchlock_lock_forget_wait, close, abandon): counted then, once.
+ * Without slices every call is a whole acquire and counts at once. */
+void wl_acquire_record(watchlock_lock *l, int rc, bool waited, int64_t t0_us)
+{
+    bool sliced = atomic_load(&l->wait_slices);
+    atomic_store(&l->timeout_pending, rc == WATCHLOCK_ETIMEDOUT && sliced);
+    wl_stats_acquire(l->hold.client, rc, waited, rc == WATCHLOCK_ETIMEDOUT && sliced, t0_us);
+}
+
+void wl_wait_give_up(watchlock_lock *l)
+{
+    wl_wait_forget(l);
+    if (atomic_exchange(&l->timeout_pending, false))
+        wl_stats_acquire(l->hold.client, WATCHLOCK_ETIMEDOUT, false, false, 0);
+}
+
 /* Joins the lock's release channel on the subscriber that carries it. */
 int wl_wait_join(watchlock_lock *l, wl_subscriber **sub, wl_sub_entry **entry)
 {

@@ -253,7 +253,10 @@ static void leave(watchlock_lock *l)
 int watchlock_lock_set_wait_slices(watchlock_lock *l, int on)
 {
     int rc = wl_check_lock(l);
-    if (rc == WATCHLOCK_OK && l->q != NULL)
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    atomic_store(&l->wait_slices, on != 0); /* wait.c: the calls up to forget_wait are one wait (stats) */
+    if (l->q != NULL)
         atomic_store(&l->q->keep_place, on != 0);
     return rc;
 }
@@ -263,7 +266,7 @@ int watchlock_lock_forget_wait(watchlock_lock *l)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    wl_wait_forget(l);
+    wl_wait_give_up(l);
     if (l->q != NULL && atomic_exchange(&l->q->queued, false))
         leave(l); /* a queued kind's kept place: one round trip */
     return WATCHLOCK_OK;
@@ -415,7 +418,7 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
     if (entry != NULL)
         wl_sub_leave(sub, entry);
 out:
-    wl_stats_acquire(c, rc, queued, false, t0_us);
+    wl_acquire_record(l, rc, queued, t0_us);
     if (rc == WATCHLOCK_ETIMEDOUT)
         return wl_fail(rc, "%s %s: no permit%s free for this handle%s", kind_word(my_kind(l)), l->hold.quoted,
                        k > 1 ? "s" : "", wait_ms == 0 ? "" : " in time (it left the queue)");

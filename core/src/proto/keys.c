@@ -95,6 +95,41 @@ int wl_keys_make(wl_keys *keys, const void *name, size_t name_len)
     return WATCHLOCK_OK;
 }
 
+/* The name layout: one allocation as wl_keys_make's, the name (and a NUL)
+ * first, so that wl_keys_clear frees it the same way. A name of this layout
+ * never starts with "watchlock:" (handle.c refuses it), so its lock key is
+ * no key of the watchlock layout; its other keys are its watchlock-layout
+ * keys, in the same Cluster slot as the name when the name has no '{', '}'
+ * or '%' (then the escaped name is the name, and the tag's slot the name's)
+ * and in another one otherwise. */
+int wl_keys_make_named(wl_keys *keys, const void *name, size_t name_len)
+{
+    wl_keys w;
+    int rc = wl_keys_make(&w, name, name_len);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    size_t rest = w.lock_len + 1 + w.fence_len + 1 + w.channel_len + 1 + w.owner_len + 1 +
+                  (w.name != NULL ? w.name_len + 1 : 0);
+    char *block = malloc(name_len + 1 + rest);
+    if (block == NULL) {
+        wl_keys_clear(&w);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    memcpy(block, name, name_len);
+    block[name_len] = '\0';
+    memcpy(block + name_len + 1, w.lock, rest); /* the other keys follow the watchlock lock key in w's block */
+    char *base = block + name_len + 1;
+    *keys = w;
+    keys->lock = block;
+    keys->lock_len = name_len;
+    keys->fence = base + (w.fence - w.lock);
+    keys->channel = base + (w.channel - w.lock);
+    keys->owner = base + (w.owner - w.lock);
+    keys->name = w.name != NULL ? base + (w.name - w.lock) : NULL;
+    wl_keys_clear(&w);
+    return WATCHLOCK_OK;
+}
+
 void wl_keys_clear(wl_keys *keys)
 {
     free(keys->lock); /* the one allocation all keys live in */

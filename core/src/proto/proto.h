@@ -83,6 +83,9 @@ typedef struct wl_keys {
 bool wl_lock_key_is_digest(const char *key, size_t key_len);
 
 int wl_keys_make(wl_keys *keys, const void *name, size_t name_len);
+/* The name layout (redis-py's, watchlock_lock_set_key_layout): the lock key
+ * is the name itself, the other keys those of wl_keys_make. */
+int wl_keys_make_named(wl_keys *keys, const void *name, size_t name_len);
 void wl_keys_clear(wl_keys *keys);
 /* The name whose lock key is `key`, into out (at most key_len bytes); -1
  * when `key` is not a lock key this mapping makes (another suffix, a

@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* KEYS: lock, fence[, owner][, name]. ARGV: hold identity "<token>.1",
- * lease ms, fence ttl ms[, host, pid, label][, name] (owner fields with an
+ * lease ms (0: a key without expiry, the name layout's no-expiry hold), fence ttl ms[, host, pid, label][, name] (owner fields with an
  * owner label; the name key and the name for a digested long name).
  * -> {1, fence} acquired, {0, pttl} held by someone else.
  * SET NX PX comes first, so a name held by someone else costs one write
@@ -46,7 +46,9 @@
  * pcall), so that listing can show it. */
 static const char acquire_lua[] =
     WL_FENCE_LUA
-    "local set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
+    "local set\n"
+    "if ARGV[2] == '0' then set = redis.call('SET', KEYS[1], ARGV[1], 'NX')\n"
+    "else set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) end\n"
     "if not set and redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
     "  return {0, redis.call('PTTL', KEYS[1])}\n"
     "end\n"
@@ -55,7 +57,7 @@ static const char acquire_lua[] =
     "  redis.call('DEL', KEYS[1])\n"
     "  return n\n"
     "end\n"
-    "if not set then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+    "if not set and ARGV[2] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
     "if #ARGV >= 6 then\n"
     "  redis.pcall('DEL', KEYS[3])\n"
     "  local w = redis.pcall('HSET', KEYS[3], 'token', string.match(ARGV[1], '^.*%.'), 'host', ARGV[4],\n"
@@ -69,7 +71,8 @@ static const char acquire_lua[] =
     "end\n"
     "return {1, n}\n";
 
-/* KEYS: lock. ARGV: "<token>." (the hold, any epoch), channel, the
+/* KEYS: lock. ARGV: "<token>." (the hold, any epoch; a token without the
+ * '.': the name layout's hold, whose value is exactly the token), channel, the
  * publish command (PUBLISH, or SPUBLISH: sharded pub/sub under Cluster).
  * -> 1 released, 0 no key, -1 another owner (or not a string).
  * PUBLISH runs under pcall after the DEL: a user whose ACL denies the
@@ -78,7 +81,9 @@ static const char acquire_lua[] =
 static const char release_lua[] =
     "local v = redis.pcall('GET', KEYS[1])\n"
     "if not v then return 0 end\n"
-    "if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return -1 end\n"
+    "if type(v) ~= 'string' or (string.byte(ARGV[1], -1) == 46 and string.sub(v, 1, #ARGV[1]) or v) ~= ARGV[1] then\n"
+    "  return -1\n"
+    "end\n"
     "redis.call('DEL', KEYS[1])\n"
     "redis.pcall(ARGV[3], ARGV[2], '')\n"
     "return 1\n";
@@ -89,6 +94,8 @@ static const char release_lua[] =
  * -> {r1, r2, ...}: 1 renewed (the key now holds "<token>.<to>" with the
  * full lease), 0 not ours (another owner, no key, or another type), 2 stale
  * (a later write of ours already installed a newer epoch: nothing done).
+ * A name-layout hold's identity is its token alone (no '.', no epoch): only
+ * a key that holds exactly it is ours.
  * A key that holds exactly "<token>.<to>" gets PEXPIRE (the common case,
  * one string comparison); one at an epoch of ours in [from, to) is moved
  * to `to`. Writes that set different leases carry different epochs, so a
@@ -131,7 +138,7 @@ static const char renew_lua[] =
     "    if string.byte(KEYS[i], -1) ~= 125 then qtouch(KEYS[i], ARGV[a]) end\n"
     "  else\n"
     "    local p = string.match(id, '^.*%.')\n"
-    "    if type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
+    "    if not p or type(v) ~= 'string' or string.sub(v, 1, #p) ~= p then\n"
     "      out[i] = 0\n"
     "    else\n"
     "      local e, to = tonumber(string.sub(v, #p + 1)), tonumber(string.sub(id, #p + 1))\n"
