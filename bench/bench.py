@@ -1402,11 +1402,13 @@ def table(res: dict) -> str:
     lines += capacity_table(res)
     lines += cluster_table(res)
     lines += wave_scenarios.table(res)
+    lines += issue32.table(res)
     smoke = res.get("mode") == "smoke"
     note = " (smoke run: tiny samples on a shared machine; the verdicts say nothing about speed)" if smoke else ""
     groups = [(title, res.get(key, [])) for title, key in (
         ("Issue 13 targets", "targets13"), ("Issue 12 targets (Cluster)", "targets12"), ("Other targets", "targets"))]
     groups += wave_scenarios.targets(res)
+    groups += issue32.targets(res)
     for title, rows in groups:
         lines.append(title + note)
         lines.append(f"| {'target':<72} | {'measured':<52} | {'verdict':<7} |")
@@ -1530,11 +1532,14 @@ def machine() -> dict:
 import wave_scenarios  # noqa: E402 - issues 21-23's scenarios (bench/wave_scenarios.py)
 
 wave_scenarios.B = sys.modules[__name__]
-WAVE = ("redlock", "fair", "rwlock")
+import issue32  # noqa: E402 - issue 32's figures (bench/issue32.py)
+
+issue32.B = sys.modules[__name__]
+WAVE = ("redlock", "fair", "rwlock", "issue32")
 SCENARIOS = {"cycle": scenario_cycle, "handoff": scenario_handoff, "watchdog": scenario_watchdog,
              "many": scenario_many, "cluster": scenario_cluster, "capacity": scenario_capacity,
              "redlock": wave_scenarios.scenario_redlock, "fair": wave_scenarios.scenario_fair,
-             "rwlock": wave_scenarios.scenario_rwlock}
+             "rwlock": wave_scenarios.scenario_rwlock, "issue32": issue32.scenario_issue32}
 
 
 def main() -> int:
@@ -1598,7 +1603,10 @@ def main() -> int:
     setup_c(status)
     if any(x in only for x in ("cycle", "handoff", "watchdog") + WAVE):
         setup_python(mode, status)
-        setup_java(mode, status)
+        if only != ["issue32"]:  # issue 32 measures watchlock alone
+            setup_java(mode, status)
+        else:
+            status["redisson"] = skipped("not needed by --only issue32")
     else:  # --only many/cluster/capacity: watchlock-c alone, nothing to install
         for name in list(PY_PEERS) + ["watchlock-py", "redisson", "hiredis", "plots"]:
             status[name] = skipped("not needed by --only " + ",".join(only))
@@ -1658,7 +1666,7 @@ def main() -> int:
     res["elapsed_s"] = time.monotonic() - t_start
 
     # watchlock failures: any error in its own measurements, lost locks, overlaps.
-    for msg in wave_scenarios.failures(res):
+    for msg in wave_scenarios.failures(res) + issue32.failures(res):
         failed = True
         log(f"watchlock failure in {msg}")
     for section in SCENARIOS:
