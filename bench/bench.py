@@ -435,8 +435,11 @@ def worker_cmd(lib: str, kind: str, mode: str, *args) -> list:
     return ["java", "-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-jar", JAR, mode, *map(str, args)]
 
 
-def run_json(cmd: list, timeout: float) -> dict:
-    r = run(cmd, timeout=timeout, cwd=BENCH)
+def run_json(cmd: list, timeout: float, trace: "list | None" = None) -> dict:
+    """trace: a list that gets the worker's stderr (WLBENCH_TRACE=1 set)."""
+    r = run(cmd, timeout=timeout, cwd=BENCH, env=None if trace is None else dict(os.environ, WLBENCH_TRACE="1"))
+    if trace is not None:
+        trace.append(r.stderr)
     if r.returncode != 0:
         if cmd[0] == "taskset":
             cmd = cmd[3:]
@@ -658,11 +661,15 @@ def wlbench_watchdog(srv, n: int, lease_ms: int, hold_s: float, probe: int = 0,
         pin_pids(target.pids, True)
     try:
         # acquire and release are one round trip per lock: allow 1 ms each, plus the hold
-        r = run_json(pinned(cmd) if pin else [str(c) for c in cmd], timeout=hold_s * 2 + n * 0.002 + 600)
+        trace: list = []
+        r = run_json(pinned(cmd) if pin else [str(c) for c in cmd], timeout=hold_s * 2 + n * 0.002 + 600,
+                     trace=trace)
     finally:
         if pin:
             pin_pids(target.pids, False)
     r["pinned"] = pin and PIN["cpu"] is not None
+    # issue 32: the transient, renewals per lock per interval in 5 s windows from the first
+    r["windows_renewals_per_interval"] = issue32.windows(trace[0] if trace else "", n, lease_ms)
     return derive_watchdog(r)
 
 
@@ -783,7 +790,8 @@ def capacity_table(res: dict) -> list:
         lines.append(f"  {st['locks']:>9,} locks, {st['hold_s']:.0f} s: lost {st['lost']:>7,}, lowest remaining "
                      f"lease {(f'{frac * 100:.0f}%' if frac is not None else 'n/a'):>4}, "
                      f"{fmt(st.get('renewals_per_lock_interval'), '.2f')} renewals per lock per interval, "
-                     f"{st.get('renewal_cpu_pct') or 0:.1f}% watchdog CPU")
+                     f"{st.get('renewal_cpu_pct') or 0:.1f}% watchdog CPU; per 5 s window: "
+                     + " ".join(fmt(x, ".2f") for x in st.get("windows_renewals_per_interval") or []))
     first = cap.get("first_loss")
     lines.append(f"  largest without a loss: {cap['largest_without_loss']:,}"
                  + (f" (the smallest step that was not kept: {first:,})" if first
@@ -1385,6 +1393,11 @@ def table(res: dict) -> str:
                      f"{r['rss_per_lock_b']:>6.0f} B | {r.get('renewal_cpu_pct', 0):>8.2f}% | "
                      f"{probe:>10} | "
                      f"{'yes' if r.get('pinned') else 'no':>6} |")
+    for key in ("big", "held_small", "held_large"):  # issue 32: the transient after acquiring
+        w = (sc.get(key) or {}).get("windows_renewals_per_interval")
+        if w:
+            lines.append(f"  {key}: renewals/lock/interval per 5 s window from the first: "
+                         + " ".join(fmt(x, ".3f") for x in w))
     th = sc.get("threads", {})
     lines.append("")
     lines.append(f"(e) Threads sharing one client, C, each cycling its own lock (not pinned)")

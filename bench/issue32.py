@@ -142,6 +142,22 @@ def _handoffs(srv, ws: dict, status: dict, out: dict) -> None:
 TRACE = re.compile(r"trace t=([0-9.]+)s held=(\d+) renewals=(\d+)")
 
 
+def windows(trace: str, n: int, lease_ms: int) -> list:
+    """Renewals per lock per renew interval (lease/3) in each WINDOW_S window
+    of a `wlbench watchdog` run from its WLBENCH_TRACE lines (a sample every
+    --sample-ms, the first window starting when the hold begins)."""
+    interval_s = lease_ms / 3 / 1000
+    out = []
+    edge, last = WINDOW_S, (0.0, 0)
+    for m in TRACE.finditer(trace):
+        t, ren = float(m.group(1)), int(m.group(3))
+        if t >= edge - 0.125:  # the sample nearest the window's end
+            span = t - last[0]
+            out.append(round((ren - last[1]) / n / (span / interval_s), 3) if span > 0 and n > 0 else None)
+            last, edge = (t, ren), edge + WINDOW_S
+    return out
+
+
 def _watchdog(srv, ws: dict, status: dict, out: dict) -> None:
     """Item 3: renewals per 5-second window from the first; acquisitions/s
     with N held (probe) and while acquiring N (the watchdog renewing those
@@ -149,7 +165,6 @@ def _watchdog(srv, ws: dict, status: dict, out: dict) -> None:
     if "watchlock-c" in status:
         return
     lease = B.WD_LEASE_MS
-    interval_s = lease / 3 / 1000
     for n in [1] + ws["wd_counts"]:
         key = str(n)
         srv.command("FLUSHALL")
@@ -164,15 +179,7 @@ def _watchdog(srv, ws: dict, status: dict, out: dict) -> None:
             B.log(f"issue32 watchdog {key}: {e}")
             continue
         B.derive_watchdog(r)
-        pts = [(float(m.group(1)), int(m.group(3))) for m in TRACE.finditer(err)]
-        windows = []
-        edge, last = WINDOW_S, (0.0, 0)
-        for t, ren in pts:
-            if t >= edge - 0.125:  # the sample nearest the window's end
-                span = t - last[0]
-                windows.append(round((ren - last[1]) / n / (span / interval_s), 3) if span > 0 else None)
-                last, edge = (t, ren), edge + WINDOW_S
-        r["windows_renewals_per_interval"] = windows
+        r["windows_renewals_per_interval"] = windows(err, n, lease)
         r["acquire_per_s_while_acquiring"] = n / r["acquire_s"] if r["acquire_s"] > 0 else None
         r["probe_acquire_per_s"] = 1e6 / (r["probe_acquire_us"] + r["probe_release_us"]) \
             if r.get("probe_acquire_us") else None
