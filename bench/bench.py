@@ -791,7 +791,8 @@ def capacity_table(res: dict) -> list:
                      f"lease {(f'{frac * 100:.0f}%' if frac is not None else 'n/a'):>4}, "
                      f"{fmt(st.get('renewals_per_lock_interval'), '.2f')} renewals per lock per interval, "
                      f"{st.get('renewal_cpu_pct') or 0:.1f}% watchdog CPU; per 5 s window: "
-                     + " ".join(fmt(x, ".2f") for x in st.get("windows_renewals_per_interval") or []))
+                     + (" ".join(fmt(x, ".2f") for x in st.get("windows_renewals_per_interval") or [])
+                        or "n/a (held < 5 s)"))
     first = cap.get("first_loss")
     lines.append(f"  largest without a loss: {cap['largest_without_loss']:,}"
                  + (f" (the smallest step that was not kept: {first:,})" if first
