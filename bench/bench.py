@@ -754,7 +754,8 @@ def scenario_capacity(srv: RedisServer, scale: dict, status: dict) -> dict:
             return False
         out["steps"].append({k: r.get(k) for k in ("locks", "lease_ms", "hold_s", "lost", "renewals",
                                                      "min_remaining_frac", "renewals_per_lock_interval",
-                                                     "renewal_cpu_pct", "acquire_s")})
+                                                     "renewal_cpu_pct", "acquire_s",
+                                                     "windows_renewals_per_interval")})
         log(f"  lost {r['lost']}, lowest remaining lease "
             f"{(r['min_remaining_frac'] or 0) * 100:.0f}%, {r['renewal_cpu_pct']:.1f}% watchdog CPU")
         return not r["lost"]
@@ -1397,7 +1398,8 @@ def table(res: dict) -> str:
     for key in ("big", "held_small", "held_large"):  # issue 32: the transient after acquiring
         w = (sc.get(key) or {}).get("windows_renewals_per_interval")
         if w:
-            lines.append(f"  {key}: renewals/lock/interval per 5 s window from the first: "
+            lines.append(f"  {key}: renewals/lock/interval per window (5 s, or one interval when longer) from "
+                         "the first: "
                          + " ".join(fmt(x, ".3f") for x in w))
     th = sc.get("threads", {})
     lines.append("")

@@ -148,18 +148,21 @@ TRACE = re.compile(r"trace t=([0-9.]+)s held=(\d+) renewals=(\d+)")
 
 
 def windows(trace: str, n: int, lease_ms: int) -> list:
-    """Renewals per lock per renew interval (lease/3) in each WINDOW_S window
-    of a `wlbench watchdog` run from its WLBENCH_TRACE lines (a sample every
+    """Renewals per lock per renew interval (lease/3) in each window of
+    WINDOW_S (or one interval when that is longer) of a `wlbench watchdog` run from its WLBENCH_TRACE lines (a sample every
     --sample-ms, the first window starting when the hold begins)."""
     interval_s = lease_ms / 3 / 1000
+    # a window shorter than the interval sees the burst of an acquisition's renewals or the gap
+    # after it (30 s leases: 0.2 and 1.8 in turn), not the rate: one interval at least
+    width = max(WINDOW_S, interval_s)
     out = []
-    edge, last = WINDOW_S, (0.0, 0)
+    edge, last = width, (0.0, 0)
     for m in TRACE.finditer(trace):
         t, ren = float(m.group(1)), int(m.group(3))
         if t >= edge - 0.125:  # the sample nearest the window's end
             span = t - last[0]
             out.append(round((ren - last[1]) / n / (span / interval_s), 3) if span > 0 and n > 0 else None)
-            last, edge = (t, ren), edge + WINDOW_S
+            last, edge = (t, ren), edge + width
     return out
 
 
