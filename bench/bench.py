@@ -435,8 +435,11 @@ def worker_cmd(lib: str, kind: str, mode: str, *args) -> list:
     return ["java", "-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-jar", JAR, mode, *map(str, args)]
 
 
-def run_json(cmd: list, timeout: float) -> dict:
-    r = run(cmd, timeout=timeout, cwd=BENCH)
+def run_json(cmd: list, timeout: float, trace: "list | None" = None) -> dict:
+    """trace: a list that gets the worker's stderr (WLBENCH_TRACE=1 set)."""
+    r = run(cmd, timeout=timeout, cwd=BENCH, env=None if trace is None else dict(os.environ, WLBENCH_TRACE="1"))
+    if trace is not None:
+        trace.append(r.stderr)
     if r.returncode != 0:
         if cmd[0] == "taskset":
             cmd = cmd[3:]
@@ -658,11 +661,15 @@ def wlbench_watchdog(srv, n: int, lease_ms: int, hold_s: float, probe: int = 0,
         pin_pids(target.pids, True)
     try:
         # acquire and release are one round trip per lock: allow 1 ms each, plus the hold
-        r = run_json(pinned(cmd) if pin else [str(c) for c in cmd], timeout=hold_s * 2 + n * 0.002 + 600)
+        trace: list = []
+        r = run_json(pinned(cmd) if pin else [str(c) for c in cmd], timeout=hold_s * 2 + n * 0.002 + 600,
+                     trace=trace)
     finally:
         if pin:
             pin_pids(target.pids, False)
     r["pinned"] = pin and PIN["cpu"] is not None
+    # issue 32: the transient, renewals per lock per interval in 5 s windows from the first
+    r["windows_renewals_per_interval"] = issue32.windows(trace[0] if trace else "", n, lease_ms)
     return derive_watchdog(r)
 
 
@@ -747,7 +754,8 @@ def scenario_capacity(srv: RedisServer, scale: dict, status: dict) -> dict:
             return False
         out["steps"].append({k: r.get(k) for k in ("locks", "lease_ms", "hold_s", "lost", "renewals",
                                                      "min_remaining_frac", "renewals_per_lock_interval",
-                                                     "renewal_cpu_pct", "acquire_s")})
+                                                     "renewal_cpu_pct", "acquire_s",
+                                                     "windows_renewals_per_interval")})
         log(f"  lost {r['lost']}, lowest remaining lease "
             f"{(r['min_remaining_frac'] or 0) * 100:.0f}%, {r['renewal_cpu_pct']:.1f}% watchdog CPU")
         return not r["lost"]
@@ -783,7 +791,9 @@ def capacity_table(res: dict) -> list:
         lines.append(f"  {st['locks']:>9,} locks, {st['hold_s']:.0f} s: lost {st['lost']:>7,}, lowest remaining "
                      f"lease {(f'{frac * 100:.0f}%' if frac is not None else 'n/a'):>4}, "
                      f"{fmt(st.get('renewals_per_lock_interval'), '.2f')} renewals per lock per interval, "
-                     f"{st.get('renewal_cpu_pct') or 0:.1f}% watchdog CPU")
+                     f"{st.get('renewal_cpu_pct') or 0:.1f}% watchdog CPU; per 5 s window: "
+                     + (" ".join(fmt(x, ".2f") for x in st.get("windows_renewals_per_interval") or [])
+                        or "n/a (held < 5 s)"))
     first = cap.get("first_loss")
     lines.append(f"  largest without a loss: {cap['largest_without_loss']:,}"
                  + (f" (the smallest step that was not kept: {first:,})" if first
@@ -1385,6 +1395,12 @@ def table(res: dict) -> str:
                      f"{r['rss_per_lock_b']:>6.0f} B | {r.get('renewal_cpu_pct', 0):>8.2f}% | "
                      f"{probe:>10} | "
                      f"{'yes' if r.get('pinned') else 'no':>6} |")
+    for key in ("big", "held_small", "held_large"):  # issue 32: the transient after acquiring
+        w = (sc.get(key) or {}).get("windows_renewals_per_interval")
+        if w:
+            lines.append(f"  {key}: renewals/lock/interval per window (5 s, or one interval when longer) from "
+                         "the first: "
+                         + " ".join(fmt(x, ".3f") for x in w))
     th = sc.get("threads", {})
     lines.append("")
     lines.append(f"(e) Threads sharing one client, C, each cycling its own lock (not pinned)")
@@ -1402,11 +1418,13 @@ def table(res: dict) -> str:
     lines += capacity_table(res)
     lines += cluster_table(res)
     lines += wave_scenarios.table(res)
+    lines += issue32.table(res)
     smoke = res.get("mode") == "smoke"
     note = " (smoke run: tiny samples on a shared machine; the verdicts say nothing about speed)" if smoke else ""
     groups = [(title, res.get(key, [])) for title, key in (
         ("Issue 13 targets", "targets13"), ("Issue 12 targets (Cluster)", "targets12"), ("Other targets", "targets"))]
     groups += wave_scenarios.targets(res)
+    groups += issue32.targets(res)
     for title, rows in groups:
         lines.append(title + note)
         lines.append(f"| {'target':<72} | {'measured':<52} | {'verdict':<7} |")
@@ -1530,11 +1548,14 @@ def machine() -> dict:
 import wave_scenarios  # noqa: E402 - issues 21-23's scenarios (bench/wave_scenarios.py)
 
 wave_scenarios.B = sys.modules[__name__]
-WAVE = ("redlock", "fair", "rwlock")
+import issue32  # noqa: E402 - issue 32's figures (bench/issue32.py)
+
+issue32.B = sys.modules[__name__]
+WAVE = ("redlock", "fair", "rwlock", "issue32")
 SCENARIOS = {"cycle": scenario_cycle, "handoff": scenario_handoff, "watchdog": scenario_watchdog,
              "many": scenario_many, "cluster": scenario_cluster, "capacity": scenario_capacity,
              "redlock": wave_scenarios.scenario_redlock, "fair": wave_scenarios.scenario_fair,
-             "rwlock": wave_scenarios.scenario_rwlock}
+             "rwlock": wave_scenarios.scenario_rwlock, "issue32": issue32.scenario_issue32}
 
 
 def main() -> int:
@@ -1598,7 +1619,10 @@ def main() -> int:
     setup_c(status)
     if any(x in only for x in ("cycle", "handoff", "watchdog") + WAVE):
         setup_python(mode, status)
-        setup_java(mode, status)
+        if only != ["issue32"]:  # issue 32 measures watchlock alone
+            setup_java(mode, status)
+        else:
+            status["redisson"] = skipped("not needed by --only issue32")
     else:  # --only many/cluster/capacity: watchlock-c alone, nothing to install
         for name in list(PY_PEERS) + ["watchlock-py", "redisson", "hiredis", "plots"]:
             status[name] = skipped("not needed by --only " + ",".join(only))
@@ -1658,7 +1682,7 @@ def main() -> int:
     res["elapsed_s"] = time.monotonic() - t_start
 
     # watchlock failures: any error in its own measurements, lost locks, overlaps.
-    for msg in wave_scenarios.failures(res):
+    for msg in wave_scenarios.failures(res) + issue32.failures(res):
         failed = True
         log(f"watchlock failure in {msg}")
     for section in SCENARIOS:

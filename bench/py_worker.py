@@ -52,10 +52,19 @@ def make_lock(lib: str, url: str, name: str):
             if not hasattr(client, "fair_lock"):
                 unsupported("client.fair_lock")
             lock = client.fair_lock(name, ttl=LEASE_S)
-        elif lib == "watchlock-sem":
+        elif lib in ("watchlock-sem", "watchlock-sem2"):
             if not hasattr(client, "semaphore"):
                 unsupported("client.semaphore")
-            lock = client.semaphore(name, permits=1, ttl=LEASE_S)
+            lock = client.semaphore(name, permits=1 if lib == "watchlock-sem" else 2, ttl=LEASE_S)
+        elif lib in ("watchlock-read", "watchlock-write"):  # issue 32: every kind's cycle
+            if not hasattr(client, "rwlock"):
+                unsupported("client.rwlock")
+            rw = client.rwlock(name)
+            lock = rw.read_lock(ttl=LEASE_S) if lib == "watchlock-read" else rw.write_lock(ttl=LEASE_S)
+        elif lib == "watchlock-multi3":  # three names on one server
+            if not hasattr(client, "multi_lock"):
+                unsupported("client.multi_lock")
+            lock = client.multi_lock([f"{name}:{i}" for i in range(3)], ttl=LEASE_S)
         else:
             raise SystemExit(f"unknown library {lib!r}")
         return (lambda: lock.acquire(blocking=True, timeout=30)), lock.release, client
