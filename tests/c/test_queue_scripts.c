@@ -345,13 +345,17 @@ static void dead_waiters(const char *name, int64_t dead)
     CHECK_EQ(after, 0);
     CHECK_EQ(holders, 1);
     q_wait_child(lc.pid, "live waiter");
-    /* every grant of a fair lock takes the next token: one grant since the release */
+    /* The queue emptied at the release with one holder: the live waiter,
+     * the only one that was queued and alive, was the one granted (a dead
+     * head granted would hold alone and leave the live waiter queued).
+     * Its token rises above the released hold's (tokens are clock-monotone,
+     * issue 29.3, so the count of grants does not show in them). */
     snprintf(key, sizeof key, "%s-live", name);
     redisReply *r = rh_command(test_server(), "LPOP %s", key);
     CHECK(r != NULL && r->type == REDIS_REPLY_STRING);
     long long token = strtoll(r->str, NULL, 10);
     freeReplyObject(r);
-    CHECK_EQ(token, fence + 1);
+    CHECK_INT(token, >, fence);
     watchlock_lock_free(h);
     watchlock_client_close(c);
 }
