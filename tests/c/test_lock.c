@@ -92,6 +92,8 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
+static long long subscribers(const char *channel);
+
 /* A waiter is woken by the release itself: with a 30 s lease on the holder,
  * it gets the lock soon after the release, not at the lease's end. */
 static void check_woken_by_release(int64_t wait_ms, const char *name)
@@ -105,7 +107,10 @@ static void check_woken_by_release(int64_t wait_ms, const char *name)
     pthread_t th;
     CHECK(pthread_create(&th, NULL, waiter_main, &w) == 0);
     WAIT_FOR(atomic_load(&w.started), 5000);
-    sleep_ms(300); /* let it block */
+    char channel[128];
+    snprintf(channel, sizeof channel, "watchlock:{%s}:released", name);
+    WAIT_FOR(subscribers(channel) >= 1, 20000); /* it waits: subscribed to the release channel */
+    CHECK_INT(subscribers(channel), >=, 1);
     CHECK_MSG(atomic_load(&w.done_at) == 0, "waiter returned %d while the lock was held", w.rc);
     int64_t released_at = now_ms();
     CHECK_OK(watchlock_lock_release(holder));

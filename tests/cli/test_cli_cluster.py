@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from cluster import RedisCluster, key_slot  # noqa: E402
 from helpers import lock_key  # noqa: E402
 from redis_server import free_port  # noqa: E402
+import waiting  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EX_WARNINGS, EX_UNAVAILABLE = 1, 69
@@ -40,12 +41,7 @@ def cli(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
 
 
 def wait_for(cond, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return waiting.wait_for(cond, what, timeout)
 
 
 @pytest.fixture(scope="module")
