@@ -40,8 +40,8 @@ def cli_exe() -> str:
     return exe
 
 
-def wait_for(cond, what: str, timeout: float = LONG):
-    return waiting.wait_for(cond, what, timeout)
+def wait_for(cond, what: str, timeout: float = LONG, interval: float = 0.02):
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 def one_error_line(stderr: str) -> str:

@@ -59,8 +59,8 @@ def acl_user(srv: RedisServer, name: str, *rules: str) -> str:
     return f"redis://{name}:pw@127.0.0.1:{srv.port}"
 
 
-def wait_for(cond, what: str, timeout: float = 30.0):
-    return waiting.wait_for(cond, what, timeout)
+def wait_for(cond, what: str, timeout: float = 30.0, interval: float = 0.02):
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 def test_safe_server_passes():

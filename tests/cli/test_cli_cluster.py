@@ -40,8 +40,8 @@ def cli(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([cli_exe(), *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def wait_for(cond, what: str, timeout: float = 60):
-    return waiting.wait_for(cond, what, timeout)
+def wait_for(cond, what: str, timeout: float = 60, interval: float = 0.02):
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 @pytest.fixture(scope="module")

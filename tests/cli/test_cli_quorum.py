@@ -32,8 +32,8 @@ def cli_exe() -> str:
     return exe
 
 
-def wait_for(cond, what: str, timeout: float = 30):
-    return waiting.wait_for(cond, what, timeout)
+def wait_for(cond, what: str, timeout: float = 30, interval: float = 0.02):
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 @pytest.fixture(scope="module")

@@ -59,8 +59,8 @@ def name(request):
     return f"cli-tls:{request.node.name}:{uuid.uuid4().hex[:8]}"
 
 
-def wait_for(cond, what: str, timeout: float = 60):
-    return waiting.wait_for(cond, what, timeout)
+def wait_for(cond, what: str, timeout: float = 60, interval: float = 0.02):
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 def test_run_and_status_over_tls(tls_server, name, tmp_path):
