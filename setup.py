@@ -27,6 +27,13 @@ needs only a C compiler and the hiredis and OpenSSL development files; it runs S
 only when there is no such wrapper (a git checkout, or an sdist whose .i
 files or header were edited).
 
+The command-line tool, the preload shim and its keeper (cli/, preload/) are
+built too, with the same core objects and hiredis, into watchlock/bin/ of
+the package; the console script `watchlock` (watchlock/_cli.py) execs
+bin/watchlock, whose `exec` finds bin/libwatchlock_preload.so beside it
+(and the shim finds bin/watchlock-keeper beside itself). auditwheel
+repairs all three with the extension.
+
 setuptools' own build directories go under build/setuptools/, beside (not
 among) the files of a CMake build in build/.
 
@@ -211,6 +218,8 @@ class BuildExt(build_ext):
         super().copy_extensions_to_source()
         shutil.copyfile(os.path.join(self.build_lib, "watchlock", "_native.py"),
                         os.path.join(ROOT, "python", "watchlock", "_native.py"))
+        shutil.copytree(os.path.join(self.build_lib, "watchlock", "bin"),
+                        os.path.join(ROOT, "python", "watchlock", "bin"), dirs_exist_ok=True)
 
     def build_extension(self, ext):
         wrapper = self.swig_generate(ext)
@@ -236,6 +245,53 @@ class BuildExt(build_ext):
             ext.extra_link_args = list(ext.extra_link_args or []) + [
                 "-Wl,--version-script=" + self.version_script(ext)]
         super().build_extension(ext)
+        self.build_programs(ext, core_objects)
+
+    def build_programs(self, ext, core_objects):
+        """The `watchlock` command, the preload shim and its keeper, as the
+        CMake install has them, into watchlock/bin/ of the package: the
+        console script `watchlock` (watchlock._cli) execs bin/watchlock,
+        whose `exec` finds bin/libwatchlock_preload.so beside itself, and
+        the shim finds bin/watchlock-keeper beside itself. The core and
+        hiredis go in statically (the objects compiled for the module), so
+        they need what the module needs: glibc and OpenSSL (which
+        auditwheel bundles for all three)."""
+        bin_dir = os.path.join(self.build_lib, "watchlock", "bin")
+        os.makedirs(bin_dir, exist_ok=True)
+        base = "" if os.path.abspath(os.getcwd()) == ROOT else ROOT
+        warnings = ["-Wall", "-Wextra", "-Wshadow", "-Wstrict-prototypes", "-Wmissing-prototypes"]
+        libs = dict(libraries=list(ext.libraries) + ["m"], library_dirs=ext.library_dirs, debug=self.debug)
+        archives = [o for o in ext.extra_objects if o.endswith(".a")]
+
+        def compile_(sources, subdir, macros, extra=()):
+            return self.compiler.compile(
+                sources, output_dir=os.path.join(self.build_temp, subdir),
+                macros=[("_GNU_SOURCE", None)] + macros,
+                include_dirs=[os.path.join(ROOT, "core", "include"), os.path.join(ROOT, "cli"),
+                              os.path.join(ROOT, "preload")],
+                extra_postargs=["-std=c11", "-pthread"] + warnings + list(extra),
+                debug=self.debug,
+                depends=[os.path.join(ROOT, HEADER)] + glob.glob(os.path.join(ROOT, "cli", "*.h"))
+                + glob.glob(os.path.join(ROOT, "preload", "*.h")))
+
+        # The shim and the keeper sit beside the CLI: "." for both lookups.
+        cli_objects = compile_(sorted(glob.glob(os.path.join(base, "cli", "*.c"))), "cli",
+                               [("WATCHLOCK_BIN_TO_LIB", '"."')])
+        self.compiler.link_executable(cli_objects + core_objects + archives, "watchlock",
+                                      output_dir=bin_dir, extra_postargs=["-pthread"], **libs)
+        config = compile_([os.path.join(base, "preload", "config.c")], "preload", [],
+                          ["-fvisibility=hidden"])
+        keeper = compile_([os.path.join(base, "preload", "keeper.c")], "preload", [])
+        self.compiler.link_executable(keeper + config + core_objects + archives, "watchlock-keeper",
+                                      output_dir=bin_dir, extra_postargs=["-pthread"], **libs)
+        shim = compile_([os.path.join(base, "preload", "shim.c")], "preload",
+                        [("WLP_KEEPER_REL", '"."')], ["-fvisibility=hidden"])
+        # Linked by the plain C driver, not Python's LDSHARED: no rpath of
+        # this Python's lib directory in a library preloaded into any program.
+        self.compiler.link_executable(shim + config, "libwatchlock_preload.so", output_dir=bin_dir,
+                                      libraries=["dl"], extra_preargs=["-shared"],
+                                      extra_postargs=["-pthread"], debug=self.debug)
+        note("built bin/watchlock, bin/watchlock-keeper and bin/libwatchlock_preload.so")
 
     def link_hiredis(self, ext):
         """Links libhiredis.a into the module when there is one (after the
@@ -299,6 +355,8 @@ setup(
     packages=["watchlock"],
     package_data={"watchlock": ["py.typed", "*.pyi"]},
     ext_modules=[native],
+    # `watchlock` on PATH: execs the CLI built into watchlock/bin/ (BuildExt.build_programs).
+    entry_points={"console_scripts": ["watchlock = watchlock._cli:main"]},
     cmdclass={"build_ext": BuildExt, "sdist": SDist},
     # Not build/ itself: that is where CMake builds (README), and setuptools'
     # lib.*, temp.* and bdist.* directories do not belong among its files.

@@ -92,6 +92,9 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
+static long long subscribers(const char *channel);
+static long long subscribers_n(const char *channel, size_t len);
+
 /* A waiter is woken by the release itself: with a 30 s lease on the holder,
  * it gets the lock soon after the release, not at the lease's end. */
 static void check_woken_by_release(int64_t wait_ms, const char *name)
@@ -105,7 +108,10 @@ static void check_woken_by_release(int64_t wait_ms, const char *name)
     pthread_t th;
     CHECK(pthread_create(&th, NULL, waiter_main, &w) == 0);
     WAIT_FOR(atomic_load(&w.started), 5000);
-    sleep_ms(300); /* let it block */
+    char channel[128];
+    snprintf(channel, sizeof channel, "watchlock:{%s}:released", name);
+    WAIT_FOR(subscribers(channel) >= 1, 20000); /* it waits: subscribed to the release channel */
+    CHECK_INT(subscribers(channel), >=, 1);
     CHECK_MSG(atomic_load(&w.done_at) == 0, "waiter returned %d while the lock was held", w.rc);
     int64_t released_at = now_ms();
     CHECK_OK(watchlock_lock_release(holder));
@@ -146,7 +152,9 @@ static void test_binary_name_waiter_woken(void)
     pthread_t th;
     CHECK(pthread_create(&th, NULL, waiter_main, &w) == 0);
     WAIT_FOR(atomic_load(&w.started), 5000);
-    sleep_ms(300);
+    static const char channel[] = "watchlock:{bin\0%7Bwake%7D}:released"; /* core/src/proto/keys.c */
+    WAIT_FOR(subscribers_n(channel, sizeof channel - 1) >= 1, 20000); /* it waits: subscribed */
+    CHECK_INT(subscribers_n(channel, sizeof channel - 1), >=, 1);
     CHECK(atomic_load(&w.done_at) == 0);
     int64_t released_at = now_ms();
     CHECK_OK(watchlock_lock_release(holder));
@@ -1044,6 +1052,14 @@ static void test_abandon_while_renewing(void)
     WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS) == 0, 5000);
     CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_HELD_LOCKS), 0);
     watchlock_client_close(c);
+}
+
+static long long subscribers_n(const char *channel, size_t len)
+{
+    redisReply *r = rh_command(test_server(), "PUBSUB NUMSUB %b", channel, len);
+    long long n = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : -1;
+    freeReplyObject(r);
+    return n;
 }
 
 static long long subscribers(const char *channel)

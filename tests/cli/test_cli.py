@@ -25,6 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 from redis_server import RedisServer, free_port  # noqa: E402
+import waiting  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 LONG = 120  # seconds: upper bound for anything that should take well under one
@@ -40,13 +41,7 @@ def cli_exe() -> str:
 
 
 def wait_for(cond, what: str, timeout: float = LONG, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 def one_error_line(stderr: str) -> str:

@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 from redis_server import RedisServer, free_port  # noqa: E402
+import waiting  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EX_WARNINGS, EX_USAGE, EX_UNAVAILABLE = 1, 64, 69
@@ -58,13 +59,8 @@ def acl_user(srv: RedisServer, name: str, *rules: str) -> str:
     return f"redis://{name}:pw@127.0.0.1:{srv.port}"
 
 
-def wait_for(cond, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait_for(cond, what: str, timeout: float = 30.0, interval: float = 0.02):
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 def test_safe_server_passes():

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from cluster import RedisCluster, key_slot  # noqa: E402
 from helpers import lock_key  # noqa: E402
 from redis_server import free_port  # noqa: E402
+import waiting  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EX_WARNINGS, EX_UNAVAILABLE = 1, 69
@@ -39,13 +40,8 @@ def cli(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([cli_exe(), *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def wait_for(cond, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait_for(cond, what: str, timeout: float = 60, interval: float = 0.02):
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 from quorum import Quorum  # noqa: E402
+import waiting  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EX_FREE, EX_USAGE, EX_UNAVAILABLE, EX_TEMPFAIL, EX_LOCK_LOST = 1, 64, 69, 75, 79
@@ -32,13 +33,7 @@ def cli_exe() -> str:
 
 
 def wait_for(cond, what: str, timeout: float = 30, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 from redis_server import RedisServer  # noqa: E402
 from tls import make_certs  # noqa: E402
+import waiting  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EX_WARNINGS, EX_USAGE, EX_UNAVAILABLE = 1, 64, 69
@@ -58,13 +59,8 @@ def name(request):
     return f"cli-tls:{request.node.name}:{uuid.uuid4().hex[:8]}"
 
 
-def wait_for(cond, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait_for(cond, what: str, timeout: float = 60, interval: float = 0.02):
+    return waiting.wait_for(cond, what, timeout, interval)
 
 
 def test_run_and_status_over_tls(tls_server, name, tmp_path):

@@ -21,6 +21,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from proxy import Proxy, control  # noqa: E402
+import waiting  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LONG = os.environ.get("WATCHLOCK_PRELOAD_LONG") == "1"
@@ -41,12 +42,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for unshar
 
 
 def wait_for(pred, timeout=20.0, interval=0.005):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
+    return waiting.wait_for(pred, timeout=timeout, interval=interval)
 
 
 class Host:

@@ -28,14 +28,7 @@ def name(request):
     return f"pytest:{request.node.name}:{uuid.uuid4().hex[:8]}"
 
 
-def wait_for(predicate, timeout=20.0, interval=0.01):
-    """Waits for a condition instead of sleeping a fixed time; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
+from waiting import wait_for  # noqa: E402,F401 - the one helper (tests/harness/waiting.py); tests import it from here
 
 
 def pytest_configure(config):

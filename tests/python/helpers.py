@@ -48,3 +48,10 @@ def watch_holder(lock, token: bytes, read_new: Callable[[], object], seconds: fl
             mismatch_since = None
         time.sleep(0.02)
     return "lost" if lock.lost else "kept"
+
+
+def release_subscribers(server, name: str | bytes) -> int:
+    """PUBSUB NUMSUB of a lock's release channel on server: >= 1 once a
+    waiter of the name waits (subscribed), the state a test waits for
+    instead of sleeping ("let it block")."""
+    return server.command("PUBSUB", "NUMSUB", lock_key(name) + b":released")[1]

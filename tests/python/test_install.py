@@ -26,6 +26,8 @@ import zipfile
 
 import pytest
 
+from conftest import wait_for
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SHIPPED_NOTE = "using the SWIG wrapper shipped in the sdist"
 
@@ -317,3 +319,72 @@ def test_manylinux_wheel_takes_a_tls_lock_in_a_fresh_venv(fresh_venv, tmp_path, 
     site = os.path.dirname(os.path.dirname(fresh_venv))
     ours = [m for m in mapped if m.startswith(site) and "/watchlock.libs/libssl-" in m]
     assert ours, mapped   # the bundled libssl is the one the extension loaded
+
+
+# ---- the CLI and the preload shim from the wheel (issue 31.2) --------------------------------
+
+def venv_cli_env(fresh_venv, **extra):
+    """clean_env() with only the fresh venv's bin/ and the system's own
+    directories on PATH: `watchlock` can only be the wheel's console script."""
+    env = clean_env(**extra)
+    env.pop("WATCHLOCK_CLI", None)
+    env.pop("WATCHLOCK_PRELOAD_LIB", None)
+    env["PATH"] = os.pathsep.join([os.path.dirname(fresh_venv), "/usr/bin", "/bin"])
+    return env
+
+
+def test_wheel_puts_the_cli_and_the_shim_in_the_package(manylinux_wheel, fresh_venv):
+    """The console script `watchlock`, and bin/ of the package with the CLI,
+    the shim and its keeper, which need only glibc and the wheel's own
+    OpenSSL (no libwatchlock, no libhiredis from the system)."""
+    bin_dir = os.path.dirname(fresh_venv)
+    assert os.access(os.path.join(bin_dir, "watchlock"), os.X_OK)
+    (pkg_bin,) = glob.glob(os.path.join(os.path.dirname(bin_dir), "lib", "python3*", "site-packages",
+                                        "watchlock", "bin"))
+    assert sorted(os.listdir(pkg_bin)) == ["libwatchlock_preload.so", "watchlock", "watchlock-keeper"]
+    if shutil.which("ldd"):
+        for exe in os.listdir(pkg_bin):
+            ldd = subprocess.run(["ldd", os.path.join(pkg_bin, exe)], capture_output=True, text=True,
+                                 env=clean_env()).stdout
+            assert "not found" not in ldd and "hiredis" not in ldd and "libwatchlock.so" not in ldd, ldd
+    out = subprocess.run(["watchlock", "--version"], env=venv_cli_env(fresh_venv), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("watchlock "), out.stdout + out.stderr
+
+
+def test_wheel_cli_runs_status_and_exec_flock_in_a_fresh_venv(fresh_venv, redis_url, name, tmp_path):
+    """`watchlock run`, `status` and `exec -- flock` from the wheel alone, as
+    after a CMake install: run holds the lock while its command runs and
+    passes its exit status; status sees the hold (0) and its end (1); exec
+    finds the shim inside the package, and flock(1) under it takes the
+    distributed lock named after the file, which `run -n` then cannot have (75)."""
+    env = venv_cli_env(fresh_venv, WATCHLOCK_URL=redis_url)
+
+    def cli(*args, **kw):
+        return subprocess.run(["watchlock", *args], env=env, capture_output=True, text=True,
+                              timeout=120, **kw)
+
+    # run: the command runs under the lock (status from inside it says held), exit status passed on
+    out = cli("run", "--ttl", "10s", name, "--", "sh", "-c", 'watchlock status "$1"; exit 7', "sh", name)
+    assert out.returncode == 7, out.stdout + out.stderr
+    assert cli("status", name).returncode == 1  # released when the command exited
+
+    # exec -- flock: the shim (found in the package) takes the distributed lock
+    lock_file = str(tmp_path / "job.lock")
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    holder = subprocess.Popen(["watchlock", "exec", "--paths", str(tmp_path / "*.lock"), "--log", "stderr",
+                               "--", "flock", "-n", lock_file, "-c", f"echo held; cat {gate} >/dev/null"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held", holder.stderr.read() if holder.poll() else ""
+        held = cli("status", lock_file)
+        assert held.returncode == 0, held.stdout + held.stderr  # the Redis lock of the path is held
+        taken = cli("run", "-n", lock_file, "--", "true")
+        assert taken.returncode == 75, taken.stdout + taken.stderr
+    finally:
+        with open(gate, "w"):
+            pass  # lets `cat` finish: flock releases, the keeper drops the Redis lock
+        holder.communicate(timeout=60)
+    assert holder.returncode == 0, holder.stderr
+    wait_for(lambda: cli("status", lock_file).returncode == 1, "the Redis lock to go with the flock", 60)

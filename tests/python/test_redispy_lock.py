@@ -19,6 +19,7 @@ own module clock.
 """
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
 import subprocess
@@ -83,7 +84,10 @@ def fetch_upstream() -> Path:
     return pkg
 
 
-sys.path.insert(0, str(fetch_upstream().parent))
+WORK.mkdir(parents=True, exist_ok=True)
+with open(WORK / "fetch.lock", "w") as _fetch_lock:  # pytest-xdist's workers all collect this file at once
+    fcntl.flock(_fetch_lock, fcntl.LOCK_EX)
+    sys.path.insert(0, str(fetch_upstream().parent))
 upstream = importlib.import_module("redispy_tests.test_lock")
 
 #: upstream test -> why it cannot pass against another lock implementation

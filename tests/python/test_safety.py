@@ -42,7 +42,8 @@ def test_main_thread_wait_sends_no_acquire_per_slice(fresh_redis, name):
         assert sent <= 3, f"{sent} acquire scripts for one 2 s wait"
         # The kept wait still wakes at the release, at once.
         done = threading.Event()
-        threading.Timer(0.3, lambda: (holder.release(), done.set())).start()
+        # done is set before the release: the woken waiter may run before the timer thread does again
+        threading.Timer(0.3, lambda: (done.set(), holder.release())).start()
         t1 = time.monotonic()
         assert waiter.acquire(timeout=10.0) is True
         assert done.is_set()

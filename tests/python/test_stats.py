@@ -14,15 +14,13 @@ import pytest
 
 import watchlock
 from proxy import Proxy  # tests/harness (on sys.path via conftest)
+from waiting import wait_for
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "python.md"
 
 
 def wait_until(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
+    wait_for(cond, "the condition", timeout)
 
 
 def test_histogram_shape(client):

@@ -9,7 +9,7 @@ import pytest
 
 import watchlock
 from conftest import wait_for
-from helpers import RedisAt
+from helpers import RedisAt, release_subscribers
 
 
 def test_blocked_acquire_releases_the_gil(client, name):
@@ -52,7 +52,7 @@ def test_blocked_acquire_releases_the_gil(client, name):
     assert result == {"acquired": True}
 
 
-def test_waiter_is_woken_by_release(client, name):
+def test_waiter_is_woken_by_release(client, name, redis_server):
     holder = client.lock(name, ttl=60)
     holder.acquire()
     got = threading.Event()
@@ -63,7 +63,7 @@ def test_waiter_is_woken_by_release(client, name):
 
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.2)
+    assert wait_for(lambda: release_subscribers(redis_server, name) >= 1, timeout=30)  # it waits
     assert not got.is_set()
     holder.release()
     # Woken by the release (pub/sub), not by the 60 s lease running out.
@@ -223,7 +223,7 @@ def test_unconfirmed_release_lets_other_threads_take_a_shared_lock(fresh_redis, 
             assert not shared.locked()
 
 
-def test_releasing_an_unheld_shared_lock_keeps_its_waiters_apart(client, name):
+def test_releasing_an_unheld_shared_lock_keeps_its_waiters_apart(client, name, redis_server):
     """A release() that finds nothing held (LockNotOwnedError) while a thread
     waits in the core for the shared Lock must not let a second thread into
     the core's acquire too: the handle would then count both as holders."""
@@ -241,7 +241,7 @@ def test_releasing_an_unheld_shared_lock_keeps_its_waiters_apart(client, name):
 
     a = threading.Thread(target=worker, args=("a",))
     a.start()
-    time.sleep(0.3)  # a waits in the core
+    assert wait_for(lambda: release_subscribers(redis_server, name) >= 1, timeout=30)  # a waits in the core
     with pytest.raises(watchlock.LockNotOwnedError):
         shared.release()
     b = threading.Thread(target=worker, args=("b",))
