@@ -203,6 +203,7 @@ class Hold:
         self.clean = False       # ended by release/close (so the server is free of it)
         self.cut: Optional[float] = None  # restart/force-release: must be LOST (or end) within a lease
         self.frozen_at: Optional[float] = None
+        self.gone = False        # a later exclusive grant on its names shows the server is free of it
 
     def close_belief(self, t: float) -> None:
         seg = self.segments[-1]
@@ -222,7 +223,7 @@ class Model(RuleBasedStateMachine):
         self.holds: Dict[tuple, Hold] = {}
         self.tokens: List[tuple] = []   # (test-side arrival time, names, token)
         self.names: List[str] = []
-        self.abnormal = False           # a fault happened: hand-off promptness no longer checked
+        self.dirty: set = set()         # names where a fault may delay a hand-off by design (not checked)
         self.restarted_member = False
         self.admin: Optional[watchlock.Client] = None
         self.placement = "single"
@@ -249,6 +250,10 @@ class Model(RuleBasedStateMachine):
             self.holds[(a.idx, a.proc.pid, ev["hold"])] = h
             a.state, a.hold = "holding", ev["hold"]
             self.check_token(h)
+            if self.group in ("plain", "fair", "multi") or h.side == "w":
+                for old in self.holds.values():
+                    if old is not h and set(old.names) <= set(h.names):
+                        old.gone = True
         elif e == "failed":
             a.state = "idle"
         elif e in ("end", "lost"):
@@ -257,7 +262,7 @@ class Model(RuleBasedStateMachine):
                 h.close_belief(ev["t"])
                 if e == "lost":
                     h.lost = True
-                    self.abnormal = True
+                    self.dirty.update(h.names)
                 elif ev.get("why") in ("release", "close"):
                     h.clean = True
             if e == "end" or (e == "lost" and a.hold == ev["hold"]):
@@ -292,10 +297,20 @@ class Model(RuleBasedStateMachine):
         return self.holds.get((a.idx, a.proc.pid, a.hold))
 
     # ---- verbs
+    def pick(self, i: int, pred) -> Optional[Actor]:
+        """The i-th (mod) actor for which pred holds: rules draw among the eligible ones."""
+        self.drain()
+        ok = [a for a in self.actors if pred(a)]
+        return ok[i % len(ok)] if ok else None
+
+    def can(pred):  # noqa: N805 - a precondition factory
+        return precondition(lambda self: bool(self.actors) and any(pred(self, a) for a in self.actors))
+
+    @can(lambda self, a: self.live(a) and a.state == "idle")
     @rule(i=st.integers(0, 2), wait=st.sampled_from([0, 0, 200, -1, -1]), k=st.integers(1, 2))
     def acquire(self, i: int, wait: int, k: int) -> None:
-        a = self.actors[i]
-        if not self.live(a) or a.state != "idle":
+        a = self.pick(i, lambda a: self.live(a) and a.state == "idle")
+        if a is None:
             return
         a.k = k if a.kind.startswith("sem") else 1
         a.pending_sent = time.monotonic()
@@ -329,43 +344,46 @@ class Model(RuleBasedStateMachine):
         ev = self.call(a, op, **kw)
         if op in ("close", "drop"):
             a.state = "idle" if a.state != "waiting" else a.state
-        if op == "drop" and h is not None:
-            self.abnormal = True  # the dropped hold stays until its lease ends (by design)
         if waiters and ev["ev"] == "done":
             self.check_handoff(a, op, waiters)
 
+    @can(lambda self, a: self.live(a) and a.state == "holding")
     @rule(i=st.integers(0, 2))
     def release(self, i: int) -> None:
-        a = self.actors[i]
-        if self.live(a) and a.state == "holding":
+        a = self.pick(i, lambda a: self.live(a) and a.state == "holding")
+        if a is not None:
             self._end_verb(a, "release")
 
+    @can(lambda self, a: self.live(a) and a.state in ("holding", "idle"))
     @rule(i=st.integers(0, 2))
     def close(self, i: int) -> None:
-        a = self.actors[i]
-        if self.live(a) and a.state in ("holding", "idle"):
+        a = self.pick(i, lambda a: self.live(a) and a.state in ("holding", "idle"))
+        if a is not None:
             self._end_verb(a, "close")
 
+    @can(lambda self, a: self.live(a) and a.state in ("holding", "idle"))
     @rule(i=st.integers(0, 2))
     def drop(self, i: int) -> None:
-        a = self.actors[i]
-        if self.live(a) and a.state in ("holding", "idle"):
+        a = self.pick(i, lambda a: self.live(a) and a.state in ("holding", "idle"))
+        if a is not None:
             self._end_verb(a, "drop")
 
+    @can(lambda self, a: self.live(a) and a.state == "holding")
     @rule(i=st.integers(0, 2), ttl=st.sampled_from([None, LEASE / 2, LEASE]))
     def extend(self, i: int, ttl) -> None:
-        a = self.actors[i]
-        if self.live(a) and a.state == "holding":
+        a = self.pick(i, lambda a: self.live(a) and a.state == "holding")
+        if a is not None:
             if ttl is None:
                 self.call(a, "extend")
             else:
                 self.call(a, "set_lease", ttl=ttl)
 
+    @can(lambda self, a: self.live(a) and a.kind == "write" and a.state == "holding")
     @rule(i=st.integers(0, 2))
     def downgrade(self, i: int) -> None:
-        a = self.actors[i]
-        h = self.holding(a)
-        if self.live(a) and a.kind == "write" and h is not None and h.side == "w" and h.believed:
+        a = self.pick(i, lambda a: self.live(a) and a.kind == "write" and a.state == "holding")
+        h = self.holding(a) if a is not None else None
+        if h is not None and h.side == "w" and h.believed:
             t = time.monotonic()
             ev = self.call(a, "downgrade")
             if ev["ev"] == "done":
@@ -383,24 +401,27 @@ class Model(RuleBasedStateMachine):
             return
         self.cut_holds(lambda h: name in h.names, t)
 
+    @can(lambda self, a: self.live(a))
     @rule(i=st.integers(0, 2))
     def sigstop(self, i: int) -> None:
-        a = self.actors[i]
-        if a.state != "dead" and not a.stopped:
+        a = self.pick(i, lambda a: self.live(a))
+        if a is not None:
+            if a.state == "waiting":
+                self.dirty.update(a.names)  # its queue place lives on: a hand-off may go to it
             self.drain()
             t = time.monotonic()
             os.kill(a.proc.pid, signal.SIGSTOP)
             a.stopped = True
-            self.abnormal = True
             for h in self.holds.values():
                 if h.actor is a and h.believed:
                     h.close_belief(t)
                     h.frozen_at = t
 
+    @can(lambda self, a: a.stopped and a.state != "dead")
     @rule(i=st.integers(0, 2), let_expire=st.booleans())
     def sigcont(self, i: int, let_expire: bool) -> None:
-        a = self.actors[i]
-        if not a.stopped or a.state == "dead":
+        a = self.pick(i, lambda a: a.stopped and a.state != "dead")
+        if a is None:
             return
         frozen = [h for h in self.holds.values() if h.actor is a and h.frozen_at is not None and not h.lost]
         if let_expire and frozen:
@@ -440,15 +461,16 @@ class Model(RuleBasedStateMachine):
             return True  # conservative: with 2 permits a take-over may not conflict; expect_lost only checks
         return not (a == "r" and b == "r")
 
+    @can(lambda self, a: a.state != "dead")
     @rule(i=st.integers(0, 2))
     def sigkill(self, i: int) -> None:
-        a = self.actors[i]
-        if a.state == "dead":
+        a = self.pick(i, lambda a: a.state != "dead")
+        if a is None:
             return
-        self.drain()
         t = time.monotonic()
+        if a.state == "waiting":
+            self.dirty.update(a.names)  # its queue place lives on until its liveness lease ends
         a.kill()
-        self.abnormal = True
         for h in self.holds.values():
             if h.actor is a:
                 h.close_belief(t)
@@ -459,7 +481,7 @@ class Model(RuleBasedStateMachine):
     def restart(self, member: int) -> None:
         self.drain()
         t = time.monotonic()
-        self.abnormal = True
+        self.dirty.update(self.names)  # waiters re-subscribe / the member sits out a lease
         if self.placement == "single":
             WORLD.single.restart()  # empty: every hold is gone from the server (not promised: doomed)
             self.cut_holds(lambda h: True, t)
@@ -474,8 +496,6 @@ class Model(RuleBasedStateMachine):
     @rule(ms=st.sampled_from([0, LEASE * 1000 / 30, LEASE * 1000 / 12]))
     def delay(self, ms: float) -> None:
         WORLD.proxy.delay(up_ms=ms / 2, down_ms=ms / 2)
-        if ms:
-            self.abnormal = True
 
     # ---- helpers of the rules
     def cut_holds(self, pred, t: float) -> None:
@@ -484,7 +504,6 @@ class Model(RuleBasedStateMachine):
             if pred(h) and h.actor.state != "dead" and (h.believed or h.frozen_at is not None) and not h.lost:
                 h.close_belief(t)
                 h.cut = t
-                self.abnormal = True
 
     def expect_lost(self, h: Hold, why: str) -> None:
         if "lost_after_cut" in OFF:
@@ -503,14 +522,14 @@ class Model(RuleBasedStateMachine):
         for h in self.holds.values():
             if h is besides or not set(h.names) & set(names):
                 continue
-            if h.clean or (h.cut is not None and self.placement == "single"):
+            if h.clean or h.cut is not None or h.gone:
                 continue
             return True
         return False
 
     def expected_handoff(self, a: Actor, h: Optional[Hold]) -> List[Actor]:
         """The waiters that should get the name promptly once a's hold ends."""
-        if h is None or self.abnormal or "handoff" in OFF:
+        if h is None or set(h.names) & self.dirty or "handoff" in OFF:
             return []
         waiters = [w for w in self.actors if w is not a and w.state == "waiting" and set(w.names) & set(h.names)]
         if not waiters or any(not self.live(w) for w in waiters):
