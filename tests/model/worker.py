@@ -10,7 +10,8 @@ one name except for multi). Commands ({"op": ...}):
   acquire {wait: ms (-1 forever, 0 try once), k}: in a thread; replies
           "got" {hold, token, t} or "failed"; a wait that can block prints
           "waiting" first.
-  release | extend | set_lease {ttl} | downgrade: inline; reply "done" or "error".
+  release | extend | set_lease {ttl} | downgrade | inspect (client.inspect of
+          the first name): inline; reply "done" or "error".
   close:  closes the client (its holds are released), opens a new one.
   drop:   drops the handle without releasing (garbage-collected), makes a new one.
   state:  "state" {owned, lost, hold}.
@@ -122,6 +123,8 @@ class Worker:
                 self.lock.extend()
             elif op == "set_lease":
                 self.lock.extend(ttl=cmd["ttl"])
+            elif op == "inspect":
+                self.client.inspect(self.names[0])
             elif op == "downgrade":
                 self.lock.downgrade()
             elif op == "close":
