@@ -530,7 +530,10 @@ class Model(RuleBasedStateMachine):
     def cut_holds(self, pred, t: float) -> None:
         self.drain()
         for h in self.holds.values():
-            if pred(h) and h.actor.state != "dead" and (h.believed or h.frozen_at is not None) and not h.lost:
+            # only holds granted before the cut: a waiter woken by the force-release's own
+            # publish holds a new key, which nothing cuts
+            if pred(h) and h.segments[0][0] < t and h.actor.state != "dead" \
+                    and (h.believed or h.frozen_at is not None) and not h.lost:
                 h.close_belief(t)
                 h.cut = t
 
