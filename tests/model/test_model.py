@@ -65,7 +65,7 @@ import watchlock  # noqa: E402
 LEASE = float(os.environ.get("WATCHLOCK_MODEL_LEASE", "3.0"))  # s; hand-off bound is half of it
 LONG = os.environ.get("WATCHLOCK_MODEL_LONG", "") not in ("", "0")
 EXAMPLES = int(os.environ.get("WATCHLOCK_MODEL_EXAMPLES", "40" if LONG else "3"))  # per kind x placement
-STEPS = int(os.environ.get("WATCHLOCK_MODEL_STEPS", "30" if LONG else "12"))
+STEPS = int(os.environ.get("WATCHLOCK_MODEL_STEPS", "30" if LONG else "10"))
 SEED = int(os.environ.get("WATCHLOCK_MODEL_SEED") or random.SystemRandom().randrange(1 << 32))
 SHRINK = os.environ.get("WATCHLOCK_MODEL_SHRINK", "") not in ("", "0")
 PLACEMENTS = os.environ.get("WATCHLOCK_MODEL_PLACEMENTS", "single,quorum").split(",")
