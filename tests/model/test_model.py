@@ -784,3 +784,60 @@ def test_model(world, placement: str, group: str) -> None:
         run_state_machine_as_test(machine, settings=conf)
         return
     hyp_seed(run_seed)(get_state_machine_test(machine, settings=conf))()
+
+
+# ---------------------------------------------------------------- fixed sequences
+# The shapes of issue 29's defects as fixed step sequences of the same model (the
+# random run may take long to draw them): each passed on the fixed main and failed
+# on the old one (efce99b), as the comment says.
+def _shape_29_11(m: Model) -> None:
+    # a fair hold closed (client.close) while a waiter waits: the old close used the plain
+    # release script, the queue never learnt and the waiter waited the whole lease
+    m.setup("single", "fair")
+    m.acquire(0, 0, 1)
+    m.acquire(0, -1, 1)  # the first idle worker (1) waits
+    m.close(0)
+
+
+def _shape_29_9(m: Model) -> None:
+    # a writer downgrades and releases, a reader takes a share, the same write handle acquires:
+    # the old handle had become a reader for good and took a read share beside the reader
+    # (its token not above the reader's; two holds believed, one of them a writer)
+    m.setup("single", "rw")
+    m.acquire(0, 0, 1)
+    m.downgrade(0)
+    m.release(0)
+    m.acquire(2, 0, 1)  # the reader (worker 2)
+    m.acquire(0, 0, 1)  # writer 0: must fail (a reader holds), not share
+    m.exclusion()
+
+
+def _shape_29_1(m: Model) -> None:
+    # two of three quorum members restarted empty; another client inspects (the old inspect
+    # opened member connections without the restart check and pooled them) and acquires:
+    # the old one counted both restarted members and held beside worker 0
+    m.setup("quorum", "plain")
+    m.acquire(0, 0, 1)
+    m.inspect(2)
+    m.restart(0)
+    m.restart(1)
+    m.inspect(2)
+    m.acquire(1, 0, 1)  # the idle workers are 1 and 2: worker 2 tries once
+    m.exclusion()
+    m.server_state()
+
+
+SHAPES = {"29.11-fair-close": (_shape_29_11, "single"), "29.9-downgrade": (_shape_29_9, "single"),
+          "29.1-inspect-restart": (_shape_29_1, "quorum")}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_shape(world, shape: str) -> None:
+    fn, placement = SHAPES[shape]
+    if placement not in PLACEMENTS:
+        pytest.skip(f"placement {placement} not in WATCHLOCK_MODEL_PLACEMENTS")
+    m = Model()
+    try:
+        fn(m)
+    finally:
+        m.teardown()
