@@ -365,6 +365,7 @@ class Model(RuleBasedStateMachine):
         ev = self.call(a, op, **kw)
         if op in ("close", "drop"):
             a.state = "idle" if a.state != "waiting" else a.state
+            a.hold = None  # a new handle: the old hold is no longer this worker's to report
         if waiters and ev["ev"] == "done":
             self.check_handoff(a, op, waiters)
 

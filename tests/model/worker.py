@@ -49,6 +49,7 @@ class Worker:
         self.mu = threading.Lock()
         self.hold = 0          # id of the current (or last) hold of this process
         self.holding = False
+        self.fresh = True      # the handle never acquired (a new one after close/drop)
         self.client = watchlock.Client()
         self.lock = self.make()
 
@@ -93,6 +94,7 @@ class Worker:
         with self.mu:
             self.hold += 1
             self.holding = True
+            self.fresh = False
             hold = self.hold
         t = time.monotonic()
         try:
@@ -113,7 +115,7 @@ class Worker:
             threading.Thread(target=self.acquire, args=(cmd.get("wait", 0), cmd.get("k", 1)), daemon=True).start()
             return
         if op == "state":
-            emit("state", owned=self.lock.owned(), lost=self.lock.lost, hold=self.hold)
+            emit("state", owned=self.lock.owned(), lost=self.lock.lost, hold=None if self.fresh else self.hold)
             return
         try:
             if op == "release":
@@ -132,11 +134,13 @@ class Worker:
                 self.client.close()
                 self.client = watchlock.Client()
                 self.lock = self.make()
+                self.fresh = True
             elif op == "drop":
                 self.end("drop")
                 self.lock = None
                 gc.collect()
                 self.lock = self.make()
+                self.fresh = True
             else:
                 raise SystemExit(f"unknown op {op}")
         except watchlock.Error as e:
