@@ -51,7 +51,7 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, Phase, seed as hyp_seed, settings, strategies as st  # noqa: E402
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,  # noqa: E402
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant,  # noqa: E402
                                  rule, run_state_machine_as_test)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,9 +73,10 @@ PLACEMENTS = os.environ.get("WATCHLOCK_MODEL_PLACEMENTS", "single,quorum").split
 OFF = set(filter(None, os.environ.get("WATCHLOCK_MODEL_OFF", "").split(",")))
 #: rules whose defect class is still being fixed on main (issue 29 branches not merged yet):
 #: kept out of the short run unless WATCHLOCK_MODEL_ALL=1. Empty: every rule runs.
+#: invariant names as in OFF; none is needed on main today (every invariant passed its runs)
 KNOWN_OPEN: set = set()
-if os.environ.get("WATCHLOCK_MODEL_ALL", "") not in ("", "0"):
-    KNOWN_OPEN = set()
+if os.environ.get("WATCHLOCK_MODEL_ALL", "") in ("", "0"):
+    OFF |= KNOWN_OPEN
 WAIT_LIMIT = 30.0 + 10 * LEASE  # a generous bound for a synchronous step (not a timing assertion)
 
 GROUPS = {  # kind group -> worker kinds (the names of each: index into the example's names)
@@ -85,7 +86,7 @@ GROUPS = {  # kind group -> worker kinds (the names of each: index into the exam
     "rw": [("write", [0]), ("write", [0]), ("read", [0])],
     "multi": [("multi", [0, 1]), ("plain", [0]), ("plain", [1])],
 }
-QUORUM_GROUPS = ["plain"]
+QUORUM_GROUPS = ["plain"]  # multi and rw join when issue 30 item 3 lets them on a quorum
 
 
 # ---------------------------------------------------------------- the world
@@ -408,7 +409,7 @@ class Model(RuleBasedStateMachine):
                 h.segments.append([t, None, "r"])
                 h.side = "r"
 
-    @rule(fault=st.sampled_from(["force_release", "sigstop", "sigcont", "sigcont", "sigkill", "restart", "delay"]),
+    @rule(fault=st.sampled_from(["force_release", "sigstop", "sigcont", "sigkill", "restart", "delay"]),
           i=st.integers(0, 2), flag=st.booleans(), ms=st.sampled_from([0, LEASE * 1000 / 30, LEASE * 1000 / 12]))
     def fault(self, fault: str, i: int, flag: bool, ms: float) -> None:
         """One rule for every fault, so that faults are about one step in seven (the verbs' own
@@ -661,8 +662,6 @@ class Model(RuleBasedStateMachine):
                     values.append(WORLD.quorum.get(i, key))
                 except OSError:
                     values.append(None)
-            for v in set(values) - {None}:
-                pass  # at most one token on a majority of members
             majority = [v for v in set(values) - {None} if values.count(v) >= 2]
             assert len(majority) <= 1, f"quorum: two tokens on majorities of {self.names[0]}: {values}"
 
