@@ -27,7 +27,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple, TypeVar
 
 from . import _native
-from ._lock import _UNSET, Lock
+from ._lock import UNSET as _UNSET, Lock
 from ._util import OK, Duration, Name, fmt_name, raise_status
 
 if TYPE_CHECKING:

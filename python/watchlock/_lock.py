@@ -76,6 +76,22 @@ log = logging.getLogger("watchlock")
 OnLost = Union[None, str, Callable[["Lock", LostReason], object]]
 
 
+
+def use_redis_py_keys(lock: "Lock", no_expiry: bool) -> int:
+    """redis_compat's lock: the key named like the lock holds the token (the
+    core's name layout, WATCHLOCK_KEYS_NAME), with no expiry if asked (as
+    redis-py's timeout=None). A status, before the handle's first hold."""
+    st = _native.lock_set_key_layout(lock._h, _native.WATCHLOCK_KEYS_NAME)
+    if st == OK and no_expiry:
+        st = _native.lock_set_no_expiry(lock._h, 1)
+    return int(st)
+
+
+def set_hold_token(lock: "Lock", text: str) -> int:
+    """The token of the lock's next hold (redis-py's acquire(token=...)): a status."""
+    return int(_native.lock_set_token(lock._h, text))
+
+
 class LockOptions(TypedDict, total=False):
     """The keyword options of :meth:`Client.lock`, synchronized() and watchlock.lock()."""
     ttl: Optional[Duration]
@@ -143,8 +159,9 @@ def _new_handle(runtime: Runtime, name: Name, options: _Options,
 # slices) and for asyncio (a cancelled task stops waiting). The core keeps a
 # wait that timed out for the next call, so slices cost no round trips.
 _SLICE_MS = 250
-#: acquire()'s "argument not given"
-_UNSET: Any = object()
+#: acquire()'s "argument not given" (UNSET for the kinds' acquire, _kinds.py)
+UNSET: Any = object()
+_UNSET = UNSET
 _MAIN_IDENT = threading.main_thread().ident
 
 

@@ -57,10 +57,9 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple, Type, Union
 from urllib.parse import quote
 
-from . import _native
 from . import exceptions as _wl
 from ._client import Client
-from ._lock import Lock as _WatchLock
+from ._lock import Lock as _WatchLock, set_hold_token, use_redis_py_keys
 from ._util import OK, raise_status
 
 __all__ = ["Lock", "AsyncLock", "LockError", "LockNotOwnedError", "client_for", "url_for"]
@@ -204,9 +203,7 @@ class Lock:
         else:
             inner = self._client.lock(self.name, ttl=self.timeout, auto_renew=False)  # a hard cap
         # redis-py's keys: the lock is the key `name`, holding the token
-        st = _native.lock_set_key_layout(inner._h, _native.WATCHLOCK_KEYS_NAME)
-        if st == OK and self.timeout is None:  # as redis-py's: a key without expiry
-            st = _native.lock_set_no_expiry(inner._h, 1)
+        st = use_redis_py_keys(inner, no_expiry=self.timeout is None)  # as redis-py's: a key without expiry
         if st != OK:
             raise_status(st, f"cannot use redis-py's keys for lock {self.name!r}", self.name)
         return inner
@@ -218,7 +215,7 @@ class Lock:
             text = uuid.uuid4().hex
         else:
             text = token.decode() if isinstance(token, bytes) else str(token)
-        if (st := _native.lock_set_token(inner._h, text)) != OK:
+        if (st := set_hold_token(inner, text)) != OK:
             raise_status(st, f"acquire(token={token!r})", self.name)
         return text.encode()
 

@@ -140,7 +140,7 @@ def main() -> int:
             lock = client.lock(a.name, **opts)
         t_call = time.monotonic_ns()
         try:
-            ok = lock.acquire(take, timeout=a.wait_ms / 1000.0) if kind == "sem" else \
+            ok = lock.acquire(timeout=a.wait_ms / 1000.0, permits=take) if kind == "sem" else \
                 lock.acquire(timeout=a.wait_ms / 1000.0)
         except watchlock.Error as e:
             hist.emit("acquire_failed", lock=a.name, t_call=t_call, status=type(e).__name__, detail=str(e))

@@ -82,7 +82,7 @@ class Worker:
         try:
             timeout = -1 if wait_ms < 0 else wait_ms / 1000.0
             if isinstance(lock, watchlock.Semaphore):
-                ok = lock.acquire(k, blocking=wait_ms != 0, timeout=timeout if wait_ms != 0 else -1)
+                ok = lock.acquire(blocking=wait_ms != 0, timeout=timeout if wait_ms != 0 else -1, permits=k)
             else:
                 ok = lock.acquire(blocking=wait_ms != 0, timeout=timeout if wait_ms != 0 else -1)
         except watchlock.Error as e:

@@ -40,7 +40,7 @@ import sys, watchlock
 client = watchlock.Client()
 f = client.fair_lock(sys.argv[1], ttl=30)
 s = client.semaphore(sys.argv[2], permits=2, ttl=30)
-assert f.acquire(blocking=False) and s.acquire(2, blocking=False)
+assert f.acquire(blocking=False) and s.acquire(blocking=False, permits=2)
 print("held", flush=True)
 sys.stdin.read()
 # returns holding both: the exit handler closes the client

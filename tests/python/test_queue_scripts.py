@@ -22,13 +22,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def test_set_permits_below_the_head_waiter(client, name):
     client.set_permits(name, 3)
     a = client.semaphore(name, ttl=10)
-    assert a.acquire(1)
+    assert a.acquire(permits=1)
     big, small = client.semaphore(name, ttl=10), client.semaphore(name, ttl=10)
     out = {}
 
     def take(key, sem, k):
         try:
-            out[key] = sem.acquire(k, timeout=20)
+            out[key] = sem.acquire(timeout=20, permits=k)
         except watchlock.Error as e:
             out[key] = e
 
