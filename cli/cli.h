@@ -139,7 +139,8 @@ void cli_print_owner(FILE *f, const watchlock_owner *o);
 void cli_json_owner(cli_json *j, const watchlock_owner *o);
 
 /* The subcommands, each with its help text, in the file that implements it
- * (run.c; admin.c: status, list, release; check.c). main.c dispatches to
+ * (run.c, whose help is in run_args.c; admin.c: status, list, release;
+ * check.c). main.c dispatches to
  * them from its table; they never call into main.c. */
 int cli_cmd_run(int argc, char **argv);
 void cli_help_run(void);
