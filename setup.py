@@ -279,8 +279,8 @@ class BuildExt(build_ext):
                                [("WATCHLOCK_BIN_TO_LIB", '"."')])
         self.compiler.link_executable(cli_objects + core_objects + archives, "watchlock",
                                       output_dir=bin_dir, extra_postargs=["-pthread"], **libs)
-        config = compile_([os.path.join(base, "preload", "config.c")], "preload", [],
-                          ["-fvisibility=hidden"])
+        config = compile_([os.path.join(base, "preload", "config.c"), os.path.join(base, "preload", "log.c")],
+                          "preload", [], ["-fvisibility=hidden"])
         keeper = compile_([os.path.join(base, "preload", "keeper.c")], "preload", [])
         self.compiler.link_executable(keeper + config + core_objects + archives, "watchlock-keeper",
                                       output_dir=bin_dir, extra_postargs=["-pthread"], **libs)

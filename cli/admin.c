@@ -108,20 +108,6 @@ void cli_help_release(void)
           stdout);
 }
 
-/* " by pid P on HOST (LABEL)" for people. */
-static void print_owner(FILE *f, const watchlock_owner *o)
-{
-    size_t host_len = 0, label_len = 0;
-    const char *host = watchlock_owner_host(o, &host_len);
-    const char *label = watchlock_owner_label(o, &label_len);
-    fprintf(f, "pid %lld on ", (long long)watchlock_owner_pid(o));
-    cli_print_text(f, host, host_len);
-    if (label_len > 0) {
-        fputs(": ", f);
-        cli_print_text(f, label, label_len);
-    }
-}
-
 /* The members every lock object of status and list has. */
 static void json_lock_members(cli_json *j, const char *name, size_t name_len, int held, int64_t remaining,
                               int64_t fence, const watchlock_owner *o)
@@ -139,21 +125,7 @@ static void json_lock_members(cli_json *j, const char *name, size_t name_len, in
     cli_json_key(j, "fencing_token");
     cli_json_int(j, fence);
     cli_json_key(j, "owner");
-    if (o == NULL) {
-        cli_json_null(j);
-        return;
-    }
-    size_t host_len = 0, label_len = 0;
-    const char *host = watchlock_owner_host(o, &host_len);
-    const char *label = watchlock_owner_label(o, &label_len);
-    cli_json_begin_object(j);
-    cli_json_key(j, "host");
-    cli_json_string_n(j, host, host_len);
-    cli_json_key(j, "pid");
-    cli_json_int(j, watchlock_owner_pid(o));
-    cli_json_key(j, "label");
-    cli_json_string_n(j, label, label_len);
-    cli_json_end_object(j);
+    cli_json_owner(j, o);
 }
 
 /* ---- queued kinds: fair lock, semaphore, read-write lock ------------------- */
@@ -286,7 +258,7 @@ static void print_hold(FILE *f, const watchlock_name_info *info, size_t i)
     const watchlock_owner *o = watchlock_name_info_holder_owner(info, i);
     if (o != NULL) {
         fputs(" by ", f);
-        print_owner(f, o);
+        cli_print_owner(f, o);
     } else {
         fputs(" (no owner recorded)", f);
     }
@@ -402,7 +374,7 @@ int cli_cmd_status(int argc, char **argv)
         }
         if (owner != NULL) { /* last: a label may hold commas */
             fputs(", by ", stdout);
-            print_owner(stdout, owner);
+            cli_print_owner(stdout, owner);
         }
         fputc('\n', stdout);
     } else if (fence > 0) {
@@ -503,7 +475,7 @@ int cli_cmd_list(int argc, char **argv)
             }
             if (o != NULL) {
                 fputs("  ", stdout);
-                print_owner(stdout, o);
+                cli_print_owner(stdout, o);
             }
             fputc('\n', stdout);
         }

@@ -131,8 +131,16 @@ const char *cli_redact_url(const char *url);
  * cannot move the cursor or fake another line. */
 void cli_print_text(FILE *f, const void *s, size_t len);
 
+/* An owner record (watchlock_client_inspect_owner, a list entry), written
+ * once for status, list and their per-member quorum views. For people:
+ * "pid P on HOST" and ": LABEL" when one was recorded. For JSON: the value
+ * {"host": ..., "pid": N, "label": ...}, or null when o is NULL. */
+void cli_print_owner(FILE *f, const watchlock_owner *o);
+void cli_json_owner(cli_json *j, const watchlock_owner *o);
+
 /* The subcommands, each with its help text, in the file that implements it
- * (run.c; admin.c: status, list, release; check.c). main.c dispatches to
+ * (run.c, whose help is in run_args.c; admin.c: status, list, release;
+ * check.c). main.c dispatches to
  * them from its table; they never call into main.c. */
 int cli_cmd_run(int argc, char **argv);
 void cli_help_run(void);

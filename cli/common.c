@@ -381,3 +381,35 @@ int cli_admin_options(const char *sub, int argc, char **argv, unsigned flags, vo
     int rc = cli_urls_resolve(&out->urls, sub);
     return rc != 0 ? rc : -1;
 }
+
+void cli_print_owner(FILE *f, const watchlock_owner *o)
+{
+    size_t host_len = 0, label_len = 0;
+    const char *host = watchlock_owner_host(o, &host_len);
+    const char *label = watchlock_owner_label(o, &label_len);
+    fprintf(f, "pid %lld on ", (long long)watchlock_owner_pid(o));
+    cli_print_text(f, host, host_len);
+    if (label_len > 0) {
+        fputs(": ", f);
+        cli_print_text(f, label, label_len);
+    }
+}
+
+void cli_json_owner(cli_json *j, const watchlock_owner *o)
+{
+    if (o == NULL) {
+        cli_json_null(j);
+        return;
+    }
+    size_t host_len = 0, label_len = 0;
+    const char *host = watchlock_owner_host(o, &host_len);
+    const char *label = watchlock_owner_label(o, &label_len);
+    cli_json_begin_object(j);
+    cli_json_key(j, "host");
+    cli_json_string_n(j, host, host_len);
+    cli_json_key(j, "pid");
+    cli_json_int(j, watchlock_owner_pid(o));
+    cli_json_key(j, "label");
+    cli_json_string_n(j, label, label_len);
+    cli_json_end_object(j);
+}

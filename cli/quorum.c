@@ -155,38 +155,6 @@ static void json_member_head(cli_json *j, const struct member *m, size_t i)
     }
 }
 
-static void json_owner(cli_json *j, const watchlock_owner *o)
-{
-    if (o == NULL) {
-        cli_json_null(j);
-        return;
-    }
-    size_t host_len = 0, label_len = 0;
-    const char *host = watchlock_owner_host(o, &host_len);
-    const char *label = watchlock_owner_label(o, &label_len);
-    cli_json_begin_object(j);
-    cli_json_key(j, "host");
-    cli_json_string_n(j, host, host_len);
-    cli_json_key(j, "pid");
-    cli_json_int(j, watchlock_owner_pid(o));
-    cli_json_key(j, "label");
-    cli_json_string_n(j, label, label_len);
-    cli_json_end_object(j);
-}
-
-static void print_owner(const watchlock_owner *o)
-{
-    size_t host_len = 0, label_len = 0;
-    const char *host = watchlock_owner_host(o, &host_len);
-    const char *label = watchlock_owner_label(o, &label_len);
-    printf("pid %lld on ", (long long)watchlock_owner_pid(o));
-    cli_print_text(stdout, host, host_len);
-    if (label_len > 0) {
-        fputs(": ", stdout);
-        cli_print_text(stdout, label, label_len);
-    }
-}
-
 static int flush_out(const char *sub)
 {
     if (fflush(stdout) != 0 || ferror(stdout)) {
@@ -242,7 +210,7 @@ int cli_quorum_status(const struct cli_urls *u, const char *name, int json)
         cli_json_key(&j, "fencing_token");
         cli_json_int(&j, fence);
         cli_json_key(&j, "owner");
-        json_owner(&j, held >= m ? owner : NULL);
+        cli_json_owner(&j, held >= m ? owner : NULL);
         cli_json_key(&j, "majority");
         cli_json_int(&j, (int64_t)m);
         cli_json_key(&j, "held_on");
@@ -259,7 +227,7 @@ int cli_quorum_status(const struct cli_urls *u, const char *name, int json)
                 cli_json_key(&j, "fencing_token");
                 cli_json_int(&j, ms[i].fence);
                 cli_json_key(&j, "owner");
-                json_owner(&j, ms[i].owner);
+                cli_json_owner(&j, ms[i].owner);
             }
             cli_json_end_object(&j);
         }
@@ -277,7 +245,7 @@ int cli_quorum_status(const struct cli_urls *u, const char *name, int json)
             printf(", fencing token %lld", (long long)fence);
             if (owner != NULL) {
                 fputs(", by ", stdout);
-                print_owner(owner);
+                cli_print_owner(stdout, owner);
             }
         } else if (fence > 0) {
             printf(" (last fencing token %lld)", (long long)fence);
@@ -397,7 +365,7 @@ int cli_quorum_list(const struct cli_urls *u, const char *pattern, int json)
                 cli_json_key(&j, "fencing_token");
                 cli_json_int(&j, fence);
                 cli_json_key(&j, "owner");
-                json_owner(&j, owner);
+                cli_json_owner(&j, owner);
                 cli_json_key(&j, "held_on");
                 cli_json_int(&j, (int64_t)held_on);
                 cli_json_key(&j, "members");
@@ -420,7 +388,7 @@ int cli_quorum_list(const struct cli_urls *u, const char *pattern, int json)
                 printf("  %s  fencing token %lld  on %zu/%zu members", left, (long long)fence, held_on, n);
                 if (owner != NULL) {
                     fputs("  ", stdout);
-                    print_owner(owner);
+                    cli_print_owner(stdout, owner);
                 }
                 fputc('\n', stdout);
             }

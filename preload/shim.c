@@ -53,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "preload.h"
 
 #define WLP_EXPORT __attribute__((visibility("default")))
@@ -119,33 +120,7 @@ __attribute__((constructor)) static void shim_init(void)
 
 /* ---- logging: syslog, a file, or stderr when asked (never by default) ---- */
 
-static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void log_line(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    const char *dest = getenv(WLP_ENV_LOG);
-    if (dest == NULL || dest[0] == '\0' || strcmp(dest, "syslog") == 0) {
-        syslog(LOG_USER | LOG_WARNING, "watchlock-preload[%d]: %s", (int)getpid(), msg);
-        return;
-    }
-    char line[1200];
-    int n = snprintf(line, sizeof line, "watchlock-preload[%d]: %s\n", (int)getpid(), msg);
-    if (n < 0)
-        return;
-    if ((size_t)n >= sizeof line)
-        n = sizeof line - 1;
-    int fd = strcmp(dest, "stderr") == 0 ? 2 : open(dest, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return;
-    ssize_t w = write(fd, line, (size_t)n);
-    (void)w;
-    if (fd != 2)
-        close(fd);
-}
+#define log_line(...) wlp_log_line("watchlock-preload", __VA_ARGS__)
 
 static int bad_config_logged;
 

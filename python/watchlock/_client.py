@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import atexit
 import enum
-import functools
 import inspect
 import logging
 import os
@@ -12,7 +11,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
-from . import _native, _util
+from . import _decorate, _native, _util
 from ._kinds import FairLock, NameInfo, RWLock, Semaphore, name_info, set_permits
 from ._lock import Lock, LockOptions, check_options
 from ._runtime import HasRuntime, Runtime
@@ -385,18 +384,7 @@ def _synchronized(get_client: Callable[[], Client], name: Union[Name, Callable[.
                 raise InvalidArgument(f"lock name template {name!r} of {fn.__qualname__}() "
                                       f"cannot be formatted from its arguments: {e!r}", lock_name=name) from e
 
-        if inspect.iscoroutinefunction(fn):
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async with get_client().lock(key(args, kwargs), **lock_options):
-                    return await fn(*args, **kwargs)
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with get_client().lock(key(args, kwargs), **lock_options):
-                return fn(*args, **kwargs)
-        return wrapper  # type: ignore[return-value]
+        return _decorate.decorate(fn, lambda args, kwargs: get_client().lock(key(args, kwargs), **lock_options))
 
     return decorate
 

@@ -20,13 +20,12 @@ threads) make one object each; a decorator (``@client.fair_lock(name)``,
 """
 from __future__ import annotations
 
-import functools
 import importlib
-import inspect
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple, TypeVar
 
 from . import _native
+from ._decorate import decorate
 from ._lock import UNSET as _UNSET, Lock
 from ._util import OK, Duration, Name, fmt_name, raise_status
 
@@ -74,18 +73,7 @@ class _Kind(Lock):
         """Decorator: runs ``fn`` holding a fresh lock of this kind, name and
         options (one per call, so that calls from several threads or tasks
         are holders of their own)."""
-        if inspect.iscoroutinefunction(fn):
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async with self._fresh():
-                    return await fn(*args, **kwargs)
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with self._fresh():
-                return fn(*args, **kwargs)
-        return wrapper  # type: ignore[return-value]
+        return decorate(fn, lambda args, kwargs: self._fresh())
 
     @property
     def kind(self) -> str:

@@ -11,11 +11,10 @@ name; it is also a decorator.
 """
 from __future__ import annotations
 
-import functools
-import inspect
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar, cast
 
 from . import _native
+from ._decorate import decorate
 from ._lock import Lock
 from ._util import Name
 
@@ -37,7 +36,7 @@ class MultiLock(Lock):
     from that name's counter; :attr:`fencing_token` is the first name's.
     :attr:`lost_name` tells which name's loss lost the hold."""
 
-    __slots__ = ("_names",)
+    __slots__ = ("_names", "_made_with")
     _native_new = staticmethod(_multi_new)
 
     def __init__(self, client: Client, names: Iterable[Name], **options: Any) -> None:
@@ -48,6 +47,7 @@ class MultiLock(Lock):
             if not isinstance(n, (str, bytes)):
                 raise TypeError(f"lock name must be str or bytes, not {type(n).__name__}")
         self._names: Tuple[Name, ...] = given
+        self._made_with: Tuple[Client, Tuple[Name, ...], Dict[str, Any]] = (client, given, dict(options))
         super().__init__(client, cast(Any, given), **options)  # the Lock's name: the tuple
 
     @property
@@ -78,20 +78,11 @@ class MultiLock(Lock):
         return any(self._client.inspect(n).held for n in self._names)
 
     def __call__(self, fn: F) -> F:
-        """Decorator: run ``fn`` (a function or a coroutine function) while
-        holding every name (``with`` / ``async with`` this lock)."""
-        if inspect.iscoroutinefunction(fn):
-            @functools.wraps(fn)
-            async def run_async(*args: Any, **kwargs: Any) -> Any:
-                async with self:
-                    return await fn(*args, **kwargs)
-            return run_async  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                return fn(*args, **kwargs)
-        return run  # type: ignore[return-value]
+        """Decorator: runs ``fn`` (a function or a coroutine function) holding
+        a fresh multi-lock over the same names with the same options, one per
+        call (_decorate.py: the rules of every decorator)."""
+        client, names, options = self._made_with
+        return decorate(fn, lambda args, kwargs: MultiLock(client, names, **options))
 
     def __repr__(self) -> str:
         return f"<watchlock.MultiLock {list(self._names)!r} {'held' if self.owned() else 'not held'}>"

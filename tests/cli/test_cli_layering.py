@@ -28,8 +28,9 @@ LAYERS: Dict[str, int] = {
     "common.c": 1,
     "stats.c": 2,  # `watchlock stats`, and the stats run.c reports at exit (issue 25)
     "quorum.c": 2,  # per-member views of status/list/check and run's verdict line (issue 21)
-        "run.c": 3, "admin.c": 3, "check.c": 3, "exec.c": 3,  # exec.c: `watchlock exec` (issue 24)
-    "main.c": 4,
+    "run_args.c": 3, "run_child.c": 3, "run_exit.c": 3,  # the parts of `watchlock run` (cli/run.h, issue 30)
+        "run.c": 4, "admin.c": 4, "check.c": 4, "exec.c": 4,  # exec.c: `watchlock exec` (issue 24)
+    "main.c": 5,
 }
 
 
