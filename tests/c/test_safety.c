@@ -186,6 +186,7 @@ static void test_free_waits_for_running_callback(void)
  * is allowed and safe. */
 typedef struct self_free {
     watchlock_client *client;
+    atomic_int acquired; /* acquire() returned: from now on the callback may free the handle */
     atomic_int done;
 } self_free;
 
@@ -193,6 +194,11 @@ static void free_self_callback(watchlock_lock *l, int reason, void *data)
 {
     (void)reason;
     self_free *s = data;
+    /* watchlock_lock_free must not race with another call on the handle
+     * (watchlock.h): under TSan the 100 ms lease can run out while
+     * acquire() is still returning */
+    while (!atomic_load(&s->acquired))
+        sleep_ms(1);
     watchlock_lock_free(l);
     watchlock_client_close(s->client);
     atomic_store(&s->done, 1);
@@ -207,6 +213,7 @@ static void test_free_and_close_inside_callback(void)
     CHECK_OK(watchlock_lock_set_auto_renew(l, 0));
     CHECK_OK(watchlock_lock_set_on_lost(l, free_self_callback, &s));
     CHECK_OK(watchlock_lock_acquire(l, 0));
+    atomic_store(&s.acquired, 1);
     WAIT_FOR(atomic_load(&s.done), 5000);
 }
 
