@@ -31,7 +31,16 @@ int wl_check_lock(const watchlock_lock *l)
     return WATCHLOCK_OK;
 }
 
-int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, const wl_hold_ops *ops)
+int wl_extend_lease_check(const watchlock_lock *l, int64_t lease_ms)
+{
+    if (lease_ms < 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS)
+        return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days, got %" PRId64,
+                       l->hold.quoted, lease_ms);
+    return WATCHLOCK_OK;
+}
+
+int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, const wl_hold_ops *ops,
+                  const wl_lock_ops *kind)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
@@ -75,6 +84,7 @@ int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, s
     l->fork_gen = c->fork_gen;
     l->hold.client = c;
     l->hold.ops = ops;
+    l->kind = kind;
     l->hold.lease_ms = DEFAULT_LEASE_MS;
     l->hold.auto_renew = true;
     l->hold.state = WATCHLOCK_UNLOCKED;
@@ -96,11 +106,9 @@ void wl_lock_unref(watchlock_lock *l)
     if (atomic_fetch_sub(&l->hold.refs, 1) != 1)
         return;
     watchlock_client *c = l->hold.client;
-    if (l->kind != NULL && l->kind->destroy != NULL)
+    if (l->kind->destroy != NULL) /* the kind's own data (a queued kind gives hold.keys.lock back first) */
         l->kind->destroy(l);
     pthread_mutex_destroy(&l->io_mu);
-    if (l->q != NULL)
-        wl_queued_free(l); /* gives hold.keys.lock back first */
     wl_keys_clear(&l->hold.keys);
     free(l->name);
     free(l->owner_label);
@@ -115,10 +123,11 @@ void watchlock_lock_free(watchlock_lock *l)
         return; /* forked child: never release or touch the parent's lock */
     if (atomic_exchange(&l->timeout_pending, false)) /* wait.c: a sliced wait given up by the free */
         wl_stats_acquire(l->hold.client, WATCHLOCK_ETIMEDOUT, false, false, 0);
-    if (l->kind != NULL) {
-        l->kind->free(l);
-        return;
-    }
+    l->kind->free(l); /* the handle's kind (locks.h) */
+}
+
+void wl_handle_free(watchlock_lock *l)
+{
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
     l->hold.freed = true; /* no callback starts from now on */
@@ -186,8 +195,11 @@ int watchlock_lock_abandon(watchlock_lock *l)
 {
     if (l == NULL || l->fork_gen != wl_fork_generation())
         return 0; /* forked child: the parent's lock is none of its business */
-    if (l->kind != NULL)
-        return l->kind->abandon(l);
+    return l->kind->abandon(l); /* the handle's kind (locks.h) */
+}
+
+int wl_handle_abandon(watchlock_lock *l)
+{
     watchlock_client *c = l->hold.client;
     wl_wait_give_up(l);
     pthread_mutex_lock(&c->mu);
