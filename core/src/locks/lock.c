@@ -399,20 +399,10 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
 
 static int plain_acquire(watchlock_lock *l, int64_t wait_ms)
 {
-    int rc;
     watchlock_client *c = l->hold.client;
-    pthread_mutex_lock(&c->mu);
-    if (wl_held_now(l)) { /* reentrant: no round trip */
-        l->hold.hold_count++;
-        pthread_mutex_unlock(&c->mu);
-        return WATCHLOCK_OK;
-    }
-    bool releasing = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
-    rc = wl_renew_check(&l->hold); /* an interval a later lease made too long (hold.c) */
-    pthread_mutex_unlock(&c->mu);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    if (releasing && (rc = wl_lock_finish_pending_release(l)) != WATCHLOCK_OK)
+    bool done;
+    int rc = wl_acquire_begin(l, &done); /* release.c: reentrant, the interval's check, a pending release */
+    if (rc != WATCHLOCK_OK || done)
         return rc;
 
     int64_t t0_us = wl_now_us(); /* stats.c: the wait time */

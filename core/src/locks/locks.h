@@ -183,6 +183,9 @@ int wl_send_release_single(watchlock_lock *l, const wl_release_args *a, int64_t 
 void wl_release_lost_single(watchlock_lock *l, const wl_release_args *a, int reason);
 /* io_mu held. */
 int wl_lock_finish_pending_release(watchlock_lock *l);
+/* The acquire prologue of a one-hold kind (release.c): reentrant count
+ * (*done), the renew interval's check, a pending release finished. */
+int wl_acquire_begin(watchlock_lock *l, bool *done);
 
 /* The waiter queue (queue.c). wl_queued_init makes a new handle a queued
  * kind's: its hold key (watchlock:{N}:q:h:<id>) becomes hold.keys.lock, so

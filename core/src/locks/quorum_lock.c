@@ -298,20 +298,15 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
 {
     watchlock_client *c = l->hold.client;
     wl_quorum *q = c->quorum;
+    bool done;
+    int rc = wl_acquire_begin(l, &done); /* release.c: reentrant, the interval's check, a pending release */
+    if (rc != WATCHLOCK_OK || done)
+        return rc;
     pthread_mutex_lock(&c->mu);
-    if (wl_held_now(l)) {
-        l->hold.hold_count++;
-        pthread_mutex_unlock(&c->mu);
-        return WATCHLOCK_OK;
-    }
-    bool releasing = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
-    int rc = wl_renew_check(&l->hold);
-    if (rc == WATCHLOCK_OK && l->quorum == NULL && (l->quorum = calloc(1, sizeof *l->quorum)) == NULL)
+    if (l->quorum == NULL && (l->quorum = calloc(1, sizeof *l->quorum)) == NULL)
         rc = wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     pthread_mutex_unlock(&c->mu);
     if (rc != WATCHLOCK_OK)
-        return rc;
-    if (releasing && (rc = wl_lock_finish_pending_release(l)) != WATCHLOCK_OK)
         return rc;
 
     int64_t t0_us = wl_now_us();
@@ -625,11 +620,18 @@ static void quorum_release_lost(watchlock_lock *l, const wl_release_args *a, int
         wl_quorum_release_best_effort(l->hold.client, a);
 }
 
+static void quorum_destroy(watchlock_lock *l)
+{
+    free(l->quorum); /* the per-member state, made at the first acquire */
+    l->quorum = NULL;
+}
+
 static const wl_lock_ops quorum_lock_ops = {.acquire = wl_quorum_acquire,
                                             .release = wl_release_one,
                                             .extend = quorum_extend,
                                             .free = wl_handle_free,
                                             .abandon = wl_handle_abandon,
+                                            .destroy = quorum_destroy,
                                             .send_release = quorum_send_release,
                                             .release_lost = quorum_release_lost,
                                             .name_layout = false};

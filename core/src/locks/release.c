@@ -129,6 +129,30 @@ int wl_lock_finish_pending_release(watchlock_lock *l)
     return rc == WATCHLOCK_ENOTOWNER ? WATCHLOCK_OK : rc;
 }
 
+/* The acquire prologue of a kind whose handle is one hold (issue 30.5;
+ * lock.c, quorum_lock.c): a handle that holds now counts one more
+ * (reentrant, no round trip: *done); an interval a later lease made too
+ * long is refused (hold.c wl_renew_check); a release whose outcome is
+ * unknown is finished first. OK with !*done: go on to the attempt. */
+int wl_acquire_begin(watchlock_lock *l, bool *done)
+{
+    watchlock_client *c = l->hold.client;
+    *done = false;
+    pthread_mutex_lock(&c->mu);
+    if (wl_held_now(l)) { /* reentrant: no round trip */
+        l->hold.hold_count++;
+        pthread_mutex_unlock(&c->mu);
+        *done = true;
+        return WATCHLOCK_OK;
+    }
+    bool releasing = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
+    int rc = wl_renew_check(&l->hold); /* an interval a later lease made too long (hold.c) */
+    pthread_mutex_unlock(&c->mu);
+    if (rc == WATCHLOCK_OK && releasing)
+        rc = wl_lock_finish_pending_release(l);
+    return rc;
+}
+
 int watchlock_lock_release(watchlock_lock *l)
 {
     int rc = wl_check_lock(l);
