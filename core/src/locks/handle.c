@@ -125,7 +125,7 @@ void watchlock_lock_free(watchlock_lock *l)
     l->kind->free(l); /* the handle's kind (locks.h) */
 }
 
-void wl_handle_free(watchlock_lock *l)
+bool wl_handle_free_begin(watchlock_lock *l)
 {
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
@@ -139,6 +139,13 @@ void wl_handle_free(watchlock_lock *l)
     if (held)
         l->hold.hold_count = 1;
     pthread_mutex_unlock(&c->mu);
+    return held;
+}
+
+void wl_handle_free(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    bool held = wl_handle_free_begin(l);
     if (held && !atomic_load(&c->closed))
         l->hold.ops->release(&l->hold);
     wl_wait_forget(l);

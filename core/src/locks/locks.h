@@ -147,6 +147,10 @@ int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, s
  * (handle.c; the plain, quorum and queued kinds' free/abandon). */
 void wl_handle_free(watchlock_lock *l);
 int wl_handle_abandon(watchlock_lock *l);
+/* Every kind's free begins so (handle.c): no on-lost callback starts from
+ * now on and a running one is waited for; a hold left (held or lost) gets
+ * the count 1, so one release ends it: true then. */
+bool wl_handle_free_begin(watchlock_lock *l);
 /* With client->mu: held, not being released, and within the local
  * deadline. A hold past its deadline is lost even before the loss timer
  * marks it (handle.c visible_state). */

@@ -350,14 +350,7 @@ static void multi_free(watchlock_lock *l)
 {
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
-    pthread_mutex_lock(&c->mu);
-    l->hold.freed = true; /* no callback starts from now on */
-    l->hold.on_lost = NULL;
-    wl_wait_callbacks(c, &l->hold);
-    bool held = l->hold.state != WATCHLOCK_UNLOCKED;
-    if (held)
-        l->hold.hold_count = 1;
-    pthread_mutex_unlock(&c->mu);
+    bool held = wl_handle_free_begin(l); /* handle.c: as every kind's free begins */
     if (held && !atomic_load(&c->closed))
         wl_multi_release(l);
     if (!atomic_load(&c->closed))
