@@ -1,8 +1,11 @@
 /*
- * release.c - the plain lock's release: the release script on a pooled
- * connection, once more on a fresh one when the first try could not be
- * confirmed, and a release left pending (the hold is not renewed, and kept
- * until confirmed or expired) that the next call on the handle finishes.
+ * release.c - the release of a handle that is one hold (the plain, quorum
+ * and queued kinds' release entry, locks.h): the count, the LOST path and
+ * the kind's send_release; the plain lock's send_release on one server
+ * (the release script on a pooled connection, once more on a fresh one when
+ * the first try could not be confirmed); a release left pending (the hold
+ * is not renewed, and kept until confirmed or expired) that the next call
+ * on the handle finishes; the one-hold kinds' acquire prologue.
  */
 #include "locks/locks.h"
 
