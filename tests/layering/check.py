@@ -11,6 +11,15 @@ test, naming the caller, the callee's file and the symbol; so does a
 source file that LAYERS does not place, or a file in core/src over the
 line limit.
 
+It also checks the two dispatch tables (issue 30, docs/design.md "Two
+tables"): a kind meets a placement only through the handle's wl_lock_ops
+and the client's wl_placement, so outside a kind's or a placement's own
+files no code tests which one it has: `->quorum` (the quorum placement)
+only in the quorum's files (quorum*.c, quorum*.h), `->q` (a queued
+kind's part of a handle) only in the queued kinds' files, and a
+comparison with a kind (`->kind ==`, `== WATCHLOCK_KIND_...`) only in
+the kinds' files (comments are not code: they may name them).
+
 Usage: check.py NM LAYERS_FILE SRC_DIR OBJECT...
 """
 import os
@@ -60,6 +69,73 @@ def symbols(nm, obj):
     return defined, used
 
 
+import re
+
+# pattern, what it tests, the files (relative to core/src) allowed to
+QUEUED_FILES = {"locks/queue.c", "locks/waiter.c", "locks/kinds.c"}
+KIND_FILES = QUEUED_FILES | {
+    "locks/multi.c",  # its own table (l->kind == &multi_kind)
+    "locks/api.c",    # a kind's code -> text
+    "client/info.c",  # a name's kind as inspected on the server, not a handle's
+}
+def is_quorum(rel):
+    return os.path.basename(rel).startswith("quorum")
+
+
+TABLE_RULES = [
+    (re.compile(r"->quorum\b"), "tests the quorum placement (->quorum)", is_quorum),
+    # a queued kind's part of a handle; in the quorum's files `q` is also
+    # their wl_quorum (t->q, m->q), so there only a handle's (l->q) counts
+    (re.compile(r"->q\b"), "tests a queued kind (->q)", lambda rel: rel in QUEUED_FILES or is_quorum(rel)),
+    (re.compile(r"\b(?:l|cl|lock|sem)->q\b"), "tests a queued kind (->q)", lambda rel: not is_quorum(rel)),
+    (re.compile(r"->kind\s*[!=]=\s*&|[!=]=\s*WATCHLOCK_KIND_|WATCHLOCK_KIND_\w+\s*[!=]="),
+     "tests a lock kind", lambda rel: rel in KIND_FILES),
+]
+
+
+def code_only(text):
+    """The text with comments and string literals blanked (lines kept)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            i = j
+        elif c == '"' or c == "'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            out.append(c + " " * (min(j, n) - i - 1) + c)
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def table_problems(src_dir):
+    problems = []
+    for root, _, files in os.walk(src_dir):
+        for fn in sorted(files):
+            if not fn.endswith((".c", ".h")):
+                continue
+            rel = os.path.relpath(os.path.join(root, fn), src_dir).replace(os.sep, "/")
+            with open(os.path.join(root, fn)) as f:
+                code = code_only(f.read())
+            for no, line in enumerate(code.splitlines(), 1):
+                for pat, what, allowed in TABLE_RULES:
+                    if pat.search(line) and not allowed(rel):
+                        problems.append("core/src/%s:%d %s outside its own files: dispatch through the "
+                                        "handle's wl_lock_ops or the client's wl_placement" % (rel, no, what))
+    return problems
+
+
 def main(argv):
     nm, layers_file, src_dir = argv[1], argv[2], argv[3]
     objs = [o for arg in argv[4:] for o in arg.split(";") if o]  # CMake passes a list as one argument
@@ -85,6 +161,8 @@ def main(argv):
         problems.append("core/src/%s.c: not placed in %s" % (unit, layers_file))
     for unit in sorted(set(rank) - sources):
         problems.append("%s names %s, which is not in core/src" % (layers_file, unit))
+
+    problems += table_problems(src_dir)
 
     owner, uses = {}, {}
     for obj in objs:

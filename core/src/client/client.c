@@ -3,7 +3,6 @@
  * lost events and stats.
  */
 #include "client/client.h"
-#include "topology/quorum.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -23,8 +22,7 @@ int wl_check_client(const watchlock_client *c)
 
 static void client_free(watchlock_client *c)
 {
-    wl_quorum_free(c->quorum); /* members 1..n-1 (member 0 is c->server) */
-    c->quorum = NULL;
+    c->placement->free(c); /* a quorum's members 1..n-1 (member 0 is c->server) */
     wl_subscriber_free(c->sub);
     wl_server_destroy(&c->server);
     while (c->ev_head) {
@@ -87,6 +85,7 @@ static int client_open(watchlock_client **out, const char *url, bool ping)
     watchlock_client *c = calloc(1, sizeof *c);
     if (c == NULL)
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    c->placement = &wl_single_placement; /* hold.h: a quorum's open installs its own */
     int rc = wl_server_init(&c->server, url);
     if (rc != WATCHLOCK_OK) {
         free(c);
@@ -196,24 +195,13 @@ void watchlock_client_close(watchlock_client *c)
     for (size_t i = 0; i < k; i++)
         if (held[i]->ops->release_best_effort != NULL)
             held[i]->ops->release_best_effort(held[i]);
-    for (size_t i = 0; c->quorum != NULL && i < kp; i++) {
-        int result;
-        wl_quorum_release(c, &args[i], c->server.ep.command_timeout_ms, &result);
-    }
-    wl_quorum_stop(c->quorum); /* the drain, the members' Sentinel watchers and subscribers */
-    if (c->quorum != NULL)
-        kp = 0; /* released above */
-    bool sharded = wl_server_sharded(&c->server);
-    for (size_t i = 0; sharded && i < kp; i++)
-        wl_release_best_effort(&c->server, &args[i]);
-    if (!sharded && kp > 0)
-        wl_release_fresh(&c->server, args, kp, 0, NULL, "release");
+    c->placement->close_release(c, args, kp); /* hold.h: the placement's, then its background work stops */
     for (size_t i = 0; i < n && held != NULL && held[i] != NULL; i++)
         held[i]->ops->unref(held[i]);
     free(held);
     free(args);
     wl_server_close(&c->server);
-    wl_quorum_close(c->quorum);
+    c->placement->close(c);
     wl_client_unref(c);
 }
 
@@ -258,13 +246,21 @@ static int run_admin_script(watchlock_client *c, const void *name, size_t name_l
     return rc;
 }
 
-/* One server's inspect and force release (the public calls are
- * quorum_client.c's: every member, and a majority verdict, on a quorum). */
-int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
-                          int64_t *fence)
+/* The inspect script on server s (the client's own, or a quorum's
+ * member: quorum_client.c), its reply parsed once for both (issue 30.5).
+ * KEYS: lock, fence. -> {exists, pttl, fence} (scripts.c's inspect). */
+int wl_client_inspect_at(watchlock_client *c, wl_server *s, const void *name, size_t name_len, int *held,
+                         int64_t *remaining_ms, int64_t *fence)
 {
+    wl_keys keys;
+    int rc = wl_admin_keys(c, name, name_len, &keys);
+    if (rc != WATCHLOCK_OK)
+        return rc;
+    const char *argv[2] = {keys.lock, keys.fence};
+    size_t lens[2] = {keys.lock_len, keys.fence_len};
     redisReply *r;
-    int rc = run_admin_script(c, name, name_len, WL_SCRIPT_INSPECT, "inspect failed", &r);
+    rc = wl_run_script(s, WL_SCRIPT_INSPECT, 2, 0, argv, lens, &r, "inspect failed");
+    wl_keys_clear(&keys);
     if (rc != WATCHLOCK_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
@@ -281,6 +277,14 @@ int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len
         *fence = wl_reply_i64(r->element[2]);
     freeReplyObject(r);
     return WATCHLOCK_OK;
+}
+
+/* One server's inspect and force release (the public calls are
+ * quorum_client.c's: every member, and a majority verdict, on a quorum). */
+int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
+                          int64_t *fence)
+{
+    return wl_client_inspect_at(c, c != NULL ? &c->server : NULL, name, name_len, held, remaining_ms, fence);
 }
 
 int wl_client_force_release_one(watchlock_client *c, const void *name, size_t name_len, int *released)
@@ -345,17 +349,7 @@ int64_t watchlock_client_stat(watchlock_client *c, int which)
     if (which == WATCHLOCK_STAT_WATCHDOG_CPU_US)
         return atomic_load(&c->wd_cpu_us);
     if (which >= WATCHLOCK_STAT_QUORUM_RESTARTS && which <= WATCHLOCK_STAT_QUORUM_SPLIT_VOTES) {
-        wl_quorum *q = c->quorum; /* topology/quorum.h; 0 for other clients */
-        if (q == NULL)
-            return 0;
-        switch (which) {
-        case WATCHLOCK_STAT_QUORUM_RESTARTS: return atomic_load(&q->restarts);
-        case WATCHLOCK_STAT_QUORUM_KEPT_OUT: return (int64_t)wl_quorum_kept_out(q);
-        case WATCHLOCK_STAT_QUORUM_UNREACHED: return atomic_load(&q->unreached);
-        case WATCHLOCK_STAT_QUORUM_LATE_GRANTS: return atomic_load(&q->late_grants);
-        case WATCHLOCK_STAT_QUORUM_FENCE_UNAVAILABLE: return atomic_load(&q->fence_unavailable);
-        default: return atomic_load(&q->splits);
-        }
+        return c->placement->stat(c, which); /* hold.h: 0 for a client that is not a quorum */
     }
     if (which >= WATCHLOCK_STAT_ACQUIRES) /* stats.c: lock-free counters */
         return wl_stats_get(c, which);

@@ -27,6 +27,8 @@ int wl_client_open_unprobed(watchlock_client **out, const char *url);
 /* One server's admin calls and check (client.c, admin.c, check.c); the
  * public ones are quorum_client.c's, which run these on a plain client and
  * on each member of a quorum. */
+int wl_client_inspect_at(watchlock_client *c, wl_server *s, const void *name, size_t name_len, int *held,
+                         int64_t *remaining_ms, int64_t *fence);
 int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
                           int64_t *fence);
 int wl_client_force_release_one(watchlock_client *c, const void *name, size_t name_len, int *released);

@@ -69,6 +69,7 @@ int watchlock_client_open_quorum(watchlock_client **out, const char *const *urls
     for (size_t i = 0; i < n; i++)
         q->m[i].srv->cluster_index = (int)i; /* renew_round.c groups a round's entries by it */
     c->quorum = q;
+    c->placement = &wl_quorum_placement; /* hold/quorum_round.c */
     *out = c;
     return WATCHLOCK_OK;
 }
@@ -130,36 +131,15 @@ int watchlock_client_member_inspect(watchlock_client *c, size_t i, const void *n
 {
     if (c != NULL && c->quorum == NULL && i == 0)
         return wl_client_inspect_one(c, name, name_len, held, remaining_ms, fence);
-    wl_keys keys;
-    int rc = wl_admin_keys(c, name, name_len, &keys);
+    int rc = wl_check_client(c);
+    if (rc == WATCHLOCK_OK)
+        rc = wl_check_name(name, name_len);
     if (rc != WATCHLOCK_OK)
         return rc;
     wl_server *s = member(c, i);
-    if (s == NULL) {
-        wl_keys_clear(&keys);
+    if (s == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "member %zu: out of range", i);
-    }
-    const char *argv[2] = {keys.lock, keys.fence};
-    size_t lens[2] = {keys.lock_len, keys.fence_len};
-    redisReply *r;
-    rc = wl_run_script(s, WL_SCRIPT_INSPECT, 2, 0, argv, lens, &r, "inspect failed");
-    wl_keys_clear(&keys);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
-        freeReplyObject(r);
-        return wl_fail(WATCHLOCK_ESERVER, "inspect: unexpected reply from server");
-    }
-    int exists = wl_reply_i64(r->element[0]) > 0;
-    int64_t pttl = wl_reply_i64(r->element[1]);
-    if (held)
-        *held = exists;
-    if (remaining_ms)
-        *remaining_ms = !exists ? 0 : pttl < 0 ? -1 : pttl;
-    if (fence)
-        *fence = wl_reply_i64(r->element[2]);
-    freeReplyObject(r);
-    return WATCHLOCK_OK;
+    return wl_client_inspect_at(c, s, name, name_len, held, remaining_ms, fence); /* client.c: one parser */
 }
 
 static int cmp_desc(const void *a, const void *b)

@@ -31,6 +31,8 @@ struct watchlock_client {
     /* a quorum client (Redlock, topology/quorum.h): its members, server
      * above being member 0; NULL for every other client. Set at open. */
     struct wl_quorum *quorum;
+    /* the client's placement (wl_placement below), never NULL: set at open */
+    const struct wl_placement *placement;
     atomic_bool closed;
     /* Names this client has acquired, so their fence counters are seeded
      * (lock.c acquire_fast): a direct-mapped set of lock keys' hashes
@@ -320,6 +322,31 @@ int wl_quorum_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_
 int wl_quorum_release(watchlock_client *c, const wl_release_args *a, int64_t cap_ms, int *result);
 /* The release script written to every member, answers left to the drain. */
 void wl_quorum_release_best_effort(watchlock_client *c, const wl_release_args *a);
+
+/* A client's placement (issue 30.2): how its holds' writes reach servers
+ * and how the answers become one verdict. One per client, never NULL, set
+ * at open: wl_single_placement (placement.c: one server, Sentinel's master
+ * or Cluster's slot, as the topology's ops route a key) or the quorum's
+ * (quorum_round.c: every member, a majority verdict under the restart
+ * rule). Nothing outside a placement's own files tests which one a client
+ * has (`->quorum`): the layers above call these entries.
+ * - renew_round: wl_renew_round's job for the watchdog's due holds;
+ * - close_conns: the watchdog's connections beyond c->server's (its nodes
+ *   are renew_round.c's), at the watchdog's end;
+ * - close_release: at close, the held holds' releases (best effort,
+ *   args[0..n)), then the placement's background work stopped;
+ * - close: after c->server is closed; free: at the client's free;
+ * - stat: the placement's counters (WATCHLOCK_STAT_QUORUM_*; 0 for none). */
+typedef struct wl_placement {
+    int (*renew_round)(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
+    void (*close_conns)(watchlock_client *c);
+    void (*close_release)(watchlock_client *c, const wl_release_args *args, size_t n);
+    void (*close)(watchlock_client *c);
+    void (*free)(watchlock_client *c);
+    int64_t (*stat)(watchlock_client *c, int which);
+} wl_placement;
+extern const wl_placement wl_single_placement; /* placement.c */
+extern const wl_placement wl_quorum_placement; /* quorum_round.c: installed by the quorum's open */
 
 /* Tests only (tests/c/test_wd_hooks.c links the static library to set it;
  * NULL otherwise, and not exported by the shared library): called on a

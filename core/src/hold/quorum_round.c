@@ -208,3 +208,55 @@ void wl_quorum_release_best_effort(watchlock_client *c, const wl_release_args *a
     wl_qscript s = {WL_SCRIPT_RELEASE, NULL, 1, WL_RELEASE_NARGS, a->argv, a->lens};
     wl_quorum_send(c->quorum, &s, NULL);
 }
+
+/* ---- the quorum's placement (hold.h wl_placement) ---- */
+
+static void quorum_close_conns(watchlock_client *c)
+{
+    for (size_t i = 1; i < c->quorum->n; i++) { /* member 0 is c->server (renew_round.c) */
+        wl_conn_free(c->quorum->m[i].srv->wd_conn);
+        c->quorum->m[i].srv->wd_conn = NULL;
+    }
+}
+
+/* On every member at once, one by one; then the drain, the members'
+ * Sentinel watchers and subscribers stop. */
+static void quorum_close_release(watchlock_client *c, const wl_release_args *args, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int result;
+        wl_quorum_release(c, &args[i], c->server.ep.command_timeout_ms, &result);
+    }
+    wl_quorum_stop(c->quorum);
+}
+
+static void quorum_close(watchlock_client *c)
+{
+    wl_quorum_close(c->quorum); /* members' idle connections */
+}
+
+static void quorum_free(watchlock_client *c)
+{
+    wl_quorum_free(c->quorum); /* members 1..n-1 (member 0 is c->server) */
+    c->quorum = NULL;
+}
+
+static int64_t quorum_stat(watchlock_client *c, int which)
+{
+    wl_quorum *q = c->quorum;
+    switch (which) {
+    case WATCHLOCK_STAT_QUORUM_RESTARTS: return atomic_load(&q->restarts);
+    case WATCHLOCK_STAT_QUORUM_KEPT_OUT: return (int64_t)wl_quorum_kept_out(q);
+    case WATCHLOCK_STAT_QUORUM_UNREACHED: return atomic_load(&q->unreached);
+    case WATCHLOCK_STAT_QUORUM_LATE_GRANTS: return atomic_load(&q->late_grants);
+    case WATCHLOCK_STAT_QUORUM_FENCE_UNAVAILABLE: return atomic_load(&q->fence_unavailable);
+    default: return atomic_load(&q->splits);
+    }
+}
+
+const wl_placement wl_quorum_placement = {.renew_round = wl_quorum_renew_round,
+                                          .close_conns = quorum_close_conns,
+                                          .close_release = quorum_close_release,
+                                          .close = quorum_close,
+                                          .free = quorum_free,
+                                          .stat = quorum_stat};

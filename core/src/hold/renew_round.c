@@ -411,10 +411,7 @@ void wl_renew_round_close(watchlock_client *c)
 {
     wl_conn_free(c->server.wd_conn);
     c->server.wd_conn = NULL;
-    for (size_t i = 1; c->quorum != NULL && i < c->quorum->n; i++) { /* a quorum's members */
-        wl_conn_free(c->quorum->m[i].srv->wd_conn);
-        c->quorum->m[i].srv->wd_conn = NULL;
-    }
+    c->placement->close_conns(c); /* a quorum's members (hold.h) */
     wl_server *node;
     uint64_t pin = wl_server_pin(&c->server); /* retired nodes: freed with theirs later */
     for (size_t i = 0; (node = wl_server_node(&c->server, i)) != NULL; i++) {

@@ -374,9 +374,7 @@ static void *watchdog_main(void *arg)
             int64_t cap_ms = round_budget_ms(es, batch.len, wl_now_us());
             pthread_mutex_unlock(&c->mu);
             int64_t t_io = wl_now_us();
-            int trips = batch.len == 0    ? 0
-                        : c->quorum != NULL ? wl_quorum_renew_round(c, es, batch.len, cap_ms) /* quorum_round.c */
-                                            : wl_renew_round(c, es, batch.len, cap_ms);
+            int trips = batch.len == 0 ? 0 : c->placement->renew_round(c, es, batch.len, cap_ms); /* hold.h */
             wl_live_entry *ws = waiters.items;
             if (waiters.len > 0) { /* after the holds: waiters never delay a renewal */
                 trips += wl_live_round(c, ws, waiters.len, ROUND_FLOOR_MS);

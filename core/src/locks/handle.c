@@ -31,7 +31,16 @@ int wl_check_lock(const watchlock_lock *l)
     return WATCHLOCK_OK;
 }
 
-int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, const wl_hold_ops *ops)
+int wl_extend_lease_check(const watchlock_lock *l, int64_t lease_ms)
+{
+    if (lease_ms < 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS)
+        return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days, got %" PRId64,
+                       l->hold.quoted, lease_ms);
+    return WATCHLOCK_OK;
+}
+
+int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, const wl_hold_ops *ops,
+                  const wl_lock_ops *kind)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
@@ -75,6 +84,7 @@ int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, s
     l->fork_gen = c->fork_gen;
     l->hold.client = c;
     l->hold.ops = ops;
+    l->kind = kind;
     l->hold.lease_ms = DEFAULT_LEASE_MS;
     l->hold.auto_renew = true;
     l->hold.state = WATCHLOCK_UNLOCKED;
@@ -96,15 +106,12 @@ void wl_lock_unref(watchlock_lock *l)
     if (atomic_fetch_sub(&l->hold.refs, 1) != 1)
         return;
     watchlock_client *c = l->hold.client;
-    if (l->kind != NULL && l->kind->destroy != NULL)
+    if (l->kind->destroy != NULL) /* the kind's own data (a queued kind gives hold.keys.lock back first) */
         l->kind->destroy(l);
     pthread_mutex_destroy(&l->io_mu);
-    if (l->q != NULL)
-        wl_queued_free(l); /* gives hold.keys.lock back first */
     wl_keys_clear(&l->hold.keys);
     free(l->name);
     free(l->owner_label);
-    free(l->quorum); /* quorum_lock.c's */
     free(l);
     wl_client_unref(c);
 }
@@ -115,10 +122,11 @@ void watchlock_lock_free(watchlock_lock *l)
         return; /* forked child: never release or touch the parent's lock */
     if (atomic_exchange(&l->timeout_pending, false)) /* wait.c: a sliced wait given up by the free */
         wl_stats_acquire(l->hold.client, WATCHLOCK_ETIMEDOUT, false, false, 0);
-    if (l->kind != NULL) {
-        l->kind->free(l);
-        return;
-    }
+    l->kind->free(l); /* the handle's kind (locks.h) */
+}
+
+bool wl_handle_free_begin(watchlock_lock *l)
+{
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&c->mu);
     l->hold.freed = true; /* no callback starts from now on */
@@ -131,6 +139,13 @@ void watchlock_lock_free(watchlock_lock *l)
     if (held)
         l->hold.hold_count = 1;
     pthread_mutex_unlock(&c->mu);
+    return held;
+}
+
+void wl_handle_free(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    bool held = wl_handle_free_begin(l);
     if (held && !atomic_load(&c->closed))
         l->hold.ops->release(&l->hold);
     wl_wait_forget(l);
@@ -186,8 +201,11 @@ int watchlock_lock_abandon(watchlock_lock *l)
 {
     if (l == NULL || l->fork_gen != wl_fork_generation())
         return 0; /* forked child: the parent's lock is none of its business */
-    if (l->kind != NULL)
-        return l->kind->abandon(l);
+    return l->kind->abandon(l); /* the handle's kind (locks.h) */
+}
+
+int wl_handle_abandon(watchlock_lock *l)
+{
     watchlock_client *c = l->hold.client;
     wl_wait_give_up(l);
     pthread_mutex_lock(&c->mu);
@@ -482,47 +500,3 @@ int watchlock_lock_last_lost_reason(const watchlock_lock *l)
 }
 
 /* issue 25.2: public, for bindings that stop a sliced wait for good. */
-/* ---- queued kinds (the engine is queue.c's) ---- */
-
-int wl_queued_init(watchlock_lock *l, int kind, int64_t cap, int64_t k)
-{
-    wl_queued *q = calloc(1, sizeof *q);
-    char token[33];
-    if (q == NULL)
-        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
-    if (wl_random_token(token) != 0) {
-        free(q);
-        return wl_fail(WATCHLOCK_EINTERNAL, "getrandom failed");
-    }
-    memcpy(q->id, token, 16);
-    q->id[16] = '\0';
-    int rc = wl_qkeys_make(&q->keys, &l->hold.keys, q->id);
-    if (rc != WATCHLOCK_OK) {
-        free(q);
-        return rc;
-    }
-    atomic_init(&q->kind, kind);
-    pthread_mutex_init(&q->wake_mu, NULL);
-    q->cap = cap;
-    q->share = k;
-    q->k = k;
-    q->lock_key = l->hold.keys.lock;
-    q->lock_key_len = l->hold.keys.lock_len;
-    /* The hold is the handle's own key: renewals, extend and the hold
-     * layer's best-effort release act on it as on a plain lock's key. No
-     * other thread sees the handle yet. */
-    l->hold.keys.lock = q->keys.hold;
-    l->hold.keys.lock_len = q->keys.hold_len;
-    l->q = q;
-    return WATCHLOCK_OK;
-}
-
-void wl_queued_free(watchlock_lock *l)
-{
-    l->hold.keys.lock = l->q->lock_key; /* the block wl_keys_clear frees */
-    l->hold.keys.lock_len = l->q->lock_key_len;
-    wl_qkeys_clear(&l->q->keys);
-    pthread_mutex_destroy(&l->q->wake_mu);
-    free(l->q);
-    l->q = NULL;
-}

@@ -45,6 +45,50 @@ static const wl_hold_ops queued_ops = {
     .live_done = wl_q_live_done,
     .release_best_effort = wl_q_release_best_effort}; /* queue.c: close and loss hand on through the queue */
 
+/* The queued kinds' table (locks.h): the waiter queue's acquire
+ * (waiter.c), the one-hold release whose script is the queue's (it grants
+ * to the head, queue.c), the plain extend and renewals on the hold key. */
+static int q_acquire(watchlock_lock *l, int64_t wait_ms)
+{
+    return wl_q_acquire(l, 0, wait_ms); /* k 0: the handle's share, or what it holds (reentrant) */
+}
+
+static int q_send_release(watchlock_lock *l, const wl_release_args *a, int64_t deadline_us, const char *what,
+                          int64_t *result, bool *resent)
+{
+    (void)a;
+    (void)deadline_us;
+    (void)what;
+    return wl_q_script(l, "release", result, resent);
+}
+
+/* A queued hold that ended LOST, whatever ended it: its queue's release
+ * (the key deleted only while it holds this hold; the hold's entry and
+ * permits dropped) grants the next waiter now rather than when the
+ * holders entry runs out (issue 29.11). */
+static void q_release_lost(watchlock_lock *l, const wl_release_args *a, int reason)
+{
+    (void)a;
+    (void)reason;
+    wl_q_release_best_effort(&l->hold);
+}
+
+static void q_destroy(watchlock_lock *l)
+{
+    if (l->q != NULL) /* NULL when wl_queued_init failed */
+        wl_queued_free(l); /* gives hold.keys.lock back first */
+}
+
+static const wl_lock_ops queued_kind = {.acquire = q_acquire,
+                                        .release = wl_release_one,
+                                        .extend = wl_plain_extend,
+                                        .free = wl_handle_free,
+                                        .abandon = wl_handle_abandon,
+                                        .destroy = q_destroy,
+                                        .send_release = q_send_release,
+                                        .release_lost = q_release_lost,
+                                        .name_layout = false};
+
 static int queued_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, int kind,
                       int64_t cap)
 {
@@ -54,7 +98,7 @@ static int queued_new(watchlock_lock **out, watchlock_client *c, const void *nam
                                  : kind == WATCHLOCK_KIND_SEMAPHORE ? "semaphore"
                                                                     : "read-write");
     if (rc == WATCHLOCK_OK)
-        rc = wl_handle_new(out, c, name, name_len, &queued_ops);
+        rc = wl_handle_new(out, c, name, name_len, &queued_ops, &queued_kind);
     if (rc != WATCHLOCK_OK)
         return rc;
     int64_t k = kind == WATCHLOCK_KIND_WRITE ? RW_CAP : 1;

@@ -38,7 +38,7 @@ int watchlock_lock_set_key_layout(watchlock_lock *l, int layout)
     const char *why = NULL;
     if (layout != WATCHLOCK_KEYS_WATCHLOCK && layout != WATCHLOCK_KEYS_NAME)
         why = "layout must be WATCHLOCK_KEYS_WATCHLOCK or WATCHLOCK_KEYS_NAME";
-    else if (l->kind != NULL || l->q != NULL || c->quorum != NULL)
+    else if (!l->kind->name_layout) /* the handle's kind (locks.h): the plain lock off a quorum */
         why = "the name layout is for the plain lock of a one-server, Sentinel or Cluster client";
     else if (l->hold.state != WATCHLOCK_UNLOCKED || l->hold.hold_count != 0)
         why = "the layout changes only while the handle holds nothing";

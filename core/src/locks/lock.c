@@ -98,18 +98,11 @@ static const wl_hold_ops plain_lock_ops = {
 
 int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len)
 {
-    return wl_handle_new(out, c, name, name_len, &plain_lock_ops);
+    /* the plain lock's table, or its quorum client's (quorum_lock.c) */
+    return wl_handle_new(out, c, name, name_len, &plain_lock_ops, wl_quorum_kind(c, &wl_plain_lock_ops));
 }
 
 /* ---- acquire ---- */
-
-/* With client->mu: held, not being released, and within the local
- * deadline. A hold past its deadline is lost even before the loss timer
- * marks it (see visible_state). */
-static bool held_now(const watchlock_lock *l)
-{
-    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
-}
 
 /* min_replicas: WAIT on the connection that wrote the key (WAIT counts
  * the replicas that have this connection's writes). OK, EREPLICAS when
@@ -235,7 +228,7 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
-    if (held_now(l)) { /* another thread got this handle meanwhile */
+    if (wl_held_now(l)) { /* another thread got this handle meanwhile */
         l->hold.hold_count++;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
@@ -401,25 +394,15 @@ int watchlock_lock_acquire(watchlock_lock *l, int64_t wait_ms)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    if (l->hold.client->quorum != NULL) /* Redlock: quorum_lock.c */
-        return wl_quorum_acquire(l, wait_ms);
-    if (l->kind != NULL) /* a kind with its own acquire (locks.h) */
-        return l->kind->acquire(l, wait_ms);
-    if (l->q != NULL) /* a queued kind (waiter.c) */
-        return wl_q_acquire(l, 0, wait_ms);
+    return l->kind->acquire(l, wait_ms); /* the handle's kind (locks.h) */
+}
+
+static int plain_acquire(watchlock_lock *l, int64_t wait_ms)
+{
     watchlock_client *c = l->hold.client;
-    pthread_mutex_lock(&c->mu);
-    if (held_now(l)) { /* reentrant: no round trip */
-        l->hold.hold_count++;
-        pthread_mutex_unlock(&c->mu);
-        return WATCHLOCK_OK;
-    }
-    bool releasing = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
-    rc = wl_renew_check(&l->hold); /* an interval a later lease made too long (hold.c) */
-    pthread_mutex_unlock(&c->mu);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    if (releasing && (rc = wl_lock_finish_pending_release(l)) != WATCHLOCK_OK)
+    bool done;
+    int rc = wl_acquire_begin(l, &done); /* release.c: reentrant, the interval's check, a pending release */
+    if (rc != WATCHLOCK_OK || done)
         return rc;
 
     int64_t t0_us = wl_now_us(); /* stats.c: the wait time */
@@ -506,17 +489,18 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    if (l->kind != NULL)
-        return l->kind->extend(l, lease_ms);
-    if (lease_ms < 0 || lease_ms > WATCHLOCK_MAX_LEASE_MS)
-        return wl_fail(WATCHLOCK_EINVAL, "extend %s: lease must be 0 (current) or 1 ms .. 30 days, got %" PRId64,
-                       l->hold.quoted, lease_ms);
-    if (l->hold.client->quorum != NULL) /* Redlock: quorum_lock.c */
-        return wl_quorum_extend(l, lease_ms);
+    return l->kind->extend(l, lease_ms); /* the handle's kind (locks.h) */
+}
+
+int wl_plain_extend(watchlock_lock *l, int64_t lease_ms)
+{
+    int rc = wl_extend_lease_check(l, lease_ms);
+    if (rc != WATCHLOCK_OK)
+        return rc;
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
-    if (!held_now(l)) {
+    if (!wl_held_now(l)) {
         if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
             wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false); /* past its deadline */
         const char *why = l->hold.state == WATCHLOCK_LOST ? "the lock was lost"
@@ -575,3 +559,15 @@ int watchlock_lock_extend(watchlock_lock *l, int64_t lease_ms)
     return WATCHLOCK_OK;
 }
 
+
+/* The plain lock's table (locks.h): its hold on the client's one server,
+ * Sentinel's master or Cluster's slot (a quorum client's plain lock is
+ * quorum_lock.c's table). */
+const wl_lock_ops wl_plain_lock_ops = {.acquire = plain_acquire,
+                                       .release = wl_release_one,
+                                       .extend = wl_plain_extend,
+                                       .free = wl_handle_free,
+                                       .abandon = wl_handle_abandon,
+                                       .send_release = wl_send_release_single,
+                                       .release_lost = wl_release_lost_single,
+                                       .name_layout = true};

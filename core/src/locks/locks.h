@@ -10,19 +10,37 @@
 
 #include <stddef.h>
 
-/* A lock kind whose handle is not one plain hold (locks/multi.c: a hold
- * per name) answers the public calls itself: watchlock_lock_acquire,
- * _release, _extend, _free and _abandon pass the handle to these when the
- * handle has them (kind != NULL), after checking it; destroy frees the
- * kind's data at the handle's last reference. NULL for the plain lock. */
-typedef struct wl_kind_ops {
+/* A lock kind's table (issue 30.1): one per handle, never NULL, chosen by
+ * the handle's constructor: the plain lock (lock.c; on a quorum client
+ * quorum_lock.c's), the queued kinds (kinds.c: fair, semaphore, read-write;
+ * the side and k are data of the hold), the multi-lock (multi.c). Every
+ * public verb of a handle (watchlock_lock_acquire, _release, _extend,
+ * _free, _abandon) checks the handle and calls its kind's entry; nothing
+ * outside a kind's own files asks which kind a handle is.
+ * - acquire, release, extend: the verbs, after the handle is checked;
+ * - free, abandon: after the fork check (the handle layer's wl_handle_free
+ *   and wl_handle_abandon for a kind whose handle is one hold);
+ * - destroy: the kind's own data at the last reference (NULL: none);
+ * - send_release: the release of one hold for wl_release_hold (release.c):
+ *   OK with *result 1 released, 0 no key, -1 another owner's; *resent when
+ *   it was sent again on a fresh connection (its first outcome unknown);
+ *   NULL for a kind with its own release;
+ * - release_lost: the release of a hold that ended LOST at the user's
+ *   release (best effort: wakes the waiters now, never touches another
+ *   owner's key); `reason` the loss's;
+ * - name_layout: the handle may take the name layout (layout.c). */
+typedef struct wl_lock_ops {
     int (*acquire)(watchlock_lock *l, int64_t wait_ms);
     int (*release)(watchlock_lock *l);
     int (*extend)(watchlock_lock *l, int64_t lease_ms);
     void (*free)(watchlock_lock *l);
     int (*abandon)(watchlock_lock *l);
     void (*destroy)(watchlock_lock *l);
-} wl_kind_ops;
+    int (*send_release)(watchlock_lock *l, const wl_release_args *a, int64_t deadline_us, const char *what,
+                        int64_t *result, bool *resent);
+    void (*release_lost)(watchlock_lock *l, const wl_release_args *a, int reason);
+    bool name_layout;
+} wl_lock_ops;
 /* A queued kind's part of a handle (queue.c; NULL for the plain lock). */
 typedef struct wl_queued {
     atomic_int kind; /* the handle's: WATCHLOCK_KIND_FAIR / SEMAPHORE / READ / WRITE, never changes */
@@ -74,7 +92,7 @@ struct watchlock_lock {
      * NULL = none is written at acquire */
     char *owner_label;
     int64_t name_stored_us; /* a digested name: when an acquire last stored it (0 never); client->mu */
-    const wl_kind_ops *kind; /* NULL: the plain lock (or a kind that needs no dispatch) */
+    const wl_lock_ops *kind; /* the handle's kind (never NULL), set by its constructor */
     void *kind_data;         /* the kind's own (multi.c: its members) */
     wl_queued *q;           /* a queued kind's (queue.c), NULL for the plain lock; set at creation */
     struct wl_qlock *quorum; /* a quorum client's per-member state (quorum_lock.c), made at the first acquire */
@@ -120,10 +138,35 @@ int64_t wl_qwait_spread_us(int collisions, int64_t rtt_us, int64_t lease_ms);
 int wl_quorum_refuse(watchlock_client *c, const char *kind);
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
 int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms);
-/* A new handle of the kind whose hold ops are `ops` (handle.c): checks the
- * client and the name, makes the keys and a token, links it to the client. */
+/* A new handle of the kind `kind` whose hold ops are `ops` (handle.c):
+ * checks the client and the name, makes the keys and a token, links it to
+ * the client. */
 int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len,
-                  const wl_hold_ops *ops);
+                  const wl_hold_ops *ops, const wl_lock_ops *kind);
+/* The handle layer's free and abandon of a handle that is one hold
+ * (handle.c; the plain, quorum and queued kinds' free/abandon). */
+void wl_handle_free(watchlock_lock *l);
+int wl_handle_abandon(watchlock_lock *l);
+/* Every kind's free begins so (handle.c): no on-lost callback starts from
+ * now on and a running one is waited for; a hold left (held or lost) gets
+ * the count 1, so one release ends it: true then. */
+bool wl_handle_free_begin(watchlock_lock *l);
+/* With client->mu: held, not being released, and within the local
+ * deadline. A hold past its deadline is lost even before the loss timer
+ * marks it (handle.c visible_state). */
+static inline bool wl_held_now(const watchlock_lock *l)
+{
+    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
+}
+/* The lease argument of extend: 0 (the current) or 1 ms .. 30 days. */
+int wl_extend_lease_check(const watchlock_lock *l, int64_t lease_ms);
+/* The plain lock's table (lock.c), and a one-hold kind's on the client's
+ * placement: a quorum client's plain lock is quorum_lock.c's table, any
+ * other client's `single` (quorum_lock.c). */
+extern const wl_lock_ops wl_plain_lock_ops;
+const wl_lock_ops *wl_quorum_kind(const watchlock_client *c, const wl_lock_ops *single);
+/* The plain lock's extend (lock.c; the queued kinds' too). */
+int wl_plain_extend(watchlock_lock *l, int64_t lease_ms);
 void wl_lock_unref(watchlock_lock *l);
 /* With client->mu held: the hold of an abandoned handle is over (its local
  * deadline passed, a renewal found it taken, or the client is closing):
@@ -132,9 +175,21 @@ void wl_lock_unref(watchlock_lock *l);
  * client: callers hold the user's reference or run before close joins them). */
 void wl_abandoned_end(watchlock_client *c, watchlock_lock *l);
 
-/* The plain lock's release (release.c): a release that could not be
- * confirmed is finished by the next call on the handle. io_mu held. */
+/* The release of a handle that is one hold (release.c; the plain, quorum
+ * and queued kinds' release entry): the count, the LOST path (the kind's
+ * release_lost) and the kind's send_release; a release that could not be
+ * confirmed is finished by the next call on the handle. The plain lock's
+ * send_release (one server: once more on a fresh connection while the
+ * lease lasts) and release_lost. */
+int wl_release_one(watchlock_lock *l);
+int wl_send_release_single(watchlock_lock *l, const wl_release_args *a, int64_t deadline_us, const char *what,
+                           int64_t *result, bool *resent);
+void wl_release_lost_single(watchlock_lock *l, const wl_release_args *a, int reason);
+/* io_mu held. */
 int wl_lock_finish_pending_release(watchlock_lock *l);
+/* The acquire prologue of a one-hold kind (release.c): reentrant count
+ * (*done), the renew interval's check, a pending release finished. */
+int wl_acquire_begin(watchlock_lock *l, bool *done);
 
 /* The waiter queue (queue.c). wl_queued_init makes a new handle a queued
  * kind's: its hold key (watchlock:{N}:q:h:<id>) becomes hold.keys.lock, so

@@ -138,12 +138,14 @@ static void multi_free(watchlock_lock *l);
 static int multi_extend(watchlock_lock *l, int64_t lease_ms);
 static int multi_abandon(watchlock_lock *l);
 
-static const wl_kind_ops multi_kind = {.acquire = wl_multi_acquire,
+/* The multi-lock's table (locks.h): a hold per name, its own release. */
+static const wl_lock_ops multi_kind = {.acquire = wl_multi_acquire,
                                        .release = wl_multi_release,
                                        .extend = multi_extend,
                                        .free = multi_free,
                                        .abandon = multi_abandon,
-                                       .destroy = multi_destroy};
+                                       .destroy = multi_destroy,
+                                       .name_layout = false};
 
 static int key_cmp(const void *a, const void *b)
 {
@@ -190,7 +192,8 @@ int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *c, const vo
     watchlock_lock *l;
     int rc = wl_quorum_refuse(c, "multi");
     if (rc == WATCHLOCK_OK)
-        rc = wl_handle_new(&l, c, names[0], name_lens[0], &group_ops);
+        rc = wl_handle_new(&l, c, names[0], name_lens[0], &group_ops,
+                           &wl_plain_lock_ops); /* freed as one plain hold until its members are made */
     if (rc != WATCHLOCK_OK)
         return rc;
     wl_multi *m = calloc(1, sizeof *m);
@@ -218,7 +221,7 @@ int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *c, const vo
         if ((e->name = malloc(name_lens[i] + 1)) == NULL ||
             (rc = wl_keys_make(&e->hold.keys, names[i], name_lens[i])) != WATCHLOCK_OK) {
             m->n = i + (e->name != NULL); /* destroy frees what was made */
-            l->kind = NULL;
+            l->kind = &wl_plain_lock_ops;
             multi_destroy(l);
             watchlock_lock_free(l);
             return rc != WATCHLOCK_OK ? rc : wl_fail(WATCHLOCK_ENOMEM, "out of memory");
@@ -277,7 +280,7 @@ static int multi_extend(watchlock_lock *l, int64_t lease_ms)
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
     int rc = WATCHLOCK_OK;
-    if (!group_held_now(l)) {
+    if (!wl_held_now(l)) {
         if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
             wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false);
         pthread_mutex_unlock(&c->mu);
@@ -347,14 +350,7 @@ static void multi_free(watchlock_lock *l)
 {
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
-    pthread_mutex_lock(&c->mu);
-    l->hold.freed = true; /* no callback starts from now on */
-    l->hold.on_lost = NULL;
-    wl_wait_callbacks(c, &l->hold);
-    bool held = l->hold.state != WATCHLOCK_UNLOCKED;
-    if (held)
-        l->hold.hold_count = 1;
-    pthread_mutex_unlock(&c->mu);
+    bool held = wl_handle_free_begin(l); /* handle.c: as every kind's free begins */
     if (held && !atomic_load(&c->closed))
         wl_multi_release(l);
     if (!atomic_load(&c->closed))
@@ -386,7 +382,7 @@ static int multi_abandon(watchlock_lock *l)
     l->hold.freed = true;
     l->hold.on_lost = NULL;
     wl_wait_callbacks(c, &l->hold);
-    int dropped = group_held_now(l);
+    int dropped = wl_held_now(l);
     for (size_t i = 0; i < m->n; i++) {
         wl_hold *h = &m->m[i].hold;
         h->freed = true;

@@ -92,12 +92,6 @@ static inline void group_deadline(watchlock_lock *l)
     l->hold.deadline_us = d;
 }
 
-/* With client->mu: the group is held, not being released, within its deadline. */
-static inline bool group_held_now(const watchlock_lock *l)
-{
-    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
-}
-
 /* The run of sorted members that starts at i: [i, end) share a slot
  * (every member shares the one server without cluster). */
 static inline size_t run_end(const wl_multi *m, size_t i, bool sharded)

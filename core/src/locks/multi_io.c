@@ -375,7 +375,7 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
         return wl_fail(WATCHLOCK_EINVAL, "acquire %s: a multi-lock does not support min_replicas", l->hold.quoted);
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
-    if (group_held_now(l)) { /* reentrant */
+    if (wl_held_now(l)) { /* reentrant */
         l->hold.hold_count++;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);

@@ -14,6 +14,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LIVENESS_MIN_MS 300
@@ -120,4 +121,49 @@ void wl_q_release_best_effort(wl_hold *h)
 {
     int64_t result;
     wl_q_script(wl_lock_of(h), "release", &result, NULL);
+}
+
+/* ---- a queued kind's part of a handle (made by kinds.c's constructors) ---- */
+
+int wl_queued_init(watchlock_lock *l, int kind, int64_t cap, int64_t k)
+{
+    wl_queued *q = calloc(1, sizeof *q);
+    char token[33];
+    if (q == NULL)
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    if (wl_random_token(token) != 0) {
+        free(q);
+        return wl_fail(WATCHLOCK_EINTERNAL, "getrandom failed");
+    }
+    memcpy(q->id, token, 16);
+    q->id[16] = '\0';
+    int rc = wl_qkeys_make(&q->keys, &l->hold.keys, q->id);
+    if (rc != WATCHLOCK_OK) {
+        free(q);
+        return rc;
+    }
+    atomic_init(&q->kind, kind);
+    pthread_mutex_init(&q->wake_mu, NULL);
+    q->cap = cap;
+    q->share = k;
+    q->k = k;
+    q->lock_key = l->hold.keys.lock;
+    q->lock_key_len = l->hold.keys.lock_len;
+    /* The hold is the handle's own key: renewals, extend and the hold
+     * layer's best-effort release act on it as on a plain lock's key. No
+     * other thread sees the handle yet. */
+    l->hold.keys.lock = q->keys.hold;
+    l->hold.keys.lock_len = q->keys.hold_len;
+    l->q = q;
+    return WATCHLOCK_OK;
+}
+
+void wl_queued_free(watchlock_lock *l)
+{
+    l->hold.keys.lock = l->q->lock_key; /* the block wl_keys_clear frees */
+    l->hold.keys.lock_len = l->q->lock_key_len;
+    wl_qkeys_clear(&l->q->keys);
+    pthread_mutex_destroy(&l->q->wake_mu);
+    free(l->q);
+    l->q = NULL;
 }

@@ -55,11 +55,6 @@ static const char raise_lua[] =
     "if n < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL') end\n"
     "return 1\n";
 
-static bool held_now(const watchlock_lock *l)
-{
-    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
-}
-
 /* ---- one attempt ---- */
 
 typedef struct tally {
@@ -197,7 +192,7 @@ static int attempt(watchlock_lock *l, tally *t)
         return WATCHLOCK_EINVAL;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
-    if (held_now(l)) {
+    if (wl_held_now(l)) {
         l->hold.hold_count++;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
@@ -303,20 +298,15 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
 {
     watchlock_client *c = l->hold.client;
     wl_quorum *q = c->quorum;
+    bool done;
+    int rc = wl_acquire_begin(l, &done); /* release.c: reentrant, the interval's check, a pending release */
+    if (rc != WATCHLOCK_OK || done)
+        return rc;
     pthread_mutex_lock(&c->mu);
-    if (held_now(l)) {
-        l->hold.hold_count++;
-        pthread_mutex_unlock(&c->mu);
-        return WATCHLOCK_OK;
-    }
-    bool releasing = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
-    int rc = wl_renew_check(&l->hold);
-    if (rc == WATCHLOCK_OK && l->quorum == NULL && (l->quorum = calloc(1, sizeof *l->quorum)) == NULL)
+    if (l->quorum == NULL && (l->quorum = calloc(1, sizeof *l->quorum)) == NULL)
         rc = wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     pthread_mutex_unlock(&c->mu);
     if (rc != WATCHLOCK_OK)
-        return rc;
-    if (releasing && (rc = wl_lock_finish_pending_release(l)) != WATCHLOCK_OK)
         return rc;
 
     int64_t t0_us = wl_now_us();
@@ -433,7 +423,7 @@ int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms)
     wl_quorum *q = c->quorum;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
-    if (!held_now(l)) {
+    if (!wl_held_now(l)) {
         if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
             wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false);
         const char *why = l->hold.state == WATCHLOCK_LOST   ? "the lock was lost"
@@ -519,7 +509,7 @@ static int64_t raise_token(watchlock_lock *l)
         return v;
     }
     int64_t T = ql->fence_max, deadline = l->hold.deadline_us;
-    bool held = held_now(l);
+    bool held = wl_held_now(l);
     wl_release_args a;
     wl_release_args_make(&l->hold, &a); /* a.prefix: "<token>." */
     int64_t lease = l->hold.lease_ms;
@@ -599,4 +589,54 @@ int wl_quorum_refuse(watchlock_client *c, const char *kind)
                    "%s locks are not available on a quorum client (%zu members) in this version: use a plain lock, "
                    "or a client on one server",
                    kind, c->quorum->n);
+}
+
+/* ---- the quorum client's plain lock: its table (locks.h) ---- */
+
+static int quorum_extend(watchlock_lock *l, int64_t lease_ms)
+{
+    int rc = wl_extend_lease_check(l, lease_ms);
+    return rc != WATCHLOCK_OK ? rc : wl_quorum_extend(l, lease_ms);
+}
+
+/* Every member at once, a majority confirms (hold/quorum_round.c). */
+static int quorum_send_release(watchlock_lock *l, const wl_release_args *a, int64_t deadline_us, const char *what,
+                               int64_t *result, bool *resent)
+{
+    (void)what;
+    (void)resent;
+    watchlock_client *c = l->hold.client;
+    int64_t cap_ms = c->server.ep.command_timeout_ms, left_ms = (deadline_us - wl_now_us()) / 1000;
+    int r = 0;
+    int rc = wl_quorum_release(c, a, left_ms > 0 && left_ms < cap_ms ? left_ms : cap_ms, &r);
+    *result = r;
+    return rc;
+}
+
+/* A hold declared lost by its local deadline: every member (as one server's). */
+static void quorum_release_lost(watchlock_lock *l, const wl_release_args *a, int reason)
+{
+    if (reason != WATCHLOCK_LOST_TAKEN)
+        wl_quorum_release_best_effort(l->hold.client, a);
+}
+
+static void quorum_destroy(watchlock_lock *l)
+{
+    free(l->quorum); /* the per-member state, made at the first acquire */
+    l->quorum = NULL;
+}
+
+static const wl_lock_ops quorum_lock_ops = {.acquire = wl_quorum_acquire,
+                                            .release = wl_release_one,
+                                            .extend = quorum_extend,
+                                            .free = wl_handle_free,
+                                            .abandon = wl_handle_abandon,
+                                            .destroy = quorum_destroy,
+                                            .send_release = quorum_send_release,
+                                            .release_lost = quorum_release_lost,
+                                            .name_layout = false};
+
+const wl_lock_ops *wl_quorum_kind(const watchlock_client *c, const wl_lock_ops *single)
+{
+    return c != NULL && c->quorum != NULL ? &quorum_lock_ops : single;
 }

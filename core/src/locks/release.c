@@ -1,13 +1,53 @@
 /*
- * release.c - the plain lock's release: the release script on a pooled
- * connection, once more on a fresh one when the first try could not be
- * confirmed, and a release left pending (the hold is not renewed, and kept
- * until confirmed or expired) that the next call on the handle finishes.
+ * release.c - the release of a handle that is one hold (the plain, quorum
+ * and queued kinds' release entry, locks.h): the count, the LOST path and
+ * the kind's send_release; the plain lock's send_release on one server
+ * (the release script on a pooled connection, once more on a fresh one when
+ * the first try could not be confirmed); a release left pending (the hold
+ * is not renewed, and kept until confirmed or expired) that the next call
+ * on the handle finishes; the one-hold kinds' acquire prologue.
  */
 #include "locks/locks.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* The plain lock's release on one server (the send_release of the plain
+ * and one-server tables, locks.h): the release script on a pooled
+ * connection; a first try whose outcome is unknown (the connection failed)
+ * is sent once more on a fresh connection whose timeouts end by the hold's
+ * deadline. */
+int wl_send_release_single(watchlock_lock *l, const wl_release_args *a, int64_t deadline_us, const char *what,
+                           int64_t *result, bool *resent)
+{
+    watchlock_client *c = l->hold.client;
+    redisReply *r = NULL;
+    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a->argv, a->lens, &r, what, NULL,
+                                resent);
+    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline_us) {
+        if (*resent) /* stats.c: counted once per sending, as the caller counts *resent once */
+            wl_stats_release_retry(c);
+        *resent = true;
+        int64_t cap_ms = (deadline_us - wl_now_us()) / 1000;
+        rc = cap_ms < 1 ? wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what)
+                        : wl_release_fresh(&c->server, a, 1, cap_ms, &r, what);
+    }
+    if (r != NULL) {
+        *result = wl_reply_i64(r);
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+/* The plain lock's release of a hold declared lost by its local deadline
+ * (release_lost, locks.h): the key may still hold this hold for the safety
+ * margin; delete it if so (checked, so never someone else's) to wake
+ * waiters now. */
+void wl_release_lost_single(watchlock_lock *l, const wl_release_args *a, int reason)
+{
+    if (reason != WATCHLOCK_LOST_TAKEN)
+        wl_release_best_effort(&l->hold.client->server, a);
+}
 
 /* With io_mu held, for a hold whose count reached 0 and that is marked
  * releasing (no longer renewed): deletes the key if it still holds this
@@ -32,36 +72,12 @@ static int release_hold(watchlock_lock *l, bool retry)
 
     char what[160];
     wl_what(what, sizeof what, "release", l->hold.quoted);
-    redisReply *r = NULL;
     bool resent = false;
     int64_t result = 0;
-    int rc, quorum_result = 0;
-    if (c->quorum != NULL) { /* Redlock: every member at once, a majority confirms (hold/quorum_round.c) */
-        int64_t cap_ms = c->server.ep.command_timeout_ms, left_ms = (deadline - wl_now_us()) / 1000;
-        rc = wl_quorum_release(c, &a, left_ms > 0 && left_ms < cap_ms ? left_ms : cap_ms, &quorum_result);
-        result = quorum_result;
-    } else if (l->q != NULL) { /* a queued kind: the queue's release, which grants to the head (queue.c) */
-        rc = wl_q_script(l, "release", &result, &resent);
-    } else {
-        rc = wl_run_script_keep(&c->server, WL_SCRIPT_RELEASE, 1, WL_RELEASE_NARGS, a.argv, a.lens, &r, what, NULL,
-                                &resent);
-    }
+    int rc = l->kind->send_release(l, &a, deadline, what, &result, &resent); /* the kind's (locks.h) */
     if (resent) /* stats.c: sent again on a fresh connection */
         wl_stats_release_retry(c);
     retry = retry || resent;
-    if (rc == WATCHLOCK_ECONN && wl_now_us() < deadline && l->q == NULL && c->quorum == NULL) {
-        retry = true;
-        wl_stats_release_retry(c); /* stats.c */
-        /* The release script once more, on a fresh connection whose
-         * timeouts end by the hold's deadline. */
-        int64_t cap_ms = (deadline - wl_now_us()) / 1000;
-        rc = cap_ms < 1 ? wl_fail(WATCHLOCK_ECONN, "%s: not confirmed before the lease ran out", what)
-                        : wl_release_fresh(&c->server, &a, 1, cap_ms, &r, what);
-    }
-    if (r != NULL) {
-        result = wl_reply_i64(r);
-        freeReplyObject(r);
-    }
     pthread_mutex_lock(&c->mu);
     if (gen != l->hold.hold_gen || l->hold.state != WATCHLOCK_HELD) {
         /* Ended meanwhile: its lease ran out (the key is gone by expiry),
@@ -116,13 +132,41 @@ int wl_lock_finish_pending_release(watchlock_lock *l)
     return rc == WATCHLOCK_ENOTOWNER ? WATCHLOCK_OK : rc;
 }
 
+/* The acquire prologue of a kind whose handle is one hold (issue 30.5;
+ * lock.c, quorum_lock.c): a handle that holds now counts one more
+ * (reentrant, no round trip: *done); an interval a later lease made too
+ * long is refused (hold.c wl_renew_check); a release whose outcome is
+ * unknown is finished first. OK with !*done: go on to the attempt. */
+int wl_acquire_begin(watchlock_lock *l, bool *done)
+{
+    watchlock_client *c = l->hold.client;
+    *done = false;
+    pthread_mutex_lock(&c->mu);
+    if (wl_held_now(l)) { /* reentrant: no round trip */
+        l->hold.hold_count++;
+        pthread_mutex_unlock(&c->mu);
+        *done = true;
+        return WATCHLOCK_OK;
+    }
+    bool releasing = l->hold.state == WATCHLOCK_HELD && l->hold.releasing;
+    int rc = wl_renew_check(&l->hold); /* an interval a later lease made too long (hold.c) */
+    pthread_mutex_unlock(&c->mu);
+    if (rc == WATCHLOCK_OK && releasing)
+        rc = wl_lock_finish_pending_release(l);
+    return rc;
+}
+
 int watchlock_lock_release(watchlock_lock *l)
 {
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    if (l->kind != NULL)
-        return l->kind->release(l);
+    return l->kind->release(l); /* the handle's kind (locks.h) */
+}
+
+int wl_release_one(watchlock_lock *l)
+{
+    int rc;
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
@@ -138,21 +182,8 @@ int watchlock_lock_release(watchlock_lock *l)
         wl_release_args a;
         wl_release_args_make(&l->hold, &a);
         pthread_mutex_unlock(&c->mu);
-        if (last && l->hold.ops->release_best_effort != NULL) {
-            /* A queued kind's hold, whatever ended it: its queue's release
-             * (the key deleted only while it holds this hold; the hold's
-             * entry and permits dropped) grants the next waiter now rather
-             * than when the holders entry runs out (issue 29.11). */
-            l->hold.ops->release_best_effort(&l->hold);
-        } else if (last && reason != WATCHLOCK_LOST_TAKEN) {
-            /* Declared lost by the local deadline: the key may still hold
-             * this hold for the safety margin. Delete it if so (checked, so
-             * never someone else's) to wake waiters now. */
-            if (c->quorum != NULL)
-                wl_quorum_release_best_effort(c, &a); /* every member */
-            else
-                wl_release_best_effort(&c->server, &a);
-        }
+        if (last) /* the kind's: a queued kind's queue hands it on (issue 29.11) */
+            l->kind->release_lost(l, &a, reason);
         pthread_mutex_unlock(&l->io_mu);
         return wl_fail(WATCHLOCK_ENOTOWNER, "lock %s was lost (%s) before release", l->hold.quoted,
                        watchlock_lost_reason_str(reason));

@@ -24,11 +24,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static bool held_now(const watchlock_lock *l)
-{
-    return l->hold.state == WATCHLOCK_HELD && !l->hold.releasing && wl_now_us() < l->hold.deadline_us;
-}
-
 static const char *kind_word(const char *kind)
 {
     return strcmp(kind, "fair") == 0  ? "a fair lock"
@@ -68,7 +63,7 @@ static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
-    if (held_now(l)) { /* another thread got this handle meanwhile */
+    if (wl_held_now(l)) { /* another thread got this handle meanwhile */
         l->hold.hold_count++;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&l->io_mu);
@@ -283,8 +278,8 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
      * else the kind's share (1 permit for a semaphore): a new hold never
      * inherits the last hold's k or side (issue 29.9) */
     if (k == 0)
-        k = held_now(l) ? l->q->k : l->q->share;
-    if (held_now(l)) { /* reentrant: no round trip */
+        k = wl_held_now(l) ? l->q->k : l->q->share;
+    if (wl_held_now(l)) { /* reentrant: no round trip */
         if (k != l->q->k) {
             pthread_mutex_unlock(&c->mu);
             return wl_fail(WATCHLOCK_EINVAL, "acquire %s: this handle holds %" PRId64 " permits, not %" PRId64,
