@@ -101,7 +101,10 @@ static void open_refusals(void)
     const char *down[3] = {rh_url(s), rh_url(s2), "redis://127.0.0.1:1?connect_timeout=300ms"};
     CHECK_OK(watchlock_client_open_quorum(&c, down, 3));
     CHECK_EQ(watchlock_client_member_state(c, 2), WATCHLOCK_MEMBER_UNREACHABLE);
-    CHECK_EQ(watchlock_client_member_state(c, 0), WATCHLOCK_MEMBER_GRANTED);
+    /* reachable; "restarted" until the window's records were read from a
+     * majority (issue 29.2), which the open need not wait for (29.8) */
+    int st0 = watchlock_client_member_state(c, 0);
+    CHECK_MSG(st0 == WATCHLOCK_MEMBER_GRANTED || st0 == WATCHLOCK_MEMBER_RESTARTED, "member 0's state %d", st0);
     watchlock_client_close(c);
     c = NULL;
     /* two of three: ECONN naming both */
