@@ -12,6 +12,7 @@
  * fixed sleep.
  */
 #include "proxy_harness.h"
+#include "quorum_helpers.h"
 #include "testing.h"
 
 #include <limits.h>
@@ -19,45 +20,9 @@
 #include <time.h>
 #include <stdlib.h>
 
-#define N 5
-#define LEASE 1000
-#define OPTS "connect_timeout=1s&command_timeout=1s&safety_margin=250ms"
-
-typedef struct five {
-    rh_server *s[N];
-    char url[N][512];
-    const char *urls[N];
-} five;
-
 static void five_start(five *f)
 {
-    for (int i = 0; i < N; i++) {
-        f->s[i] = rh_start(NULL);
-        CHECK(f->s[i] != NULL);
-        snprintf(f->url[i], sizeof f->url[i], "%s?%s", rh_url(f->s[i]), OPTS);
-        f->urls[i] = f->url[i];
-    }
-}
-
-static void five_free(five *f)
-{
-    for (int i = 0; i < N; i++)
-        rh_free(f->s[i]);
-}
-
-static watchlock_client *open_q(const char *const *urls, size_t n)
-{
-    watchlock_client *c = NULL;
-    CHECK_OK(watchlock_client_open_quorum(&c, urls, n));
-    CHECK_EQ(watchlock_client_member_count(c), n);
-    return c;
-}
-
-static watchlock_lock *lock_lease(watchlock_client *c, const char *name, int64_t lease)
-{
-    watchlock_lock *l = new_lock(c, name);
-    CHECK_OK(watchlock_lock_set_lease(l, lease));
-    return l;
+    five_start_opts(f, OPTS);
 }
 
 static long long key_exists(rh_server *s, const char *name)
@@ -68,14 +33,6 @@ static long long key_exists(rh_server *s, const char *name)
 static long long key_pttl(rh_server *s, const char *name)
 {
     return rh_int(s, "PTTL watchlock:{%s}", name);
-}
-
-static int count_status(watchlock_lock *l, int status)
-{
-    int k = 0;
-    for (size_t i = 0; i < N; i++)
-        k += watchlock_lock_member_status(l, i) == status;
-    return k;
 }
 
 /* ---- open ---- */

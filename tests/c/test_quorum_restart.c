@@ -19,57 +19,10 @@
  * them out for one lease after a client first sees them: tests wait that
  * out through an acquire with a wait, never a fixed sleep.
  */
+#include "quorum_helpers.h"
 #include "testing.h"
 
 #include <stdlib.h>
-
-#define N 5
-#define LEASE 1000
-#define OPTS "connect_timeout=1s&command_timeout=1s&safety_margin=250ms"
-
-typedef struct five {
-    rh_server *s[N];
-    char url[N][512];
-    const char *urls[N];
-} five;
-
-static void five_start_opts(five *f, const char *opts)
-{
-    for (int i = 0; i < N; i++) {
-        f->s[i] = rh_start(NULL);
-        CHECK(f->s[i] != NULL);
-        snprintf(f->url[i], sizeof f->url[i], "%s?%s", rh_url(f->s[i]), opts);
-        f->urls[i] = f->url[i];
-    }
-}
-
-static void five_free(five *f)
-{
-    for (int i = 0; i < N; i++)
-        rh_free(f->s[i]);
-}
-
-static watchlock_client *open_q(const char *const *urls, size_t n)
-{
-    watchlock_client *c = NULL;
-    CHECK_OK(watchlock_client_open_quorum(&c, urls, n));
-    return c;
-}
-
-static watchlock_lock *lock_lease(watchlock_client *c, const char *name, int64_t lease)
-{
-    watchlock_lock *l = new_lock(c, name);
-    CHECK_OK(watchlock_lock_set_lease(l, lease));
-    return l;
-}
-
-static int count_status(watchlock_lock *l, int status)
-{
-    int k = 0;
-    for (size_t i = 0; i < N; i++)
-        k += watchlock_lock_member_status(l, i) == status;
-    return k;
-}
 
 /* A client past the restart window of LEASE (its first acquire waited it out). */
 static watchlock_client *settled(five *f)

@@ -233,9 +233,10 @@ int wl_handle_abandon(watchlock_lock *l)
 
 /* ---- options ---- */
 
-/* The setters' frame: the handle checked, then client->mu held until
- * set_end. OK, or the check's error with nothing taken. */
-static int set_begin(watchlock_lock *l)
+/* The setters' frame (here and layout.c): the handle checked, then
+ * client->mu held until wl_set_end. OK, or the check's error with nothing
+ * taken. */
+int wl_set_begin(watchlock_lock *l)
 {
     int rc = wl_check_lock(l);
     if (rc == WATCHLOCK_OK)
@@ -243,7 +244,7 @@ static int set_begin(watchlock_lock *l)
     return rc;
 }
 
-static int set_end(watchlock_lock *l)
+int wl_set_end(watchlock_lock *l)
 {
     pthread_mutex_unlock(&l->hold.client->mu);
     return WATCHLOCK_OK;
@@ -255,22 +256,22 @@ int watchlock_lock_set_lease(watchlock_lock *l, int64_t lease_ms)
         return wl_fail(WATCHLOCK_EINVAL, "lock %s: lease must be 1 ms .. 30 days, got %" PRId64 " ms (%s)",
                        l->hold.quoted, lease_ms,
                        lease_ms < 0 ? "negative" : lease_ms == 0 ? "zero: a lock that expires at once" : "too long");
-    int rc = set_begin(l);
+    int rc = wl_set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
     l->hold.lease_ms = lease_ms;
-    return set_end(l);
+    return wl_set_end(l);
 }
 
 int watchlock_lock_set_auto_renew(watchlock_lock *l, int on)
 {
     if (l != NULL && on != 0 && on != 1)
         return wl_fail(WATCHLOCK_EINVAL, "lock %s: auto-renew must be 0 or 1, got %d", l->hold.quoted, on);
-    int rc = set_begin(l);
+    int rc = wl_set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
     l->hold.auto_renew = on != 0;
-    return set_end(l);
+    return wl_set_end(l);
 }
 
 int watchlock_lock_set_renew_interval(watchlock_lock *l, int64_t interval_ms)
@@ -300,32 +301,32 @@ int watchlock_lock_set_max_renewals(watchlock_lock *l, int64_t max)
 {
     if (l != NULL && max < 0)
         return wl_fail(WATCHLOCK_EINVAL, "lock %s: max renewals must be >= 0 (0 = unlimited)", l->hold.quoted);
-    int rc = set_begin(l);
+    int rc = wl_set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
     l->hold.max_renewals = max;
-    return set_end(l);
+    return wl_set_end(l);
 }
 
 int watchlock_lock_set_max_hold(watchlock_lock *l, int64_t max_hold_ms)
 {
     if (l != NULL && (max_hold_ms < 0 || max_hold_ms > WATCHLOCK_MAX_LEASE_MS * 100))
         return wl_fail(WATCHLOCK_EINVAL, "lock %s: max hold must be >= 0 ms (0 = unlimited)", l->hold.quoted);
-    int rc = set_begin(l);
+    int rc = wl_set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
     l->hold.max_hold_ms = max_hold_ms;
-    return set_end(l);
+    return wl_set_end(l);
 }
 
 int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *userdata)
 {
-    int rc = set_begin(l);
+    int rc = wl_set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
     l->hold.on_lost = fn;
     l->hold.on_lost_data = userdata;
-    return set_end(l);
+    return wl_set_end(l);
 }
 
 int watchlock_lock_set_owner_label(watchlock_lock *l, const char *label)

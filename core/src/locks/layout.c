@@ -3,26 +3,11 @@
  * watchlock_lock_set_key_layout): redis-py's keys, the lock key the name
  * itself holding the hold's bare token (hold.c wl_ident), the other keys
  * watchlock's (proto/keys.c wl_keys_make_named); the caller's token and the
- * key without expiry that go with it. Setters as handle.c's: the handle
- * checked, then client->mu held.
+ * key without expiry that go with it. Setters in handle.c's frame (wl_set_begin / wl_set_end).
  */
 #include "locks/locks.h"
 
 #include <string.h>
-
-static int set_begin(watchlock_lock *l)
-{
-    int rc = wl_check_lock(l);
-    if (rc == WATCHLOCK_OK)
-        pthread_mutex_lock(&l->hold.client->mu);
-    return rc;
-}
-
-static int set_end(watchlock_lock *l)
-{
-    pthread_mutex_unlock(&l->hold.client->mu);
-    return WATCHLOCK_OK;
-}
 
 /* The name layout (redis-py's keys, watchlock.h): the lock key becomes the
  * name itself and the hold's value its bare token. Only on a plain lock of
@@ -31,7 +16,7 @@ static int set_end(watchlock_lock *l)
  * never a key of watchlock's own layout (keys.c wl_keys_make_named). */
 int watchlock_lock_set_key_layout(watchlock_lock *l, int layout)
 {
-    int rc = set_begin(l);
+    int rc = wl_set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
     watchlock_client *c = l->hold.client;
@@ -64,12 +49,12 @@ int watchlock_lock_set_key_layout(watchlock_lock *l, int layout)
     for (size_t i = 0; i < l->hold.keys.lock_len; i++)
         l->key_hash = (l->key_hash ^ (unsigned char)l->hold.keys.lock[i]) * UINT64_C(1099511628211);
     l->key_hash |= 1;
-    return set_end(l);
+    return wl_set_end(l);
 }
 
 int watchlock_lock_set_no_expiry(watchlock_lock *l, int on)
 {
-    int rc = set_begin(l);
+    int rc = wl_set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
     const char *why = NULL;
@@ -86,13 +71,13 @@ int watchlock_lock_set_no_expiry(watchlock_lock *l, int on)
         l->hold.auto_renew = false;
         l->hold.lease_ms = WATCHLOCK_MAX_LEASE_MS;
     }
-    return set_end(l);
+    return wl_set_end(l);
 }
 
 int watchlock_lock_set_token(watchlock_lock *l, const char *token)
 {
     size_t len = token != NULL ? strnlen(token, 33) : 0;
-    int rc = set_begin(l);
+    int rc = wl_set_begin(l);
     if (rc != WATCHLOCK_OK)
         return rc;
     const char *why = NULL;
@@ -112,5 +97,5 @@ int watchlock_lock_set_token(watchlock_lock *l, const char *token)
     l->hold.token[len] = '\0';
     l->token_used = false; /* the next acquire's attempts use it */
     l->token_lease_ms = l->hold.lease_ms;
-    return set_end(l);
+    return wl_set_end(l);
 }

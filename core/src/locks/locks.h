@@ -229,4 +229,9 @@ int wl_wait_join(watchlock_lock *l, wl_subscriber **sub, wl_sub_entry **entry);
 /* When the holder's lease ends, by the PTTL an attempt saw. */
 int64_t wl_wait_holder_end(int64_t pttl_ms);
 
+/* handle.c: the option setters' frame — the handle checked, then
+ * client->mu held until wl_set_end (which returns OK). */
+int wl_set_begin(watchlock_lock *l);
+int wl_set_end(watchlock_lock *l);
+
 #endif
