@@ -379,7 +379,9 @@ def test_a_thousand_waiters_cost_no_thread_each_and_no_polling(redis_url, redis_
     # values are printed above).
     max_bound, p99_bound = lag_bounds()
     assert watch.p99() < p99_bound, (watch.p99(), p99_bound)
-    assert watch.max_lag < max_bound, (watch.max_lag, max_bound)
+    # A task that blocked the loop while it waited would stall it for the
+    # rest of the 1.5 s hold: half of that separates the two on any load.
+    assert watch.max_lag < max(max_bound, 0.75), (watch.max_lag, max_bound)
 
 
 def test_cancelled_waiter_leaves_no_subscription_or_thread(redis_url, redis_server, name):
