@@ -62,4 +62,18 @@ static inline int count_status(watchlock_lock *l, int status)
     return k;
 }
 
+/* A client past the restart window of LEASE (its first acquire waited it
+ * out; a wait on a condition, never a fixed sleep). */
+static inline watchlock_client *settled(five *f)
+{
+    watchlock_client *c = open_q(f->urls, N);
+    watchlock_lock *l = lock_lease(c, "settle", LEASE);
+    CHECK_OK(watchlock_lock_acquire(l, 8 * LEASE));
+    CHECK_OK(watchlock_lock_release(l));
+    watchlock_lock_free(l);
+    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 8 * LEASE);
+    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT), 0);
+    return c;
+}
+
 #endif

@@ -165,19 +165,6 @@ static void acquire_release_five(void)
     five_free(&f);
 }
 
-/* A client settled past the restart window (its first acquire waited it out). */
-static watchlock_client *settled(five *f)
-{
-    watchlock_client *c = open_q(f->urls, N);
-    watchlock_lock *l = lock_lease(c, "settle", LEASE);
-    CHECK_OK(watchlock_lock_acquire(l, 4 * LEASE));
-    CHECK_OK(watchlock_lock_release(l));
-    watchlock_lock_free(l);
-    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 3 * LEASE);
-    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT), 0);
-    return c;
-}
-
 /* ---- two frozen: still acquires, renews, releases ---- */
 
 static void two_stopped(void)

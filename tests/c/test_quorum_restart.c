@@ -24,19 +24,6 @@
 
 #include <stdlib.h>
 
-/* A client past the restart window of LEASE (its first acquire waited it out). */
-static watchlock_client *settled(five *f)
-{
-    watchlock_client *c = open_q(f->urls, N);
-    watchlock_lock *l = lock_lease(c, "settle", LEASE);
-    CHECK_OK(watchlock_lock_acquire(l, 8 * LEASE));
-    CHECK_OK(watchlock_lock_release(l));
-    watchlock_lock_free(l);
-    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 8 * LEASE);
-    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT), 0);
-    return c;
-}
-
 /* a holds `name` (lease `lease`, no renewals: its lease just runs) on
  * members 0, 1, 2 only: 3 and 4 are frozen while it acquires, and their
  * late grants taken away after. */
