@@ -1414,7 +1414,12 @@ d, argv = sys.argv[1], sys.argv[2:]
 signal.signal(signal.SIGTTOU, signal.SIG_IGN)
 pid = os.fork()
 if pid == 0:
+    # as real shells do, in the child too (SIGTTOU still ignored): whichever
+    # of the two runs first, watchlock starts in the foreground (left to the
+    # parent alone, a watchlock scheduled first met the terminal from the
+    # background, was stopped by SIGTTOU, and this shell waited for "fg")
     os.setpgid(0, 0)
+    os.tcsetpgrp(0, os.getpid())
     signal.signal(signal.SIGTTOU, signal.SIG_DFL)
     os.execv(argv[0], argv)
 os.setpgid(pid, pid)
