@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <strings.h>
 
 enum { FAIR, SEM, WRITE };
 
@@ -49,6 +50,54 @@ static long long queue_len(void)
         n = rh_int(test_server(), "ZCARD %b", r->element[0]->str, r->element[0]->len);
     freeReplyObject(r);
     return n;
+}
+
+/* A queued waiter's acquire calls (EVALSHA or EVAL with 6 keys and 13
+ * arguments: 22 words; a liveness round for one waiter has 17) in the
+ * server's slowlog, which logs every command here (forged_grant_*). */
+static long long acquire_calls(void)
+{
+    redisReply *r = rh_command(test_server(), "SLOWLOG GET 1000");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    long long n = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 4 || e->element[3]->type != REDIS_REPLY_ARRAY)
+            continue;
+        const redisReply *args = e->element[3];
+        if (args->elements == 22 && args->element[0]->type == REDIS_REPLY_STRING &&
+            (strcasecmp(args->element[0]->str, "evalsha") == 0 || strcasecmp(args->element[0]->str, "eval") == 0))
+            n++;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* The only queued waiter's channel and waiting identity "<token>.1", as
+ * the server has them (PUBSUB CHANNELS, the queue's data hash). */
+static void waiter_of(char *chan, size_t chan_size, char *ident, size_t ident_size)
+{
+    redisReply *r = rh_command(test_server(), "PUBSUB CHANNELS *:q:c:*");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+    snprintf(chan, chan_size, "%s", r->element[0]->str);
+    freeReplyObject(r);
+    const char *id = strstr(chan, ":q:c:") + 5;
+    r = rh_command(test_server(), "KEYS *:q:d");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+    redisReply *w = rh_command(test_server(), "HGET %s w:%s", r->element[0]->str, id);
+    freeReplyObject(r);
+    CHECK(w != NULL && w->type == REDIS_REPLY_STRING);
+    snprintf(ident, ident_size, "%.*s", (int)strcspn(w->str, " "), w->str);
+    freeReplyObject(w);
+}
+
+static long long server_us(void)
+{
+    redisReply *r = rh_command(test_server(), "TIME");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    long long us = atoll(r->element[0]->str) * 1000000 + atoll(r->element[1]->str);
+    freeReplyObject(r);
+    return us;
 }
 
 typedef struct acquirer {
@@ -128,8 +177,8 @@ static void test_scripts_per_turn_write(void)
 }
 
 /* H holds; W (400 ms lease: its grant's TTL is 400 ms) queues through the
- * proxy, then X behind it. From H's release on, every byte to W comes
- * 1.5 s late: its grant message, its watchdog's answers. The grant lapses
+ * proxy, then X behind it. From H's release on, W's grant message comes
+ * 1.5 s late, its requests (the watchdog's too) 3 s late. The grant lapses
  * unclaimed, X is granted, and W, woken by the late message, must not hold
  * on it: never W and X at once, and W's acquire does not succeed while X
  * holds (X keeps the name until W's acquire has returned). */
@@ -144,13 +193,16 @@ static void late_wakeup(int kind)
                    *w = make(cw, kind, "ho-late", 400);
     CHECK_OK(watchlock_lock_acquire(h, 0));
     acquirer aw, ax;
-    start(&aw, w, 5000);
+    start(&aw, w, 6000);
     WAIT_FOR(queue_len() == 1, 20000);
     CHECK_EQ(queue_len(), 1);
     start(&ax, x, 30000);
     WAIT_FOR(queue_len() == 2, 20000);
     CHECK_EQ(queue_len(), 2);
-    CHECK_OK(ph_cmd(px, "delay down 1500"));
+    /* The grant message comes 1.5 s late; the watchdog's liveness rounds
+     * and any acquire call later still (their requests are held 3 s on the
+     * way up): the late message is the first W hears of the grant. */
+    CHECK_OK(ph_cmd(px, "delay up 3000 down 1500"));
     CHECK_OK(watchlock_lock_release(h));
     bool x_held = false;
     while (!atomic_load(&aw.done)) {
@@ -188,10 +240,73 @@ static void test_late_wakeup_semaphore(void)
     late_wakeup(SEM);
 }
 
+/* Grant messages the waiter must not hold on, published on its channel
+ * while it waits (H holds all along): one whose validity is gone when it
+ * arrives (TTL 2 ms: a message late by more than its grant's lease looks
+ * the same), one for another identity, one unparsable, one made before
+ * the waiter's latest call (an earlier grant's). Each wakes the
+ * waiter, which asks the server (one acquire call, seen in the slowlog)
+ * and waits on; then H's release grants it for real. */
+static void forged_grant(int kind)
+{
+    watchlock_client *ch = open_client(test_url("")), *cw = open_client(test_url(""));
+    watchlock_lock *h = make(ch, kind, "ho-forge", 5000), *w = make(cw, kind, "ho-forge", 5000);
+    CHECK_OK(watchlock_lock_acquire(h, 0));
+    CHECK(rh_ok(test_server(), "CONFIG SET slowlog-log-slower-than 0"));
+    CHECK(rh_ok(test_server(), "CONFIG SET slowlog-max-len 1000"));
+    acquirer aw;
+    start(&aw, w, 60000);
+    WAIT_FOR(queue_len() == 1, 20000);
+    CHECK_EQ(queue_len(), 1);
+    char chan[256], ident[64];
+    waiter_of(chan, sizeof chan, ident, sizeof ident);
+    for (int i = 0; i < 4; i++) {
+        char msg[200];
+        if (i == 0)
+            snprintf(msg, sizeof msg, "g1 %s 1 2 %lld", ident, server_us());
+        else if (i == 1)
+            snprintf(msg, sizeof msg, "g1 0123456789abcdef0123456789abcdef.1 1 5000 %lld", server_us());
+        else if (i == 2)
+            snprintf(msg, sizeof msg, "g1 %s 1 5000", ident);
+        else /* made before the waiter's latest call, which found it queued: not its grant */
+            snprintf(msg, sizeof msg, "g1 %s 1 5000 %lld", ident, server_us() - 60000000);
+        CHECK(rh_ok(test_server(), "SLOWLOG RESET"));
+        CHECK_EQ(rh_int(test_server(), "PUBLISH %s %s", chan, msg), 1);
+        WAIT_FOR(acquire_calls() > 0 || atomic_load(&aw.done), 20000);
+        CHECK_MSG(!atomic_load(&aw.done), "message %d (%s): the waiter returned %d", i, msg, aw.rc);
+        CHECK_MSG(acquire_calls() > 0, "message %d: the waiter did not ask the server", i);
+        CHECK(watchlock_lock_state(w) != WATCHLOCK_HELD);
+        CHECK_EQ(queue_len(), 1); /* still waiting */
+    }
+    CHECK(rh_ok(test_server(), "CONFIG SET slowlog-log-slower-than 10000"));
+    int64_t fh = watchlock_lock_fencing_token(h);
+    CHECK_OK(watchlock_lock_release(h));
+    CHECK(pthread_join(aw.t, NULL) == 0);
+    CHECK_OK(aw.rc);
+    CHECK_INT(watchlock_lock_fencing_token(w), >, fh);
+    CHECK_OK(watchlock_lock_release(w));
+    watchlock_lock_free(h);
+    watchlock_lock_free(w);
+    watchlock_client_close(ch);
+    watchlock_client_close(cw);
+}
+
+static void test_forged_grant_fair(void)
+{
+    forged_grant(FAIR);
+}
+
+static void test_forged_grant_semaphore(void)
+{
+    forged_grant(SEM);
+}
+
 static const test_case tests[] = {
     {"scripts_per_turn_fair", test_scripts_per_turn_fair, 0},
     {"scripts_per_turn_semaphore", test_scripts_per_turn_semaphore, 0},
     {"scripts_per_turn_write", test_scripts_per_turn_write, 0},
+    {"forged_grant_fair", test_forged_grant_fair, 0},
+    {"forged_grant_semaphore", test_forged_grant_semaphore, 0},
     {"late_wakeup_fair", test_late_wakeup_fair, 0},
     {"late_wakeup_semaphore", test_late_wakeup_semaphore, 0},
     {NULL, NULL, 0}};
