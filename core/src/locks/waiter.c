@@ -14,7 +14,8 @@
  * permits (direct hand-off): the waiter's hold key holds its identity and
  * a fresh fencing token is recorded for it; the waiter's call that learns
  * of it sets the full lease, so the local deadline counts from that call's
- * send. A waiter that gives up (timeout, client closed) leaves the queue at
+ * send; or the grant's wake-up message carries the grant and the waiter
+ * holds without that call (take_grant, issue 32.2). A waiter that gives up (timeout, client closed) leaves the queue at
  * once (a grant made meanwhile is given back).
  */
 #include "locks/locks.h"

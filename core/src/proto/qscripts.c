@@ -30,7 +30,10 @@
  *   watchlock:{N}:q:c:<id>  the waiter's own wake-up channel.
  * A grant sets the waiter's hold key for the waiter's liveness lease only
  * (so a waiter that died before it learnt of its grant costs at most that);
- * the waiter's next call, which learns of the grant, sets the full lease.
+ * the waiter's next call, which learns of the grant, sets the full lease,
+ * or the grant's wake-up message "g1 <ident> <fence> <ttl ms> <server µs>"
+ * lets the waiter hold without that call (locks/waiter.c take_grant; the
+ * queued answer of the acquire script carries the server's µs for it).
  * A holder is live while its own key exists: a holders entry whose score has
  * passed is re-read (PTTL of its key) and moved, or dropped with its permits;
  * each script looks at most 16 such entries. A waiter is live while its
