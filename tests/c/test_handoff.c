@@ -5,6 +5,9 @@
  *   scripts_per_turn_*   a turn (the waiter's enqueue, the holder's
  *                        release, the waiter holding) costs the server 2
  *                        script calls (INFO commandstats), not 3;
+ *   forged_grant_*       grant messages the waiter must not hold on (its
+ *                        validity gone, another identity, unparsable, older
+ *                        than its latest queued call): it asks the server;
  *   late_wakeup_*        a wake-up delivered later than the grant's lease
  *                        (the delay proxy holds the waiter's replies and
  *                        messages) never makes the waiter believe it holds:
