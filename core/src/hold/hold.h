@@ -226,6 +226,9 @@ int64_t wl_renew_interval_us(const wl_hold *h);
 int wl_renew_check(const wl_hold *h);
 int wl_watchdog_ensure_started(watchlock_client *c);
 void wl_watchdog_schedule(watchlock_client *c, wl_hold *h); /* (re)insert with fresh wake_us */
+/* The hold's next renewal is due by due_us at the latest: a hold that began
+ * on a server lease shorter than its own (a queued grant's, locks/waiter.c). */
+void wl_watchdog_renew_by(watchlock_client *c, wl_hold *h, int64_t due_us);
 /* A granted hold begins (client->mu held; watchdog.c): state, epochs,
  * fence, deadline, renewal scheduled, watchdog and loss timer started. */
 int wl_hold_begin(watchlock_client *c, wl_hold *h, int64_t fence, int64_t sent, int64_t lease_ms, int64_t deadline_us);

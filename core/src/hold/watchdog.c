@@ -106,6 +106,12 @@ void wl_watchdog_schedule(watchlock_client *c, wl_hold *h)
     schedule_at(c, h, h->confirmed_us + interval_us(h));
 }
 
+void wl_watchdog_renew_by(watchlock_client *c, wl_hold *h, int64_t due_us)
+{
+    if (h->state == WATCHLOCK_HELD && due_us < h->renew_at_us)
+        schedule_at(c, h, due_us);
+}
+
 /* ---- one round ---- */
 
 

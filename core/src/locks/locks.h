@@ -65,6 +65,11 @@ typedef struct wl_queued {
     wl_subscriber *wsub;
     wl_sub_entry *wentry;
     atomic_uint live_reports; /* answers the watchdog has had for this waiter */
+    /* io_mu: the send time (monotonic) and the server's time (TIME, µs) of
+     * the latest acquire call that queued the waiter: a grant message made
+     * after it may be taken without another call (waiter.c take_grant);
+     * last_server_us INT64_MAX: none */
+    int64_t last_sent_us, last_server_us;
 } wl_queued;
 
 /* The plain lock's handle: its hold (what the hold layer and the client's

@@ -147,6 +147,7 @@ int wl_queued_init(watchlock_lock *l, int kind, int64_t cap, int64_t k)
     q->cap = cap;
     q->share = k;
     q->k = k;
+    q->last_server_us = INT64_MAX; /* no queued call yet: no grant message is taken (waiter.c) */
     q->lock_key = l->hold.keys.lock;
     q->lock_key_len = l->hold.keys.lock_len;
     /* The hold is the handle's own key: renewals, extend and the hold

@@ -14,13 +14,16 @@
  * permits (direct hand-off): the waiter's hold key holds its identity and
  * a fresh fencing token is recorded for it; the waiter's call that learns
  * of it sets the full lease, so the local deadline counts from that call's
- * send. A waiter that gives up (timeout, client closed) leaves the queue at
+ * send; or the grant's wake-up message carries the grant and the waiter
+ * holds without that call (take_grant, issue 32.2). A waiter that gives up (timeout, client closed) leaves the queue at
  * once (a grant made meanwhile is given back).
  */
 #include "locks/locks.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -140,6 +143,11 @@ static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
         code = r->element[0]->integer;
     if (r->elements >= 2)
         value = wl_reply_i64(r->element[1]);
+    l->q->last_server_us = INT64_MAX;
+    if (code == 0 && live_ms > 0 && r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER) {
+        l->q->last_sent_us = sent; /* queued: a grant from now on was made after this send */
+        l->q->last_server_us = r->element[2]->integer;
+    }
     char other[32] = "", other_cap[24] = "";
     if (code == -3 && r->elements >= 3) {
         snprintf(other, sizeof other, "%.*s", (int)r->element[1]->len, r->element[1]->str ? r->element[1]->str : "");
@@ -189,6 +197,73 @@ static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
     }
     wl_watchdog_wait_end(c, &l->hold); /* a waiter no more: the heap entry becomes the hold's */
     rc = begin_hold(c, l, value, sent, lease);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&l->io_mu);
+    return rc;
+}
+
+/* The grant a wake-up carries (qscripts.c grant_head publishes
+ * "g1 <ident> <fence> <ttl ms> <server time µs>" on the waiter's own
+ * channel; older versions publish an empty message): the waiter holds
+ * without another call of the acquire script (issue 32.2) when the message
+ * names its waiting identity and was made after the latest call that
+ * queued it (its server time is later than that call's, so a message of an
+ * earlier grant, given back or expired since, is never taken), and the
+ * local deadline counted from that call's send (before the grant, so no
+ * later than the server's expiry) leaves at least half of the grant's TTL.
+ * A grant shorter than the lease (the waiter's liveness lease, qscripts.c)
+ * is taken only by a hold the watchdog renews with no cap: its first
+ * renewal is due within a third of that TTL. Anything else (another
+ * identity, an unparsable or old message, too late, the client closed)
+ * returns ETIMEDOUT: the caller calls the script, as before. OK: held. */
+static int take_grant(watchlock_lock *l, wl_subscriber *sub, wl_sub_entry *entry)
+{
+    char msg[WL_SUB_MSG_MAX], *end;
+    if (wl_sub_last_message(sub, entry, msg) == 0 || strncmp(msg, "g1 ", 3) != 0)
+        return WATCHLOCK_ETIMEDOUT;
+    char *ident_m = msg + 3, *sp = strchr(ident_m, ' ');
+    if (sp == NULL)
+        return WATCHLOCK_ETIMEDOUT;
+    size_t ident_m_len = (size_t)(sp - ident_m);
+    int64_t v[3];
+    const char *p = sp;
+    for (int i = 0; i < 3; i++) {
+        if (*p != ' ' || p[1] < '0' || p[1] > '9')
+            return WATCHLOCK_ETIMEDOUT;
+        errno = 0;
+        long long x = strtoll(p + 1, &end, 10);
+        if (errno != 0)
+            return WATCHLOCK_ETIMEDOUT;
+        v[i] = x;
+        p = end;
+    }
+    if (*p != '\0')
+        return WATCHLOCK_ETIMEDOUT;
+    int64_t fence = v[0], ttl = v[1], at_us = v[2];
+    watchlock_client *c = l->hold.client;
+    int rc = WATCHLOCK_ETIMEDOUT;
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    int64_t lease = l->hold.lease_ms;
+    char ident[WL_IDENT_SIZE];
+    size_t ident_len = wl_ident(&l->hold, 1, ident);
+    if (atomic_load(&c->closed) || l->token_used || l->token_lease_ms != lease || l->hold.state == WATCHLOCK_HELD ||
+        ident_len != ident_m_len || memcmp(ident, ident_m, ident_len) != 0 || l->q->last_server_us == INT64_MAX ||
+        at_us <= l->q->last_server_us || ttl <= 0 || ttl > lease)
+        goto out;
+    bool renewed = l->hold.auto_renew && l->hold.max_renewals <= 0 && l->hold.max_hold_ms <= 0;
+    if (ttl < lease && !renewed)
+        goto out;
+    int64_t sent = l->q->last_sent_us;
+    int64_t deadline = sent + ttl * 1000 - wl_margin_us(c, ttl);
+    if (deadline - wl_now_us() < ttl * 1000 / 2)
+        goto out; /* delivered late: ask the server */
+    wl_watchdog_wait_end(c, &l->hold); /* a waiter no more: the heap entry becomes the hold's */
+    l->token_used = true;
+    rc = wl_hold_begin(c, &l->hold, fence, sent, lease, deadline);
+    if (ttl < lease && l->hold.state == WATCHLOCK_HELD)
+        wl_watchdog_renew_by(c, &l->hold, sent + ttl * 1000 / 3);
+out:
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&l->io_mu);
     return rc;
@@ -388,6 +463,8 @@ int wl_q_acquire(watchlock_lock *l, int64_t k, int64_t wait_ms)
             rc = WATCHLOCK_ETIMEDOUT;
             break;
         }
+        if (!wl_sub_moved(sub, entry) && (rc = take_grant(l, sub, entry)) != WATCHLOCK_ETIMEDOUT)
+            break; /* held on the wake-up's grant (or the hold could not begin) */
         if (wl_sub_moved(sub, entry)) { /* Cluster: the channel's slot moved; follow it */
             wl_redirect rd;
             bool redirected = wl_sub_take_redirect(sub, &rd);

@@ -171,6 +171,11 @@ uint64_t wl_sub_generation(wl_subscriber *sub, wl_sub_entry *entry);
 /* Wakes the entry's waiters as a message would (the generation moves on):
  * the watchdog telling a queued waiter of its grant (locks/waiter.c). */
 void wl_sub_poke(wl_subscriber *sub, wl_sub_entry *entry);
+/* The payload of the latest message on the entry's channel, NUL-terminated
+ * in buf; its length (0: none yet, or one of WL_SUB_MSG_MAX bytes or more,
+ * not kept). A queued waiter's wake-up carries its grant (locks/waiter.c). */
+#define WL_SUB_MSG_MAX 128
+size_t wl_sub_last_message(wl_subscriber *sub, wl_sub_entry *entry, char buf[WL_SUB_MSG_MAX]);
 int64_t wl_sub_denied(wl_subscriber *sub); /* refused SUBSCRIBEs so far */
 /* n->fn(n->arg) runs (with the subscriber's mutex held: it may only
  * signal) whenever the entry's waiters are woken, until removed: for a

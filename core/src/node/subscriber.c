@@ -59,6 +59,8 @@ struct wl_sub_entry {
     bool denied;     /* the server refused SUBSCRIBE (ACL): no wake-ups on this connection */
     bool moved;      /* Cluster: the channel's slot is served elsewhere now (join again there) */
     int64_t idle_since;
+    char msg[WL_SUB_MSG_MAX]; /* the latest message's payload (msg_len 0: none, or too long to keep) */
+    size_t msg_len;
     pthread_cond_t cond;
     /* called with the subscriber's mutex held whenever the entry's waiters
      * are woken (wl_sub_notify_add: a quorum waits on several at once) */
@@ -223,6 +225,10 @@ static void handle_reply(wl_subscriber *sub, redisReply *r)
     if (e == NULL)
         return;
     if (strcmp(kind, "message") == 0 || strcmp(kind, "smessage") == 0) {
+        const redisReply *m = r->element[2];
+        e->msg_len = m->type == REDIS_REPLY_STRING && m->len < sizeof e->msg ? m->len : 0;
+        if (e->msg_len > 0)
+            memcpy(e->msg, m->str, m->len);
         e->gen++;
         entry_wake(e);
     } else if (strcmp(kind, "sunsubscribe") == 0 && e->refs > 0 && e->requested) {
@@ -522,6 +528,16 @@ uint64_t wl_sub_generation(wl_subscriber *sub, wl_sub_entry *entry)
     uint64_t gen = entry->gen;
     pthread_mutex_unlock(&sub->mu);
     return gen;
+}
+
+size_t wl_sub_last_message(wl_subscriber *sub, wl_sub_entry *entry, char buf[WL_SUB_MSG_MAX])
+{
+    pthread_mutex_lock(&sub->mu);
+    size_t n = entry->msg_len;
+    memcpy(buf, entry->msg, n);
+    pthread_mutex_unlock(&sub->mu);
+    buf[n] = '\0';
+    return n;
 }
 
 int64_t wl_sub_denied(wl_subscriber *sub)

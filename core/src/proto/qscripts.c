@@ -30,7 +30,10 @@
  *   watchlock:{N}:q:c:<id>  the waiter's own wake-up channel.
  * A grant sets the waiter's hold key for the waiter's liveness lease only
  * (so a waiter that died before it learnt of its grant costs at most that);
- * the waiter's next call, which learns of the grant, sets the full lease.
+ * the waiter's next call, which learns of the grant, sets the full lease,
+ * or the grant's wake-up message "g1 <ident> <fence> <ttl ms> <server µs>"
+ * lets the waiter hold without that call (locks/waiter.c take_grant; the
+ * queued answer of the acquire script carries the server's µs for it).
  * A holder is live while its own key exists: a holders entry whose score has
  * passed is re-read (PTTL of its key) and moved, or dropped with its permits;
  * each script looks at most 16 such entries. A waiter is live while its
@@ -122,8 +125,9 @@
     "      redis.pcall(PUB, CP .. h, '')\n"                                                                    \
     "    elseif alive and w then\n"                                                                            \
     "      local ident, lease, rd, live = string.match(w, '^(%S+) (%d+) (%d) (%d+)')\n"                      \
-    "      grant(h, k, ident, math.min(tonumber(lease), tonumber(live)), rd, o)\n"                                \
-    "      redis.pcall(PUB, CP .. h, '')\n"                                                                    \
+    "      local ttl = math.min(tonumber(lease), tonumber(live))\n"                                            \
+    "      local f = grant(h, k, ident, ttl, rd, o)\n"                                                          \
+    "      redis.pcall(PUB, CP .. h, string.format('g1 %s %.0f %.0f %.0f', ident, f, ttl, now_us))\n"        \
     "    end\n"                                                                                                \
     "  end\n"                                                                                                  \
     "  return true\n" /* its budget ran out: the caller calls again at once (queue.c, live_round.c) */        \
@@ -272,7 +276,7 @@ const char wl_q_acquire_lua[] =
     "  redis.call('ZADD', KEYS[3], now + lease, h)\n"
     "  return {1, tonumber(redis.call('HGET', KEYS[6], 'g:' .. h))}\n"
     "end\n"
-    "return {0, (redis.call('ZRANK', KEYS[4], h) or 0) + 1}\n";
+    "return {0, (redis.call('ZRANK', KEYS[4], h) or 0) + 1, now_us}\n";
 
 /* Release of a hold, a waiter giving up, or a downgrade (write -> read).
  * ARGV: 1 op ("release" | "leave" | "downgrade"), 2 id, 3 the hold's
