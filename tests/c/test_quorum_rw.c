@@ -374,9 +374,18 @@ static void force_release_and_refusals(void)
     watchlock_lock *p = lock_lease(a, "mixed", LEASE);
     CHECK_OK(watchlock_lock_acquire(p, 0));
     watchlock_lock *w = rw(a, "mixed", 1, LEASE);
-    CHECK(watchlock_lock_acquire(w, 0) != WATCHLOCK_OK);
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(w, 0), WATCHLOCK_EWRONGTYPE);
+    CHECK(strstr(watchlock_last_error(), "another lock kind") != NULL);
     CHECK_EQ(watchlock_lock_state(w), WATCHLOCK_UNLOCKED);
     CHECK_OK(watchlock_lock_release(p));
+    /* and the other way round: a plain lock on a name read-locked */
+    watchlock_lock *rd = rw(a, "mixed", 0, LEASE);
+    CHECK_OK(watchlock_lock_acquire(rd, 0));
+    CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(p, 0), WATCHLOCK_EWRONGTYPE);
+    CHECK_OK(watchlock_lock_release(rd));
+    CHECK_OK(watchlock_lock_acquire(p, 0)); /* the name is free again: plain works */
+    CHECK_OK(watchlock_lock_release(p));
+    watchlock_lock_free(rd);
     watchlock_lock_free(p);
     watchlock_lock_free(w);
     watchlock_client_close(a);

@@ -61,6 +61,7 @@ typedef struct tally {
     wl_quorum *q;
     int64_t valid_us; /* lease - drift */
     size_t granted, held, unreach, restarted;
+    size_t wrongtype; /* of the unreachable: answered that the name is another kind there */
     int64_t fence;
     int64_t pttl[WL_QMAX]; /* the holders' leases left (ms) */
     size_t npttl;
@@ -75,7 +76,7 @@ static void count(tally *t, wl_qcall *call)
      * after a call that ran to its time limit (a later `now` would count a
      * grant the decision did not, and turn a wait into a too-late grant). */
     int64_t now = call->sent_us;
-    t->granted = t->held = t->unreach = t->restarted = t->npttl = 0;
+    t->granted = t->held = t->unreach = t->restarted = t->npttl = t->wrongtype = 0;
     t->fence = 0;
     for (size_t k = 0; k < q->n; k++) {
         t->verdict[k] = WATCHLOCK_MEMBER_UNKNOWN;
@@ -87,6 +88,9 @@ static void count(tally *t, wl_qcall *call)
             (acquired && !call->acked[k])) {
             t->verdict[k] = WATCHLOCK_MEMBER_UNREACHABLE;
             t->unreach++;
+            const redisReply *r = call->state[k] == WL_QM_REPLIED ? call->reply[k] : NULL;
+            t->wrongtype += r != NULL && r->type == REDIS_REPLY_ERROR && r->str != NULL &&
+                            strstr(r->str, "WRONGTYPE") != NULL;
         } else if (!acquired) {
             t->verdict[k] = WATCHLOCK_MEMBER_HELD;
             t->held++;
@@ -427,6 +431,9 @@ int wl_quorum_acquire_with(watchlock_lock *l, int64_t wait_ms, wl_qacquire_fn sc
     if (t.held >= q->majority || (t.unreach == 0 && t.held > 0))
         return wl_fail(WATCHLOCK_ETIMEDOUT, "lock %s is held by another owner%s: %s", l->hold.quoted,
                        wait_ms == 0 ? "" : " and was not released in time", why);
+    if (t.wrongtype >= q->majority)
+        return wl_fail(WATCHLOCK_EWRONGTYPE, "lock %s: a majority of members use the name as another lock kind: %s",
+                       l->hold.quoted, why);
     return wl_fail(WATCHLOCK_ECONN, "lock %s: no majority of members could grant it (unreachable or restarted): %s",
                    l->hold.quoted, why);
 }
