@@ -14,6 +14,11 @@ import pytest
 import watchlock
 from quorum import Quorum
 from conftest import wait_for
+from helpers import lock_key
+
+
+def glob_escape(key: bytes) -> bytes:
+    return b"".join(b"\\" + bytes([c]) if c in b"*?[]\\" else bytes([c]) for c in key)
 
 OPTS = "connect_timeout=300ms&command_timeout=400ms"
 LEASE_MAX = 3  # the longest lease these tests use (s)
@@ -57,10 +62,11 @@ def test_readers_share_writers_exclude(quorum, qclient, other, name):
     assert w.acquire(blocking=False) is False  # r2 still reads
     r2.release()
     with w:
+        token = w.fencing_token
         assert rw.read_lock(ttl=2).acquire(blocking=False) is False
         assert rw.write_lock(ttl=2).acquire(blocking=False) is False
     with rw.write_lock(ttl=2) as w2:
-        assert w2.fencing_token > w.fencing_token
+        assert w2.fencing_token > token  # tokens rise across writers
 
 
 def test_writer_waits_for_the_release(quorum, qclient, other, name):
@@ -70,7 +76,7 @@ def test_writer_waits_for_the_release(quorum, qclient, other, name):
     got = []
     t = threading.Thread(target=lambda: got.append((w.acquire(timeout=30), time.monotonic())))
     t.start()
-    channel = f"watchlock:{{{name}}}:released"
+    channel = lock_key(name) + b":released"
     assert wait_for(lambda: all(quorum.member(i).command("PUBSUB", "NUMSUB", channel)[1] >= 1
                                 for i in range(quorum.n)), timeout=10)
     assert not got  # still waiting while the reader holds
@@ -125,7 +131,8 @@ def test_reader_loss_reported(quorum, qclient, name):
     lost = threading.Event()
     r = qclient.rwlock(name).read_lock(ttl=1.5, on_lost=lambda *a: lost.set())
     assert r.acquire(blocking=False)
-    holding = [i for i in range(quorum.n) if quorum.member(i).command("KEYS", f"watchlock:{{{name}}}:q:h:*")]
+    pattern = glob_escape(lock_key(name)) + b":q:h:*"
+    holding = [i for i in range(quorum.n) if quorum.member(i).command("KEYS", pattern)]
     assert len(holding) >= quorum.n // 2 + 1
     with quorum.paused(*holding[:len(holding) - quorum.n // 2]):  # below a majority left
         assert lost.wait(10)
