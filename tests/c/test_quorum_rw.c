@@ -111,7 +111,7 @@ static void share_and_exclude(void)
     CHECK(watchlock_lock_fencing_token(r1) > 0);
     CHECK_FAILS_WITH_MSG(watchlock_lock_acquire(w1, 0), WATCHLOCK_ETIMEDOUT); /* no writer beside readers */
     CHECK(strstr(watchlock_last_error(), "held by another owner") != NULL);
-    CHECK_EQ(count_n(w1, WATCHLOCK_MEMBER_HELD), members);
+    CHECK_INT(count_n(w1, WATCHLOCK_MEMBER_HELD), >=, members / 2 + 1); /* decided at a majority */
     CHECK_EQ(watchlock_lock_state(w1), WATCHLOCK_UNLOCKED);
     int held = 0;
     int64_t left = 0;
