@@ -118,7 +118,7 @@ void wl_wait_give_up(watchlock_lock *l);
 int64_t wl_lock_fence(const watchlock_lock *l);
 /* Quorum clients (quorum_lock.c): the plain lock's acquire and extend.
  * wl_quorum_refuse is the refusal point for the kinds not built on a
- * quorum yet (fair, semaphore, rwlock, multi): EINVAL with a message naming
+ * quorum (fair, semaphore, multi): EINVAL with a message naming
  * `kind` on a quorum client, OK on any other; call it from the kind's
  * constructor. */
 /* A quorum waiter's wake-ups (quorum_wait.c): wl_qwait_signal is the
