@@ -253,3 +253,25 @@ def test_help_mentions_repeated_url():
         r = cli(sub, "--help")
         assert r.returncode == 0
         assert "quorum" in r.stdout, sub
+
+
+def test_shared_runs_on_a_quorum(quorum, name, tmp_path):
+    """Issue 30.3: -s takes a read share on the quorum: two -s runs at once; a
+    plain run (the write side) is busy (75) while they read, and gets in after."""
+    env = {k: v for k, v in os.environ.items() if k != "WATCHLOCK_URL"}
+    readers = [subprocess.Popen([cli_exe(), "run", *url_args(quorum), "--ttl", "3s", "-s", name, "--", "sh", "-c",
+                                 f"touch {tmp_path}/r{i}; while [ ! -e {tmp_path}/stop ]; do sleep 0.05; done"],
+                                env=env, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        wait_for(lambda: all((tmp_path / f"r{i}").exists() for i in range(2))
+                 or any(p.poll() is not None for p in readers), "two readers at once")
+        assert all(p.poll() is None for p in readers), [p.communicate() for p in readers]
+        r = cli("run", *url_args(quorum), "--ttl", "3s", "-n", name, "--", "true")
+        assert r.returncode == EX_TEMPFAIL, (r.returncode, r.stderr)
+    finally:
+        (tmp_path / "stop").touch()
+        for p in readers:
+            p.wait(30)
+    assert all(p.returncode == 0 for p in readers)
+    r = cli("run", *url_args(quorum), "--ttl", "3s", "-w", "5", name, "--", "true")
+    assert r.returncode == 0, r.stderr

@@ -72,7 +72,8 @@ def symbols(nm, obj):
 import re
 
 # pattern, what it tests, the files (relative to core/src) allowed to
-QUEUED_FILES = {"locks/queue.c", "locks/waiter.c", "locks/kinds.c"}
+# (quorum_rw.c: the read-write lock on a quorum, a queued kind's layout and a quorum's file)
+QUEUED_FILES = {"locks/queue.c", "locks/waiter.c", "locks/kinds.c", "locks/quorum_rw.c"}
 KIND_FILES = QUEUED_FILES | {
     "locks/multi.c",  # its own table (l->kind == &multi_kind)
     "locks/api.c",    # a kind's code -> text
@@ -87,7 +88,8 @@ TABLE_RULES = [
     # a queued kind's part of a handle; in the quorum's files `q` is also
     # their wl_quorum (t->q, m->q), so there only a handle's (l->q) counts
     (re.compile(r"->q\b"), "tests a queued kind (->q)", lambda rel: rel in QUEUED_FILES or is_quorum(rel)),
-    (re.compile(r"\b(?:l|cl|lock|sem)->q\b"), "tests a queued kind (->q)", lambda rel: not is_quorum(rel)),
+    (re.compile(r"\b(?:l|cl|lock|sem)->q\b"), "tests a queued kind (->q)",
+     lambda rel: not is_quorum(rel) or rel in QUEUED_FILES),
     (re.compile(r"->kind\s*[!=]=\s*&|[!=]=\s*WATCHLOCK_KIND_|WATCHLOCK_KIND_\w+\s*[!=]="),
      "tests a lock kind", lambda rel: rel in KIND_FILES),
 ]

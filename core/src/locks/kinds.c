@@ -14,7 +14,7 @@
 
 #define MAX_PERMITS INT64_C(2147483648)
 /* The read-write lock's capacity: more readers than this never share a name. */
-#define RW_CAP INT64_C(1099511627776)
+#define RW_CAP WL_RW_CAP
 
 static void q_unref(wl_hold *h)
 {
@@ -79,6 +79,8 @@ static void q_destroy(watchlock_lock *l)
         wl_queued_free(l); /* gives hold.keys.lock back first */
 }
 
+static int q_downgrade(watchlock_lock *l); /* below, with the public downgrade */
+
 static const wl_lock_ops queued_kind = {.acquire = q_acquire,
                                         .release = wl_release_one,
                                         .extend = wl_plain_extend,
@@ -87,6 +89,7 @@ static const wl_lock_ops queued_kind = {.acquire = q_acquire,
                                         .destroy = q_destroy,
                                         .send_release = q_send_release,
                                         .release_lost = q_release_lost,
+                                        .downgrade = q_downgrade,
                                         .name_layout = false};
 
 static int queued_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, int kind,
@@ -127,6 +130,10 @@ int watchlock_semaphore_new(watchlock_lock **out, watchlock_client *client, cons
 
 int watchlock_rwlock_new(watchlock_lock **out, watchlock_client *client, const void *name, size_t name_len, int write)
 {
+    bool taken = false; /* a quorum client's read-write lock is quorum_rw.c's */
+    int rc = wl_quorum_rwlock_new(out, client, name, name_len, write != 0, &taken);
+    if (taken)
+        return rc;
     return queued_new(out, client, name, name_len, write ? WATCHLOCK_KIND_WRITE : WATCHLOCK_KIND_READ, RW_CAP);
 }
 
@@ -171,8 +178,15 @@ int watchlock_rwlock_downgrade(watchlock_lock *l)
     int rc = wl_check_lock(l);
     if (rc != WATCHLOCK_OK)
         return rc;
-    if (l->q == NULL || atomic_load(&l->q->kind) != WATCHLOCK_KIND_WRITE)
+    if (l->q == NULL || atomic_load(&l->q->kind) != WATCHLOCK_KIND_WRITE || l->kind->downgrade == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "downgrade %s: not a read-write lock's write side", l->hold.quoted);
+    return l->kind->downgrade(l);
+}
+
+/* The one-server downgrade: the queue's script converts the hold's permits. */
+static int q_downgrade(watchlock_lock *l)
+{
+    int rc;
     watchlock_client *c = l->hold.client;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);

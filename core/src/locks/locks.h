@@ -39,6 +39,9 @@ typedef struct wl_lock_ops {
     int (*send_release)(watchlock_lock *l, const wl_release_args *a, int64_t deadline_us, const char *what,
                         int64_t *result, bool *resent);
     void (*release_lost)(watchlock_lock *l, const wl_release_args *a, int reason);
+    /* the read-write lock's write side becomes a read share (NULL: a kind
+     * without one; watchlock_rwlock_downgrade checks the handle first) */
+    int (*downgrade)(watchlock_lock *l);
     bool name_layout;
 } wl_lock_ops;
 /* A queued kind's part of a handle (queue.c; NULL for the plain lock). */
@@ -120,7 +123,7 @@ void wl_wait_give_up(watchlock_lock *l);
 int64_t wl_lock_fence(const watchlock_lock *l);
 /* Quorum clients (quorum_lock.c): the plain lock's acquire and extend.
  * wl_quorum_refuse is the refusal point for the kinds not built on a
- * quorum yet (fair, semaphore, rwlock, multi): EINVAL with a message naming
+ * quorum (fair, semaphore, multi): EINVAL with a message naming
  * `kind` on a quorum client, OK on any other; call it from the kind's
  * constructor. */
 /* A quorum waiter's wake-ups (quorum_wait.c): wl_qwait_signal is the
@@ -142,6 +145,32 @@ int64_t wl_jitter_us(int64_t max_us); /* random in [0, max_us) */
 int64_t wl_qwait_spread_us(int collisions, int64_t rtt_us, int64_t lease_ms);
 int wl_quorum_refuse(watchlock_client *c, const char *kind);
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
+/* A one-hold kind's acquire on a quorum (the plain lock's attempt, wait
+ * and verdict; quorum_lock.c) with the kind's own script: `script` fills
+ * *s with one attempt's script, keys and arguments (at most
+ * WL_QACQUIRE_MAX, in argv/lens) for the attempt's identity and lease. Its
+ * reply on each member is the plain acquire's shape ({1, fence} granted,
+ * {0, pttl} held); a hold's give-back is the release script on
+ * hold.keys.lock. */
+struct wl_qscript;
+#define WL_QACQUIRE_MAX 16
+typedef void (*wl_qacquire_fn)(watchlock_lock *l, const char *ident, size_t ident_len, const char *lease_s,
+                               const char *fence_ttl_s, const char **argv, size_t *lens, struct wl_qscript *s);
+int wl_quorum_acquire_with(watchlock_lock *l, int64_t wait_ms, wl_qacquire_fn script);
+/* The quorum's entries of a one-hold kind's table (quorum_lock.c): extend
+ * (the lease checked), the release on every member (a majority confirms),
+ * the best-effort release of a hold that ended LOST. */
+int wl_quorum_extend_checked(watchlock_lock *l, int64_t lease_ms);
+int wl_quorum_send_release(watchlock_lock *l, const wl_release_args *a, int64_t deadline_us, const char *what,
+                           int64_t *result, bool *resent);
+void wl_quorum_release_lost(watchlock_lock *l, const wl_release_args *a, int reason);
+/* The read-write lock's capacity: a reader takes 1, a writer all of it
+ * (kinds.c, quorum_rw.c); more readers than this never share a name. */
+#define WL_RW_CAP INT64_C(1099511627776)
+/* The read-write lock on a quorum client (quorum_rw.c): *taken false on
+ * any other client (nothing done); else the handle, or the error. */
+int wl_quorum_rwlock_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, bool write,
+                         bool *taken);
 int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms);
 /* A new handle of the kind `kind` whose hold ops are `ops` (handle.c):
  * checks the client and the name, makes the keys and a token, links it to

@@ -61,6 +61,7 @@ typedef struct tally {
     wl_quorum *q;
     int64_t valid_us; /* lease - drift */
     size_t granted, held, unreach, restarted;
+    size_t wrongtype; /* of the unreachable: answered that the name is another kind there */
     int64_t fence;
     int64_t pttl[WL_QMAX]; /* the holders' leases left (ms) */
     size_t npttl;
@@ -75,7 +76,7 @@ static void count(tally *t, wl_qcall *call)
      * after a call that ran to its time limit (a later `now` would count a
      * grant the decision did not, and turn a wait into a too-late grant). */
     int64_t now = call->sent_us;
-    t->granted = t->held = t->unreach = t->restarted = t->npttl = 0;
+    t->granted = t->held = t->unreach = t->restarted = t->npttl = t->wrongtype = 0;
     t->fence = 0;
     for (size_t k = 0; k < q->n; k++) {
         t->verdict[k] = WATCHLOCK_MEMBER_UNKNOWN;
@@ -87,6 +88,9 @@ static void count(tally *t, wl_qcall *call)
             (acquired && !call->acked[k])) {
             t->verdict[k] = WATCHLOCK_MEMBER_UNREACHABLE;
             t->unreach++;
+            const redisReply *r = call->state[k] == WL_QM_REPLIED ? call->reply[k] : NULL;
+            t->wrongtype += r != NULL && r->type == REDIS_REPLY_ERROR && r->str != NULL &&
+                            strstr(r->str, "WRONGTYPE") != NULL;
         } else if (!acquired) {
             t->verdict[k] = WATCHLOCK_MEMBER_HELD;
             t->held++;
@@ -181,8 +185,19 @@ static void describe(const tally *t, char *buf, size_t size)
              t->granted, t->q->n, t->held, t->unreach, t->restarted, t->q->majority);
 }
 
+/* The plain lock's script of one attempt (wl_qacquire_fn, locks.h). */
+static void plain_acquire_script(watchlock_lock *l, const char *ident, size_t ident_len, const char *lease_s,
+                                 const char *fence_ttl_s, const char **argv, size_t *lens, wl_qscript *s)
+{
+    const char *a[5] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
+    size_t n[5] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    memcpy(argv, a, sizeof a);
+    memcpy(lens, n, sizeof n);
+    *s = (wl_qscript){WL_SCRIPT_ACQUIRE, NULL, 2, 3, argv, lens};
+}
+
 /* One attempt. OK: held. ETIMEDOUT: not now (*t says why). Other errors. */
-static int attempt(watchlock_lock *l, tally *t)
+static int attempt(watchlock_lock *l, tally *t, wl_qacquire_fn script)
 {
     watchlock_client *c = l->hold.client;
     wl_quorum *q = c->quorum;
@@ -223,12 +238,12 @@ static int attempt(watchlock_lock *l, tally *t)
     char lease_s[24], fence_ttl_s[24];
     wl_fmt_i64(lease_s, lease);
     wl_fmt_i64(fence_ttl_s, lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS);
-    const char *argv[5] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
-    size_t lens[5] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    const char *argv[WL_QACQUIRE_MAX];
+    size_t lens[WL_QACQUIRE_MAX];
     wl_qscript give_back = {WL_SCRIPT_RELEASE, NULL, 1, WL_RELEASE_NARGS, mine.argv, mine.lens};
     wl_qcall call;
     memset(&call, 0, sizeof call);
-    call.s = (wl_qscript){WL_SCRIPT_ACQUIRE, NULL, 2, 3, argv, lens};
+    script(l, ident, ident_len, lease_s, fence_ttl_s, argv, lens, &call.s);
     call.wait_replicas = true;
     call.after = &give_back;
     call.decided = decided;
@@ -296,6 +311,11 @@ static uint64_t own_wakeups(const tally *t, wl_sub_entry *const *entries)
 
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
 {
+    return wl_quorum_acquire_with(l, wait_ms, plain_acquire_script);
+}
+
+int wl_quorum_acquire_with(watchlock_lock *l, int64_t wait_ms, wl_qacquire_fn script)
+{
     watchlock_client *c = l->hold.client;
     wl_quorum *q = c->quorum;
     bool done;
@@ -312,7 +332,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
     int64_t t0_us = wl_now_us();
     int64_t until = wl_deadline_after_ms(wait_ms);
     tally t;
-    rc = attempt(l, &t);
+    rc = attempt(l, &t, script);
     int64_t rtt_us = t.unreach == 0 ? wl_now_us() - t0_us : 0; /* the longest attempt: scales the slice */
     int collisions = 0;                                          /* attempts in a row that collided */
     bool waited = false;
@@ -364,7 +384,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
                 rc = wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed while waiting", l->hold.quoted);
                 break;
             }
-            rc = attempt(l, &t);
+            rc = attempt(l, &t, script);
             seen += own_wakeups(&t, entries);
             if (rc != WATCHLOCK_ETIMEDOUT || t.unreach >= q->majority)
                 break;
@@ -389,7 +409,7 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
         }
         seen = wl_qwait_count(&ws); /* the wake-ups so far are answered by this attempt */
         int64_t a0 = wl_now_us();
-        rc = attempt(l, &t);
+        rc = attempt(l, &t, script);
         if (t.unreach == 0 && wl_now_us() - a0 > rtt_us)
             rtt_us = wl_now_us() - a0;
         seen += own_wakeups(&t, entries);
@@ -411,6 +431,9 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms)
     if (t.held >= q->majority || (t.unreach == 0 && t.held > 0))
         return wl_fail(WATCHLOCK_ETIMEDOUT, "lock %s is held by another owner%s: %s", l->hold.quoted,
                        wait_ms == 0 ? "" : " and was not released in time", why);
+    if (t.wrongtype >= q->majority)
+        return wl_fail(WATCHLOCK_EWRONGTYPE, "lock %s: a majority of members use the name as another lock kind: %s",
+                       l->hold.quoted, why);
     return wl_fail(WATCHLOCK_ECONN, "lock %s: no majority of members could grant it (unreachable or restarted): %s",
                    l->hold.quoted, why);
 }
@@ -593,15 +616,15 @@ int wl_quorum_refuse(watchlock_client *c, const char *kind)
 
 /* ---- the quorum client's plain lock: its table (locks.h) ---- */
 
-static int quorum_extend(watchlock_lock *l, int64_t lease_ms)
+int wl_quorum_extend_checked(watchlock_lock *l, int64_t lease_ms)
 {
     int rc = wl_extend_lease_check(l, lease_ms);
     return rc != WATCHLOCK_OK ? rc : wl_quorum_extend(l, lease_ms);
 }
 
 /* Every member at once, a majority confirms (hold/quorum_round.c). */
-static int quorum_send_release(watchlock_lock *l, const wl_release_args *a, int64_t deadline_us, const char *what,
-                               int64_t *result, bool *resent)
+int wl_quorum_send_release(watchlock_lock *l, const wl_release_args *a, int64_t deadline_us, const char *what,
+                           int64_t *result, bool *resent)
 {
     (void)what;
     (void)resent;
@@ -614,7 +637,7 @@ static int quorum_send_release(watchlock_lock *l, const wl_release_args *a, int6
 }
 
 /* A hold declared lost by its local deadline: every member (as one server's). */
-static void quorum_release_lost(watchlock_lock *l, const wl_release_args *a, int reason)
+void wl_quorum_release_lost(watchlock_lock *l, const wl_release_args *a, int reason)
 {
     if (reason != WATCHLOCK_LOST_TAKEN)
         wl_quorum_release_best_effort(l->hold.client, a);
@@ -628,12 +651,12 @@ static void quorum_destroy(watchlock_lock *l)
 
 static const wl_lock_ops quorum_lock_ops = {.acquire = wl_quorum_acquire,
                                             .release = wl_release_one,
-                                            .extend = quorum_extend,
+                                            .extend = wl_quorum_extend_checked,
                                             .free = wl_handle_free,
                                             .abandon = wl_handle_abandon,
                                             .destroy = quorum_destroy,
-                                            .send_release = quorum_send_release,
-                                            .release_lost = quorum_release_lost,
+                                            .send_release = wl_quorum_send_release,
+                                            .release_lost = wl_quorum_release_lost,
                                             .name_layout = false};
 
 const wl_lock_ops *wl_quorum_kind(const watchlock_client *c, const wl_lock_ops *single)

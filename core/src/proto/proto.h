@@ -112,6 +112,8 @@ int wl_qkeys_make(wl_qkeys *q, const wl_keys *keys, const char id[16]);
 void wl_qkeys_clear(wl_qkeys *q);
 extern const char wl_q_acquire_lua[], wl_q_release_lua[], wl_q_set_permits_lua[], wl_q_info_lua[],
     wl_q_live_lua[];
+/* The read-write lock on a quorum (qrw_scripts.c): one member's try. */
+extern const char wl_qrw_acquire_lua[];
 /* The queued kinds' fence counter TTL (qscripts.c's FTTL argument). */
 #define WL_Q_FENCE_TTL_MS (INT64_C(24) * 3600 * 1000)
 /* ---- scripts (scripts.c) ---- */
@@ -130,6 +132,7 @@ enum {
     WL_SCRIPT_Q_INFO,
     WL_SCRIPT_Q_LIVE,        /* queued waiters' liveness, batched (hold/live_round.c) */
     WL_SCRIPT_FENCE,         /* the fast acquires' tokens (locks/lock.c, locks/multi_io.c): WL_FENCE_LUA per key */
+    WL_SCRIPT_QRW_ACQUIRE,   /* the read-write lock on a quorum, one member's try (qrw_scripts.c, locks/quorum_rw.c) */
     WL_SCRIPT_COUNT
 };
 typedef struct wl_script {

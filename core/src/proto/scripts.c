@@ -77,7 +77,14 @@ static const char acquire_lua[] =
  * -> 1 released, 0 no key, -1 another owner (or not a string).
  * PUBLISH runs under pcall after the DEL: a user whose ACL denies the
  * channel still releases (Redis would not undo the DEL anyway); waiters
- * then get in when the holder's lease would have ended. */
+ * then get in when the holder's lease would have ended.
+ * A queued kind's hold key (watchlock:{N}:q:h:<id>, as the renew script
+ * below tells them apart) also leaves its name's holders entry, permits
+ * and data (qscripts.c), and the name's state goes with its last holder
+ * when nobody waits: the read-write lock on a quorum (qrw_scripts.c)
+ * releases, gives back and closes its holds with this script on every
+ * member. Every call on those keys runs under pcall: a key of another
+ * type costs the bookkeeping, never the release. */
 static const char release_lua[] =
     "local v = redis.pcall('GET', KEYS[1])\n"
     "if not v then return 0 end\n"
@@ -85,6 +92,18 @@ static const char release_lua[] =
     "  return -1\n"
     "end\n"
     "redis.call('DEL', KEYS[1])\n"
+    "if string.byte(KEYS[1], -1) ~= 125 then\n"
+    "  local b, h = string.match(KEYS[1], '^(.*):q:h:(%x+)$')\n"
+    "  if b and redis.pcall('ZREM', b .. ':q:h', h) == 1 then\n"
+    "    local k = tonumber(redis.pcall('HGET', b .. ':q:d', h)) or 0\n"
+    "    redis.pcall('HDEL', b .. ':q:d', h, 'g:' .. h, 'o:' .. h)\n"
+    "    if redis.pcall('HEXISTS', b, 'kind') == 1 then redis.pcall('HINCRBY', b, 'used', -k) end\n"
+    "    if redis.pcall('ZCARD', b .. ':q:h') == 0 and redis.pcall('ZCARD', b .. ':q:q') == 0\n"
+    "       and redis.pcall('HGET', b, 'fixed') ~= '1' then\n"
+    "      redis.pcall('DEL', b, b .. ':q:h', b .. ':q:l', b .. ':q:d')\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
     "redis.pcall(ARGV[3], ARGV[2], '')\n"
     "return 1\n";
 
@@ -301,6 +320,7 @@ wl_script wl_scripts[WL_SCRIPT_COUNT] = {
     [WL_SCRIPT_Q_SET_PERMITS] = {wl_q_set_permits_lua, ""},
     [WL_SCRIPT_Q_INFO] = {wl_q_info_lua, ""},
     [WL_SCRIPT_Q_LIVE] = {wl_q_live_lua, ""},
+    [WL_SCRIPT_QRW_ACQUIRE] = {wl_qrw_acquire_lua, ""},
 };
 
 /* The scripts' SHA1s, as the server names them: learnt from SCRIPT LOAD
