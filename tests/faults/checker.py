@@ -58,9 +58,17 @@ import json
 import os
 import statistics
 import sys
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 NS = 1_000_000  # ns per ms
+# slack(t0_ns, t1_ns, base_ms, cap_ms) -> ms: the allowance for scheduling over
+# [t0, t1] (the runner's common.LagProbe.slack_ms: base_ms on an idle machine,
+# more on a loaded one, at most cap_ms); None: base_ms, fixed
+Slack = Optional[Callable[[int, int, float, float], float]]
+
+
+def _slack(slack: Slack, t0: int, t1: int, base_ms: float, cap_ms: float) -> float:
+    return base_ms if slack is None else slack(t0, t1, base_ms, cap_ms)
 # fewer fencing numbers than this are spent between two holds of a lock (holds
 # and contended fast attempts): a token closer above another is not a seed
 SPENT_MAX = 100_000
@@ -263,7 +271,7 @@ def _fault_on(faults: List[dict], kind: str, h: Hold) -> List[dict]:
 
 def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[dict]] = None,
           handoffs: Optional[Dict[int, Tuple[str, Optional[int]]]] = None,
-          grants: Optional[Dict[int, int]] = None) -> dict:
+          grants: Optional[Dict[int, int]] = None, slack: Slack = None) -> dict:
     """Checks a merged history. resource: {lock: {"counter": int|None,
     "fence_log": ["<token> <1|0> <w:hold> <max before>", ...]}}.
     faults: the runner's fault events (default: those found in events).
@@ -271,7 +279,8 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
     {fence of a hold: (how it got the key, fence of the previous owner)},
     "release" when the previous hold's own release deleted the key.
     grants: from the audit too (audit.grants_by_fence): {fence: realtime ns
-    of the grant on the server}."""
+    of the grant on the server}. slack: see Slack (a frozen holder's takeover
+    may come that long after its SIGCONT)."""
     if faults is None:
         faults = _fault_events(events)
     holds, workers = build_holds(events, grants)
@@ -378,7 +387,8 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
                      if f["t0"] >= h1.start and (h1.release_call is None or f["t0"] <= h1.release_call)]
             stops = [f for f in _fault_on(faults, "sigstop", h1)
                      if f["t0"] >= h1.start and (h1.release_call is None or f["t0"] <= h1.release_call)
-                     and f["t0"] <= takeover <= f.get("t1", takeover) + 50 * NS]
+                     and f["t0"] <= takeover <= f.get("t1", takeover)
+                     + _slack(slack, f.get("t1", takeover), takeover, 50, 500) * NS]
             via = (handoffs or {}).get(h2.fence) if h2.fence is not None else None
             if via is not None and via[1] == h1.fence:
                 loss["via"] = via[0]
@@ -434,7 +444,7 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
 
 
 def check_family(events: List[dict], faults: Optional[List[dict]] = None, fifo_margin_ms: float = 5.0,
-                 first_call_margin_ms: float = 100.0) -> dict:
+                 first_call_margin_ms: float = 100.0, slack: Slack = None) -> dict:
     """The rules of the queued kinds (issues 22, 23), across the groups a
     worker records its holds under (worker.py --lock-kind): NAME (holds that must
     exclude each other), NAME#r (readers), NAME#kK (smaller permit holds).
@@ -455,7 +465,9 @@ def check_family(events: List[dict], faults: Optional[List[dict]] = None, fifo_m
       first acquire call of a worker process gets first_call_margin_ms
       instead: it opens the client's subscriber connection and thread before
       its request reaches the queue (fault variant m-close restarts a worker
-      every trial; a loaded machine spent over 5 ms there).
+      every trial; a loaded machine spent over 5 ms there). With slack (see
+      Slack), either margin grows with the scheduling delay measured after
+      the older call, by 200 ms at most.
     """
     if faults is None:
         faults = _fault_events(events)
@@ -501,7 +513,10 @@ def check_family(events: List[dict], faults: Optional[List[dict]] = None, fifo_m
         for h1, m1 in fair:
             if h1 is h2 or m1["base"] != m2["base"]:
                 continue
+            if not h1.t_call < h2.t_call < h1.start:
+                continue
             margin = first_call_margin_ms if first_call.get(h1.w) == h1.t_call else fifo_margin_ms
+            margin = _slack(slack, h1.t_call, h1.t_call + int(margin * NS), margin, margin + 200)
             if not (h1.t_call + margin * NS < h2.t_call < h1.start):
                 continue
             out["fifo_checked"] += 1
