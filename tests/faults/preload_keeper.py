@@ -225,7 +225,7 @@ def scen_keeper(env: Any, trials: int) -> Dict[str, Any]:
         if m["told_ms"] and m["b_in_ms"]:
             m["notes"].append(f"keeper SIGKILL to the holder told: max {max(m['told_ms']):.0f} ms; to host B in: "
                               f"min {min(m['b_in_ms']):.0f} ms (lease {LEASE})")
-        failures.append((f"no two workers inside at once through the shim ({m['preload_holds']} holds, "
+        failures.append((f"no two workers inside at once through the shim ({m['holds']} holds, "
                          f"{len(overlaps)} overlaps)", not overlaps))
         failures.append((f"no stale fencing token accepted ({len(stale)})", not stale))
         return m
