@@ -655,3 +655,28 @@ def test_family_fair_order_margin_follows_the_measured_delay():
     assert checker.check_family(events, slack=loaded.slack_ms)["fifo_inversions"] == []
     idle = probe_with([(t, 0.1) for t in range(0, 500, 5)])
     assert len(checker.check_family(events, slack=idle.slack_ms)["fifo_inversions"]) == 1
+
+
+def test_command_told_by_sigterm_late_only_by_the_measured_delay_passes():
+    """`watchlock run`'s COMMAND records its SIGTERM when its handler runs: 8 ms after
+    the takeover beside a CPU hog (short mode, scenario b). Within the scheduling delay
+    measured there it counts as told before; on an idle machine, or 300 ms late, not."""
+    def history(told_ms):
+        a, b = H("cli1", "cli"), H("py1", "python")
+        h1, f1 = a.acquire(100)
+        a.rmw(h1, 110, 0, f1)
+        a.told(h1, told_ms, how="sigterm", reason="sigterm")
+        h2, f2 = b.acquire(1031, srv_ms=1030)
+        b.rmw(h2, 1040, 1, f2)
+        b.release(h2, 1100)
+        return a.events + b.events, {LOCK: {"counter": 2, "fence_log": log((f1, True, "cli1:1"),
+                                                                          (f2, True, "py1:1"))}}
+    loaded = probe_with([(t, 20 if 1000 <= t <= 1100 else 0.1) for t in range(0, 2000, 5)])
+    idle = probe_with([(t, 0.1) for t in range(0, 2000, 5)])
+    events, res = history(1038)
+    r = checker.check(events, res, slack=loaded.slack_ms)
+    assert checker.failures(r) == [] and r["losses"][0]["signal_handled_late_ms"] == 8, r["losses"]
+    assert checker.failures(checker.check(events, res, slack=idle.slack_ms))
+    assert checker.failures(checker.check(events, res))  # no measurement: no allowance
+    events, res = history(1330)  # told at the expiry's side, not before it
+    assert checker.failures(checker.check(events, res, slack=loaded.slack_ms))
