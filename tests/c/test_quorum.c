@@ -779,8 +779,7 @@ static void cycles_keep_connections(void)
      * timeout: its connection is broken and replaced). Their number follows the
      * machine's load (13 beside a CPU hog, against a former fixed 10), not the
      * cycles: bound by a tenth of the cycles. Connections closed after every
-     * call (the defect) leave 2 of 5 members pending per call, ~120 new
-     * connections per member in 300 cycles. */
+     * call (the defect, docs/reliability.md) made 451 on one member in 300. */
     CHECK_INT(worst, <=, cycles / 10);
     watchlock_lock_free(l);
     watchlock_client_close(c);
