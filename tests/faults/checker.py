@@ -416,16 +416,19 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
                     loss["margin_ms"] = ms(takeover - h1.told)
                     loss["margin_client_ms"] = ms(h2.start - h1.told)
                     loss["told_before"] = h1.told < takeover
-                    if not loss["told_before"] and h1.told_how == "sigterm":
-                        # `watchlock run`'s COMMAND is told by the SIGTERM watchlock sends at its
-                        # local deadline, recorded when the COMMAND's handler ran: a process the
-                        # machine did not run yet (it could not act either: violations are
-                        # checked above). Late by no more than the scheduling delay measured
-                        # there (never 250 ms: telling at the expiry instead stays a failure).
+                    if not loss["told_before"] and slack is not None:
+                        # A holder's told event is recorded by its own code (the on-lost callback,
+                        # a check, the SIGTERM handler of `watchlock run`'s COMMAND) when the
+                        # machine runs it: beside a CPU hog (load 30 on 2 cores) a C holder's
+                        # loss timer ran 110 ms past its deadline, a COMMAND's handler 8 ms past
+                        # the takeover. A process the machine did not run could not act either
+                        # (violations are checked above). Late by no more than HOPS x the
+                        # scheduling delay measured before it, never 250 ms, it is counted as
+                        # told late on a stalled machine (a note, not a failure); telling at
+                        # the expiry instead of before stays a failure on an idle machine.
                         late = h1.told - takeover
-                        if slack is not None and late <= _slack(slack, takeover, h1.told, 0, 250) * NS:
-                            loss["told_before"] = True
-                            loss["signal_handled_late_ms"] = ms(late)
+                        if late <= _slack(slack, takeover - 250 * NS, h1.told, 0, 250) * NS:
+                            loss["stalled_late_ms"] = ms(late)
             report["losses"].append(loss)
         report["locks"][lock] = lr
 
@@ -443,6 +446,8 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
         "fence_order_errors": len(report["fence_order_errors"]),
         "losses_running": len(running),
         "told_before": sum(1 for x in running if x.get("told_before")),
+        # told after the takeover by no more than the scheduling delay measured then (see check)
+        "told_late_stalled": sum(1 for x in running if x.get("stalled_late_ms") is not None),
         "margin_min_ms": min(margins) if margins else None,
         "margin_median_ms": statistics.median(margins) if margins else None,
         "losses_frozen": sum(1 for x in report["losses"] if x.get("class") == "frozen"),
@@ -566,8 +571,10 @@ def failures(report: dict) -> List[str]:
         out.append(f"{s['stale_accepted']} stale fenced write(s) accepted")
     if s["fence_order_errors"]:
         out.append(f"{s['fence_order_errors']} fencing token(s) out of order")
-    if s["told_before"] < s["losses_running"]:
-        out.append(f"only {s['told_before']}/{s['losses_running']} losses told before the takeover")
+    stalled = s.get("told_late_stalled", 0)
+    if s["told_before"] + stalled < s["losses_running"]:
+        out.append(f"only {s['told_before']}/{s['losses_running']} losses told before the takeover"
+                   + (f" ({stalled} more told late while the machine stalled)" if stalled else ""))
     if s["anomalies"]:
         out.append(f"{s['anomalies']} anomal{'y' if s['anomalies'] == 1 else 'ies'} in the history")
     return out
