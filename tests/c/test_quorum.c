@@ -775,8 +775,12 @@ static void cycles_keep_connections(void)
             worst = d;
     }
     testing_note("%d cycles over %d members: at most %lld new connections on one member", cycles, N, worst);
-    /* a few for a slow moment (a reply still missing at a call's time limit) */
-    CHECK_INT(worst, <=, 10);
+    /* A few for each slow moment (a reply still missing at the 400 ms command
+     * timeout: its connection is broken and replaced). Their number follows the
+     * machine's load (13 beside a CPU hog, against a former fixed 10), not the
+     * cycles: bound by a tenth of the cycles. Connections closed after every
+     * call (the defect, docs/reliability.md) made 451 on one member in 300. */
+    CHECK_INT(worst, <=, cycles / 10);
     watchlock_lock_free(l);
     watchlock_client_close(c);
     five_free(&f);

@@ -1,33 +1,33 @@
-#!/usr/bin/env python3
-"""tests/faults/preload_keeper.py - the fault suite's preload scenario (issue 33): SIGKILL of
-a host's keeper while its programs hold their locks through the shim, and its restart.
+"""tests/faults/preload_keeper.py - the fault suite's preload scenario (issue 33), variant
+"keeper" of tests/faults/run (`tests/faults/run -s keeper`): SIGKILL of a host's keeper while
+its programs hold their locks through the shim, and its restart.
 
 Two "hosts" are mount namespaces with a private tmpfs on the lock directory (as in
-tests/preload; needs root). On each host two Python workers, run under the shim, loop:
-flock(LOCK_EX) on one file, enter (a mkdir witness in a directory both hosts share), check their
-WATCHLOCK_FENCE against the shared counter (a stale token is a violation), hold, leave, unlock.
-In each trial the runner waits until a worker of host A is inside on a long hold and SIGKILLs host
-A's keeper (the owner pid of the distributed lock). The host's locks are then lost (their leases
-run out), so the contract is: the holder's process group is told (SIGTERM from the keeper's
-guardian) before any worker of host B gets in, the holder stops (its handler records the moment
-and exits), no two workers are ever inside at once, and the next lock call on host A starts a new
-keeper (a later hold of host A shows another owner pid). Prints one line per trial and a verdict;
-exits 1 on any violation. WATCHLOCK_CLI points at the CLI (its build tree has the shim).
+tests/preload; needs root, skipped without). On each host two Python workers, run under the
+shim, loop: flock(LOCK_EX) on one file, enter (a mkdir witness in a directory both hosts share),
+check their WATCHLOCK_FENCE against the shared counter (a stale token is a violation), hold,
+leave, unlock. In each trial the runner waits until a worker of host A is inside on a long hold
+and SIGKILLs host A's keeper (the owner pid of the distributed lock). The host's locks are then
+lost (their leases run out), so the contract is: the holder's process group is told (SIGTERM
+from the keeper's guardian) before any worker of host B gets in, the holder stops (its handler
+records the moment and exits), no two workers are ever inside at once, and the next lock call on
+host A starts a new keeper (a later hold of host A shows another owner pid). The checks are
+orders and counts, not times; the waits for each step are bounded generously (30-60 s) and
+only say that a step never came. The lock's redis-server is the variant's (tests/faults/run's
+Env); the results go into run's report like every variant's.
 """
 import json
 import os
 import random
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from typing import Any, Dict
 
 LEASE = "2s"
-TRIALS = int(os.environ.get("WATCHLOCK_FAULTS_PRELOAD_TRIALS", "3"))
 
 WORKER = textwrap.dedent("""
     import ctypes, fcntl, os, random, signal, sys, time
@@ -81,14 +81,6 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 class Host:
     def __init__(self, lockdir):
         self.proc = subprocess.Popen(
@@ -129,30 +121,35 @@ def wait_for(pred, timeout):
     return pred()
 
 
-def main() -> int:
+def scen_keeper(env: Any, trials: int) -> Dict[str, Any]:
+    """The variant's trials on env (tests/faults/run's Env: its lock server, budget, fault
+    events); returns the scenario's measurements and checks."""
+    m: Dict[str, Any] = {"checks": [], "notes": [], "told_ms": [], "b_in_ms": []}
     if os.geteuid() != 0:
-        print("preload_keeper: skipped (needs root for unshare -m / mount)")
-        return 0
-    cli = os.environ.get("WATCHLOCK_CLI") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "cli",
-                                                          "watchlock")
+        m["skipped"] = "needs root for unshare -m / mount"
+        return m
+    cli = env.cfg.cli
     build = os.path.dirname(os.path.dirname(os.path.abspath(cli)))
     shim = os.environ.get("WATCHLOCK_PRELOAD_LIB") or os.path.join(build, "preload", "libwatchlock_preload.so")
-    tmp = tempfile.mkdtemp(prefix="wl-faults-preload-")
+    if not os.path.exists(shim):
+        m["checks"].append((f"the preload shim {shim} is missing (WATCHLOCK_PRELOAD_LIB)", False))
+        return m
+    tmp = tempfile.mkdtemp(prefix="keeper-", dir=env.dir)
     lockdir, shared = os.path.join(tmp, "locks"), os.path.join(tmp, "shared")
     os.makedirs(lockdir)
     os.makedirs(shared)
-    port = free_port()
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}"
+    url = f"redis://127.0.0.1:{env.lock_srv.port}"
     hosts = [Host(lockdir), Host(lockdir)]
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env.update(LD_PRELOAD=shim, WATCHLOCK_URL=url, WATCHLOCK_PATHS=f"{lockdir}/*", WATCHLOCK_PRELOAD_LEASE=LEASE,
-               WATCHLOCK_PRELOAD_LOG=os.path.join(tmp, "log"))
+    penv = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    penv.update(LD_PRELOAD=shim, WATCHLOCK_URL=url, WATCHLOCK_PATHS=f"{lockdir}/*", WATCHLOCK_PRELOAD_LEASE=LEASE,
+                WATCHLOCK_PRELOAD_LOG=os.path.join(tmp, "log"))
     lock = os.path.join(lockdir, "job.lock")
     workers = []
-    failures = []
-    rnd = random.Random(33)
+    failures = m["checks"]
+    rnd = random.Random(env.rng.randrange(1 << 30))
+
+    def fail(msg: str) -> None:
+        failures.append((msg, False))
 
     def status():
         r = subprocess.run([cli, "status", "--json", "--url", url, lock], capture_output=True, text=True)
@@ -160,39 +157,44 @@ def main() -> int:
 
     def spawn(h, name):
         workers.append(hosts[h].popen([sys.executable, "-c", WORKER, lock, shared, name, str(rnd.randrange(1 << 30))],
-                                      env))
+                                      penv))
 
     try:
-        wait_for(lambda: subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).returncode == 0,
-                 10)
         for h, name in ((0, "A"), (0, "A"), (1, "B"), (1, "B")):
             spawn(h, name)
         keepers_seen = set()
-        for trial in range(TRIALS):
+        for trial in range(trials):
+            if env.left() < 10:
+                break
             open(os.path.join(shared, "long-A"), "w").close()
             mark = len(events(shared))
             got = wait_for(lambda: [e for e in events(shared)[mark:] if e[1] == "A" and e[3] == "enter"
                                     and e[4][1] == "long"], 60)
             if not got:
-                failures.append(f"trial {trial}: no worker of host A got in within 60 s")
+                fail(f"trial {trial}: no worker of host A got in within 60 s")
                 break
             os.unlink(os.path.join(shared, "long-A"))
             holder = got[0][2]
             keeper = status().get("owner", {}).get("pid")
             if not keeper:
-                failures.append(f"trial {trial}: no owner pid for the held lock")
+                fail(f"trial {trial}: no owner pid for the held lock")
                 break
             keepers_seen.add(keeper)
             t_kill = time.monotonic()
             os.kill(keeper, signal.SIGKILL)
+            env.fault("keeper_sigkill", target="A", pids=[keeper], trial=trial, holder=holder)
             told = wait_for(lambda: [e for e in events(shared) if e[2] == holder and e[3] == "told"], 30)
             b_in = wait_for(lambda: [e for e in events(shared) if e[1] == "B" and e[3] == "enter" and e[0] > t_kill],
                             30)
             if not told:
-                failures.append(f"trial {trial}: host A's holder {holder} was never told of the loss")
+                fail(f"trial {trial}: host A's holder {holder} was never told of the loss")
             elif b_in and b_in[0][0] < told[0][0]:
-                failures.append(f"trial {trial}: host B got in {1000 * (told[0][0] - b_in[0][0]):.0f} ms before "
-                                f"host A's holder was told")
+                fail(f"trial {trial}: host B got in {1000 * (told[0][0] - b_in[0][0]):.0f} ms before "
+                     f"host A's holder was told")
+            if told:
+                m["told_ms"].append(1000 * (told[0][0] - t_kill))
+            if b_in:
+                m["b_in_ms"].append(1000 * (b_in[0][0] - t_kill))
             # the told holder exited: a new worker on host A; its next hold needs a new keeper
             spawn(0, "A")
             a_again = wait_for(lambda: [e for e in events(shared) if e[1] == "A" and e[3] == "enter" and
@@ -203,12 +205,12 @@ def main() -> int:
                                                and st.get("owner", {}).get("pid") not in keepers_seen else None)(
                     status()), 20)
             if not a_again:
-                failures.append(f"trial {trial}: host A never locked again after its keeper's SIGKILL")
-            print(f"trial {trial}: keeper {keeper} SIGKILLed; holder told after "
-                  f"{1000 * (told[0][0] - t_kill):.0f} ms; host B in after "
-                  f"{1000 * (b_in[0][0] - t_kill):.0f} ms; host A locked again"
-                  f"{' (new keeper ' + str(new_keeper) + ')' if new_keeper else ''}"
-                  if told and b_in and a_again else f"trial {trial}: incomplete", flush=True)
+                fail(f"trial {trial}: host A never locked again after its keeper's SIGKILL")
+            m.setdefault("notes", []).append(
+                f"trial {trial}: keeper {keeper} SIGKILLed; holder told after {m['told_ms'][-1]:.0f} ms; host B in "
+                f"after {m['b_in_ms'][-1]:.0f} ms; host A locked again"
+                f"{' (new keeper ' + str(new_keeper) + ')' if new_keeper else ''}"
+                if told and b_in and a_again else f"trial {trial}: incomplete")
         open(os.path.join(shared, "stop"), "w").close()
         for w in workers:
             try:
@@ -219,16 +221,14 @@ def main() -> int:
         ev = events(shared)
         overlaps = [e for e in ev if e[3] == "overlap"]
         stale = [e for e in ev if e[3] == "stale"]
-        holds = sum(1 for e in ev if e[3] == "enter")
-        if overlaps:
-            failures.append(f"{len(overlaps)} overlaps (two workers inside at once)")
-        if stale:
-            failures.append(f"{len(stale)} stale fencing tokens accepted")
-        print(f"preload keeper SIGKILL: {TRIALS} trials, {holds} holds, {len(overlaps)} overlaps, "
-              f"{len(stale)} stale tokens: {'FAIL' if failures else 'ok'}")
-        for f in failures:
-            print("  FAIL:", f)
-        return 1 if failures else 0
+        m["holds"] = sum(1 for e in ev if e[3] == "enter")
+        if m["told_ms"] and m["b_in_ms"]:
+            m["notes"].append(f"keeper SIGKILL to the holder told: max {max(m['told_ms']):.0f} ms; to host B in: "
+                              f"min {min(m['b_in_ms']):.0f} ms (lease {LEASE})")
+        failures.append((f"no two workers inside at once through the shim ({m['holds']} holds, "
+                         f"{len(overlaps)} overlaps)", not overlaps))
+        failures.append((f"no stale fencing token accepted ({len(stale)})", not stale))
+        return m
     finally:
         for w in workers:
             if w.poll() is None:
@@ -236,10 +236,3 @@ def main() -> int:
                 w.wait()
         for h in hosts:
             h.close()
-        redis.kill()
-        redis.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -605,3 +605,80 @@ def test_family_fair_order():
              "t1": 140 * MS}
     out = checker.check_family(a.events + b.events + c.events + [fault])
     assert out["fifo_inversions"] == []
+
+
+# ---- time bounds derived in the run (issue 31.6): common.LagProbe, bound_check ----
+
+import common  # noqa: E402
+
+
+def probe_with(samples):
+    p = common.LagProbe()
+    p.samples = [(int(t * MS), int(lag * MS)) for t, lag in samples]
+    return p
+
+
+def test_slack_grows_with_the_measured_delay_but_never_reaches_the_cap():
+    p = probe_with([(100, 1), (200, 2), (300, 150), (400, 1), (2000, 5000)])
+    assert p.worst_ms(0, 150 * MS) == 2  # the first wake-up after the window counts too
+    assert p.worst_ms(150 * MS, 250 * MS) == 150  # (it was due at 150 and slept through the window)
+    assert p.slack_ms(0, 150 * MS, 200, 900) == 200 + 4 * 2  # idle: about the base
+    assert p.slack_ms(250 * MS, 350 * MS, 200, 900) == 200 + 4 * 150  # loaded: the scheduling delay seen
+    assert p.slack_ms(1500 * MS, 2500 * MS, 200, 900) == 900  # never the cap's worth
+    assert checker._slack(None, 0, 1, 5, 100) == 5  # no probe: the fixed base
+
+
+def test_a_takeover_that_waits_an_extra_lease_fails_however_loaded():
+    lease = 1000
+    p = probe_with([(t, 10_000) for t in range(0, 5000, 5)])  # a machine frozen for seconds
+    bound = lease + p.slack_ms(0, 5000 * MS, 200, 0.9 * lease)
+    desc, ok = common.bound_check("takeover", [(1618.0, bound)], "derived")
+    assert ok, desc  # the loaded run of the last session: within its derived bound
+    desc, ok = common.bound_check("takeover", [(900.0, bound), (2 * lease + 5, bound)], "derived")
+    assert not ok and "1 over" in desc  # a whole extra lease: still a failure
+    assert not common.bound_check("takeover", [], "derived")[1]  # nothing measured is no pass
+
+
+def test_family_fair_order_margin_follows_the_measured_delay():
+    a, b, c = H("a"), H("b"), H("c")
+    fam_hold(a, 100, 200, kind="fair")
+    for h in (b, c):  # earlier calls: the ones below are not their first
+        h.ev("acquire_failed", 20, lock=LOCK, t_call=10 * MS, status="timeout", detail="")
+    fam_hold(b, 201, 300, kind="fair")
+    b.events[-5]["t_call"] = 150 * MS
+    fam_hold(c, 301, 400, kind="fair")
+    c.events[-5]["t_call"] = 110 * MS  # c asked 40 ms before b, b got it first
+    events = a.events + b.events + c.events
+    assert len(checker.check_family(events)["fifo_inversions"]) == 1
+    # c's thread was descheduled 30 ms right after its call: its request may have come after b's
+    loaded = probe_with([(t, 30 if 110 <= t <= 120 else 0) for t in range(0, 500, 5)])
+    assert checker.check_family(events, slack=loaded.slack_ms)["fifo_inversions"] == []
+    idle = probe_with([(t, 0.1) for t in range(0, 500, 5)])
+    assert len(checker.check_family(events, slack=idle.slack_ms)["fifo_inversions"]) == 1
+
+
+def test_told_late_only_by_the_measured_delay_passes():
+    """`watchlock run`'s COMMAND records its SIGTERM when its handler runs: 8 ms after
+    the takeover beside a CPU hog (short mode, scenario b). Within the scheduling delay
+    measured there it counts as told late on a stalled machine (not a failure); on an
+    idle machine, or 300 ms late, it fails."""
+    def history(told_ms):
+        a, b = H("cli1", "cli"), H("py1", "python")
+        h1, f1 = a.acquire(100)
+        a.rmw(h1, 110, 0, f1)
+        a.told(h1, told_ms, how="sigterm", reason="sigterm")
+        h2, f2 = b.acquire(1031, srv_ms=1030)
+        b.rmw(h2, 1040, 1, f2)
+        b.release(h2, 1100)
+        return a.events + b.events, {LOCK: {"counter": 2, "fence_log": log((f1, True, "cli1:1"),
+                                                                          (f2, True, "py1:1"))}}
+    loaded = probe_with([(t, 20 if 1000 <= t <= 1100 else 0.1) for t in range(0, 2000, 5)])
+    idle = probe_with([(t, 0.1) for t in range(0, 2000, 5)])
+    events, res = history(1038)
+    r = checker.check(events, res, slack=loaded.slack_ms)
+    assert checker.failures(r) == [] and r["losses"][0]["stalled_late_ms"] == 8, r["losses"]
+    assert r["summary"]["told_late_stalled"] == 1 and r["summary"]["told_before"] == 0
+    assert checker.failures(checker.check(events, res, slack=idle.slack_ms))
+    assert checker.failures(checker.check(events, res))  # no measurement: no allowance
+    events, res = history(1330)  # told at the expiry's side, not before it
+    assert checker.failures(checker.check(events, res, slack=loaded.slack_ms))

@@ -341,6 +341,11 @@ static bool acquire_hold(hold *h)
     int64_t t_call = now_ns();
     int rc = watchlock_lock_acquire(h->lock, opt.wait_ms);
     int64_t t = now_ns();
+    if (rc != WATCHLOCK_OK && stop_flag) { /* the run's end came before a connection: nothing held */
+        emit("exit", NULL);
+        close(hist_fd);
+        return 0;
+    }
     if (rc != WATCHLOCK_OK) {
         char msg[300];
         json_str(msg, sizeof msg, watchlock_last_error());
@@ -578,6 +583,11 @@ int main(int argc, char **argv)
         if (rc == WATCHLOCK_OK)
             break;
         sleep_ms(100);
+    }
+    if (rc != WATCHLOCK_OK && stop_flag) { /* the run's end came before a connection: nothing held */
+        emit("exit", NULL);
+        close(hist_fd);
+        return 0;
     }
     if (rc != WATCHLOCK_OK) {
         char msg[300];

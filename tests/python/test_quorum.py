@@ -208,8 +208,23 @@ def test_fencing_tokens_increase_across_holders_and_pauses(quorum, name):
             c = clients[round_ % 2]
             paused = [(0, 1), (3, 4), (1, 3), (), (2,), (0, 4)][round_]
             with quorum.paused(*paused):
-                with c.lock(name, ttl=3, blocking_timeout=10) as lock:
+                lock = c.lock(name, ttl=3)
+                # With 2 of 5 stopped, a running member that answers later than the 400 ms
+                # command timeout (a loaded machine) leaves the attempt short of a majority:
+                # ECONN by design (docs/design.md, the quorum's acquire). The application
+                # tries again; the tokens of the holds it gets must still increase.
+                for attempt in range(20):
+                    try:
+                        if lock.acquire(timeout=10):
+                            break
+                    except watchlock.ConnectionError:
+                        continue
+                else:
+                    pytest.fail(f"round {round_}: no hold in 20 attempts")
+                try:
                     tokens.append(lock.fencing_token)
+                finally:
+                    lock.release()
         assert all(b > a for a, b in zip(tokens, tokens[1:])), tokens
     finally:
         for c in clients:
