@@ -71,7 +71,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -500,17 +502,62 @@ static void tick(void)
 
 /* The tick thread sleeps TICK_MS, longer with many entries (the scan's
  * cost grows with them: 20 ms per 250 entries), and is woken at once by a
- * shim's hint (an unlock or close of a managed fd) or a connection's end. */
+ * shim's hint (an unlock or close of a managed fd), a connection's end, or
+ * the death of a process that was connected (its pidfd: see watch_pid). It
+ * sleeps in poll(2) on an eventfd (the pokes) and those pidfds. */
 static pthread_mutex_t tick_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t tick_cv;
-static int poked;
+static int tick_efd = -1;
+
+/* pidfds of processes whose connection ended while they lived on (tick_mu):
+ * a process being killed closes its descriptors in order and the kernel
+ * drops its flock locks last (the files' final release runs after the
+ * socket's), so the connection's end may come before its locks have gone;
+ * the pidfd turns readable only when the process is gone, locks and all. A
+ * process that exec'd (its connection was close-on-exec) stays here until
+ * it exits; when the list is full the oldest goes (the backstop tick
+ * covers it). */
+#define WATCH_MAX 1024
+static int watched[WATCH_MAX];
+static int nwatched;
+
+static int poked; /* atomic: a scan is asked for (else the wake-up only renews the poll list) */
 
 static void poke_tick(void)
 {
+    __atomic_store_n(&poked, 1, __ATOMIC_SEQ_CST);
+    uint64_t one = 1;
+    ssize_t w = write(tick_efd, &one, sizeof one);
+    (void)w; /* EAGAIN: the counter is already non-zero, a wake-up is pending */
+}
+
+static void watch_pid(int pidfd)
+{
     pthread_mutex_lock(&tick_mu);
-    poked = 1;
-    pthread_cond_signal(&tick_cv);
+    if (nwatched == WATCH_MAX) {
+        close(watched[0]);
+        memmove(watched, watched + 1, (WATCH_MAX - 1) * sizeof watched[0]);
+        nwatched--;
+    }
+    watched[nwatched++] = pidfd;
     pthread_mutex_unlock(&tick_mu);
+    uint64_t one = 1; /* the tick thread polls the new list */
+    ssize_t w = write(tick_efd, &one, sizeof one);
+    (void)w;
+}
+
+/* 'P': a process forked by a connected one (the shim's atfork handler): it
+ * shares the parent's descriptions, so its exit may end their locks. */
+static void watch_forked(long pid)
+{
+    if (pid <= 0)
+        return;
+#ifdef SYS_pidfd_open
+    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (pidfd >= 0) {
+        fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+        watch_pid(pidfd);
+    }
+#endif
 }
 
 static void tick_sleep(void)
@@ -521,20 +568,48 @@ static void tick_sleep(void)
     int64_t ms = TICK_MS * (n > 250 ? (int64_t)(n / 250) : 1);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
+    int64_t until = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + ms;
+    static struct pollfd pfd[1 + WATCH_MAX];
+    for (;;) {
+        pthread_mutex_lock(&tick_mu);
+        int np = 1 + nwatched;
+        pfd[0] = (struct pollfd){.fd = tick_efd, .events = POLLIN};
+        for (int i = 0; i < nwatched; i++)
+            pfd[1 + i] = (struct pollfd){.fd = watched[i], .events = POLLIN};
+        pthread_mutex_unlock(&tick_mu);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t left = until - ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        int rc = poll(pfd, (nfds_t)np, left > 0 ? (int)left : 0);
+        if (rc <= 0) {
+            if (rc < 0 && errno == EINTR)
+                continue;
+            return; /* the backstop tick */
+        }
+        int woke = 0;
+        if (pfd[0].revents & POLLIN) {
+            uint64_t v;
+            ssize_t r = read(tick_efd, &v, sizeof v);
+            (void)r;
+            woke = __atomic_exchange_n(&poked, 0, __ATOMIC_SEQ_CST);
+        }
+        pthread_mutex_lock(&tick_mu);
+        for (int i = 1; i < np; i++) {
+            if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            for (int j = 0; j < nwatched; j++) /* gone: its locks went with it */
+                if (watched[j] == pfd[i].fd) {
+                    close(watched[j]);
+                    watched[j] = watched[--nwatched];
+                    woke = 1;
+                    break;
+                }
+        }
+        pthread_mutex_unlock(&tick_mu);
+        if (woke) {
+            __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
+            return;
+        }
     }
-    pthread_mutex_lock(&tick_mu);
-    while (!poked && pthread_cond_timedwait(&tick_cv, &tick_mu, &ts) == 0) {
-    }
-    if (poked) {
-        poked = 0;
-        __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
-    }
-    pthread_mutex_unlock(&tick_mu);
 }
 
 /* ---- one shim connection ---- */
@@ -542,6 +617,7 @@ static void tick_sleep(void)
 struct conn {
     int fd;
     pid_t pid; /* SO_PEERCRED */
+    int pidfd; /* the peer process (SO_PEERPIDFD, else pidfd_open), -1 when the kernel has none */
 };
 
 /* A cancel for `id` (or the connection's end) waiting on the socket? Consumes cancels. */
@@ -555,11 +631,15 @@ static int cancelled(struct conn *c, uint64_t id)
         if (n < 0)
             return errno != EAGAIN && errno != EINTR;
         struct wlp_request r;
-        if (wlp_request_parse(buf, (size_t)n, &r) != 0 || r.op != 'C')
+        if (wlp_request_parse(buf, (size_t)n, &r) != 0 || r.op == 'L')
             return 0; /* a new request: this one was given up (the shim sends one at a time) */
         n = recv(c->fd, buf, sizeof buf - 1, MSG_DONTWAIT);
         (void)n;
-        if (r.id == id)
+        if (r.op == 'P') /* a forked child's, on the socket it inherited */
+            watch_forked(r.pid);
+        else if (r.op == 'U')
+            poke_tick();
+        else if (r.id == id)
             return 1;
     }
 }
@@ -773,14 +853,47 @@ out:
     pthread_mutex_unlock(&mu);
 }
 
+/* The next message on the connection, or 0 at its end. The process behind
+ * it gone (its pidfd readable: it exited, and the kernel dropped every lock
+ * it alone held) is a scan at once, even while a forked child still holds
+ * the socket open (its end would come late, or never). */
+static ssize_t conn_recv(struct conn *c, char *buf, size_t size)
+{
+    for (;;) {
+        struct pollfd pfd[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->pidfd, .events = POLLIN}};
+        int rc = poll(pfd, c->pidfd >= 0 ? 2 : 1, -1);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc < 0)
+            return 0;
+        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t n = recv(c->fd, buf, size, MSG_DONTWAIT);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (n != 0 || c->pidfd < 0 || (pfd[1].revents & POLLIN))
+                return n < 0 ? 0 : n;
+            /* the end: exec, or a process being killed whose lock files the kernel
+             * has not released yet (they go after the socket): watch its pidfd */
+            watch_pid(c->pidfd);
+            c->pidfd = -1;
+            return 0;
+        }
+        if (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+            /* gone, but a forked child still has the socket (its own exit
+             * is watched through the 'P' it sent): scan now, serve on */
+            close(c->pidfd);
+            c->pidfd = -1;
+            poke_tick();
+        }
+    }
+}
+
 static void *conn_main(void *arg)
 {
     struct conn *c = arg;
     char buf[WLP_MSG_MAX + 1], reply[1024];
     for (;;) {
-        ssize_t n = recv(c->fd, buf, sizeof buf - 1, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = conn_recv(c, buf, sizeof buf - 1);
         if (n <= 0)
             break;
         struct wlp_request r;
@@ -792,6 +905,10 @@ static void *conn_main(void *arg)
         }
         if (r.op == 'C')
             continue; /* a cancel for a request already answered */
+        if (r.op == 'P') {
+            watch_forked(r.pid);
+            continue;
+        }
         serve(c, &r, reply, sizeof reply);
         if (strncmp(reply, "CANCELLED", 9) == 0)
             continue; /* nobody waits for it */
@@ -799,6 +916,8 @@ static void *conn_main(void *arg)
             break;
     }
     close(c->fd);
+    if (c->pidfd >= 0)
+        close(c->pidfd);
     free(c);
     pthread_mutex_lock(&mu);
     nconns--;
@@ -834,6 +953,32 @@ static void *tick_main(void *arg)
 }
 
 /* ---- start-up ---- */
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
+
+/* A pidfd of the connected process: SO_PEERPIDFD (the process that
+ * connected, whatever happened to its pid since), else pidfd_open(2) of the
+ * SO_PEERCRED pid (Linux 5.3; the peer is blocked in connect() or just past
+ * it, so the pid is still its own), else -1 (ENOSYS: the backstop tick
+ * alone, as before). */
+static int peer_pidfd(int fd, pid_t pid)
+{
+    int pidfd = -1;
+    socklen_t len = sizeof pidfd;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0)
+        return pidfd;
+#ifdef SYS_pidfd_open
+    pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd >= 0)
+        fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    return pidfd;
+#else
+    (void)pid;
+    return -1;
+#endif
+}
 
 static void close_other_fds(int keep_stderr, int keep)
 {
@@ -929,6 +1074,9 @@ int main(int argc, char **argv)
     my_uid = getuid();
     gethostname(host, sizeof host - 1);
 
+    tick_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (tick_efd < 0)
+        return 1;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     size_t nl = strlen(argv[1]);
     if (nl + 1 > sizeof sa.sun_path)
@@ -955,10 +1103,6 @@ int main(int argc, char **argv)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&tick_cv, &ca);
     pthread_t t;
     if (pthread_create(&t, NULL, tick_main, NULL) != 0)
         return 1;
@@ -980,6 +1124,7 @@ int main(int argc, char **argv)
         }
         c->fd = fd;
         c->pid = cred.pid;
+        c->pidfd = peer_pidfd(fd, cred.pid);
         pthread_mutex_lock(&mu);
         nconns++;
         pthread_mutex_unlock(&mu);

@@ -99,12 +99,15 @@ static void parse_config(void)
 /* The shim's own directory, to find the keeper next to it (build tree) or
  * at its installed place relative to it. At load time, so that a relative
  * LD_PRELOAD still resolves against the directory it was given in. */
+static void forked_child(void);
+
 __attribute__((constructor)) static void shim_init(void)
 {
     const char *p = getenv(WLP_ENV_PATHS);
     paths_set = p != NULL && p[0] != '\0';
     if (!paths_set)
         return;
+    pthread_atfork(NULL, NULL, forked_child);
     Dl_info info;
     if (dladdr((void *)shim_init, &info) == 0 || info.dli_fname == NULL)
         return;
@@ -361,6 +364,24 @@ static int conn_get(void)
     conn_ino = (unsigned long long)st.st_ino;
     pthread_setspecific(conn_key, (void *)1);
     return fd;
+}
+
+/* In a child of fork(2) (pthread_atfork), when the forking thread talks to
+ * the keeper: "P pid" on the inherited connection, so that the keeper
+ * watches this process's exit too (it shares the parent's descriptions and
+ * so their flock locks; the keeper scans the kernel's locks when it goes).
+ * One send, no answer; the child opens its own connection when it locks. */
+static void forked_child(void)
+{
+    if (conn_fd < 0 || !conn_is_ours(conn_fd, conn_ino))
+        return;
+    int saved = errno;
+    struct wlp_request f = {.op = 'P', .pid = (long)getpid()};
+    char m[128];
+    int n = wlp_request_format(m, sizeof m, &f);
+    if (n > 0)
+        (void)send(conn_fd, m, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    errno = saved;
 }
 
 static void set_fence_env(const char *token)
