@@ -41,7 +41,13 @@
  * In a pid namespace other than the initial one /proc/locks hides flock
  * locks whose taker exited: there an absence is confirmed with a
  * non-blocking flock on the keeper's own description of the file.
- * No pid is ever waited for: liveness is the kernel's lock table.
+ * No pid is ever waited for: liveness is the kernel's lock table. The
+ * tick is woken at once by a shim's unlock hint, a connection's end, and
+ * the death of a connected process or of a child it forked ('P'): their
+ * pidfds turn readable only after the kernel has put all of the process's
+ * files (its connection ends before its locked files are put, so the end
+ * alone can come too early). A scan, not the pid, decides: a description
+ * another process still holds keeps its lock.
  *
  * Loss: the library's on-lost callback (its watchdog thread) signals the
  * process groups that asked for the entry and logs; the entry is dropped by
