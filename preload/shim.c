@@ -733,23 +733,32 @@ static int lock_call_done(struct request *r, int kernel_rc)
     return 0;
 }
 
-WLP_EXPORT int flock(int fd, int op)
+static __attribute__((noinline)) int flock_lookup(flock_fn real, int fd, int op)
 {
-    flock_fn real = REAL(real_flock_p, "flock");
     char path[WLP_PATH_MAX];
     const char *p;
-    if (!(op & (LOCK_SH | LOCK_EX))) {
-        int rc = real(fd, op);
-        if (rc == 0 && (op & LOCK_UN) && paths_set && is_managed(fd))
-            hint_released(fd, 0);
-        return rc;
-    }
     if ((p = matching_path(fd, path, sizeof path)) == NULL)
         return real(fd, op);
     struct request r = {.fd = fd, .family = WLP_FAMILY_FLOCK, .exclusive = (op & LOCK_EX) != 0,
                         .wait = !(op & LOCK_NB), .path = p};
     note_relock(&r);
     return lock_call_done(&r, real(fd, op));
+}
+
+/* The fast path first, with a small frame: an unlock, or a descriptor known
+ * not to match (no system call, no 4 KiB path buffer: flock_lookup). */
+WLP_EXPORT int flock(int fd, int op)
+{
+    flock_fn real = REAL(real_flock_p, "flock");
+    if (!(op & (LOCK_SH | LOCK_EX))) {
+        int rc = real(fd, op);
+        if (rc == 0 && (op & LOCK_UN) && paths_set && is_managed(fd))
+            hint_released(fd, 0);
+        return rc;
+    }
+    if (!paths_set || fd_known_miss(fd))
+        return real(fd, op);
+    return flock_lookup(real, fd, op);
 }
 
 /* A whole-file lock request among fcntl's commands; 0 for anything else. */
