@@ -514,14 +514,13 @@ static void tick(void)
 static pthread_mutex_t tick_mu = PTHREAD_MUTEX_INITIALIZER;
 static int tick_efd = -1;
 
-/* pidfds of processes whose connection ended while they lived on (tick_mu):
- * a process being killed closes its descriptors in order and the kernel
- * drops its flock locks last (the files' final release runs after the
- * socket's), so the connection's end may come before its locks have gone;
- * the pidfd turns readable only when the process is gone, locks and all. A
- * process that exec'd (its connection was close-on-exec) stays here until
- * it exits; when the list is full the oldest goes (the backstop tick
- * covers it). */
+/* pidfds of the processes that connected, and of the children they forked
+ * ('P'), until they exit (tick_mu). A process being killed puts its files
+ * in reverse order of their numbers, the connection (a high one) before the
+ * locked files, so the connection's end alone can come before its locks
+ * have gone; the pidfd turns readable only when the process is gone, locks
+ * and all. When the list is full the oldest goes (its death then waits for
+ * the backstop tick, or its connection's end). */
 #define WATCH_MAX 1024
 static int watched[WATCH_MAX];
 static int nwatched;
@@ -623,7 +622,6 @@ static void tick_sleep(void)
 struct conn {
     int fd;
     pid_t pid; /* SO_PEERCRED */
-    int pidfd; /* the peer process (SO_PEERPIDFD, else pidfd_open), -1 when the kernel has none */
 };
 
 /* A cancel for `id` (or the connection's end) waiting on the socket? Consumes cancels. */
@@ -859,47 +857,14 @@ out:
     pthread_mutex_unlock(&mu);
 }
 
-/* The next message on the connection, or 0 at its end. The process behind
- * it gone (its pidfd readable: it exited, and the kernel dropped every lock
- * it alone held) is a scan at once, even while a forked child still holds
- * the socket open (its end would come late, or never). */
-static ssize_t conn_recv(struct conn *c, char *buf, size_t size)
-{
-    for (;;) {
-        struct pollfd pfd[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->pidfd, .events = POLLIN}};
-        int rc = poll(pfd, c->pidfd >= 0 ? 2 : 1, -1);
-        if (rc < 0 && errno == EINTR)
-            continue;
-        if (rc < 0)
-            return 0;
-        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-            ssize_t n = recv(c->fd, buf, size, MSG_DONTWAIT);
-            if (n < 0 && (errno == EINTR || errno == EAGAIN))
-                continue;
-            if (n != 0 || c->pidfd < 0 || (pfd[1].revents & POLLIN))
-                return n < 0 ? 0 : n;
-            /* the end: exec, or a process being killed whose lock files the kernel
-             * has not released yet (they go after the socket): watch its pidfd */
-            watch_pid(c->pidfd);
-            c->pidfd = -1;
-            return 0;
-        }
-        if (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) {
-            /* gone, but a forked child still has the socket (its own exit
-             * is watched through the 'P' it sent): scan now, serve on */
-            close(c->pidfd);
-            c->pidfd = -1;
-            poke_tick();
-        }
-    }
-}
-
 static void *conn_main(void *arg)
 {
     struct conn *c = arg;
     char buf[WLP_MSG_MAX + 1], reply[1024];
     for (;;) {
-        ssize_t n = conn_recv(c, buf, sizeof buf - 1);
+        ssize_t n = recv(c->fd, buf, sizeof buf - 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n <= 0)
             break;
         struct wlp_request r;
@@ -922,8 +887,6 @@ static void *conn_main(void *arg)
             break;
     }
     close(c->fd);
-    if (c->pidfd >= 0)
-        close(c->pidfd);
     free(c);
     pthread_mutex_lock(&mu);
     nconns--;
@@ -1130,7 +1093,9 @@ int main(int argc, char **argv)
         }
         c->fd = fd;
         c->pid = cred.pid;
-        c->pidfd = peer_pidfd(fd, cred.pid);
+        int pidfd = peer_pidfd(fd, cred.pid);
+        if (pidfd >= 0)
+            watch_pid(pidfd); /* its death wakes the tick */
         pthread_mutex_lock(&mu);
         nconns++;
         pthread_mutex_unlock(&mu);

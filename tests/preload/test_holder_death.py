@@ -27,7 +27,7 @@ HOLDER = textwrap.dedent("""
     n, fork = int(sys.argv[2]), sys.argv[3] == "fork"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, n + int(sys.argv[4]) + 200)), hard))
-    files = [open(os.path.join(sys.argv[1], "held-%d.lock" % i), "w") for i in range(n)]
+    files = [open(os.path.join(sys.argv[1], "%s-%d.lock" % (sys.argv[5], i)), "w") for i in range(n)]
     # other descriptors above the locked ones: at exit the kernel puts the files in the reverse
     # order of their numbers, so the shim's connection (opened at the first lock, above these)
     # ends first and the locked files' release follows after a while
@@ -67,13 +67,15 @@ WAITER = textwrap.dedent("""
 
 # The bound on "killed -> the next host's blocking flock returned": a chain of about five keeper
 # round trips' worth of hops (the death seen, one scan, the release, the waiter's wake-up by
-# pub/sub and its acquire, the answer to its shim), each given 20x slack for a loaded machine (the
-# backstop tick this replaces is 20 ms, ~200 R here); and the release of the dead holder's other
+# pub/sub and its acquire, the answer to its shim), each given 40x slack for a loaded machine (the
+# backstop tick this replaces is 80 ms here, ~800 R: a bystander on host A holds 1,000 other
+# files, and the tick grows by 20 ms per 250 holds); and the release of the dead holder's other
 # holds ahead of the waited one, one release round trip each (given 10 R each: they run one after
 # another, and a loaded machine stretches a run of 1,000 more than one probe of 21); plus three times
 # the kernel's own time to end a process with that many descriptors, measured here.
-HOPS = 50
+HOPS = 200
 OTHER_FDS = 5000
+BYSTANDER_HOLDS = 1000
 
 EXITER = "import os, sys\nfds = [os.open('/dev/null', os.O_RDONLY) for _ in range(%d)]\nprint('R', flush=True)\nsys.stdin.readline()\n"
 
@@ -100,6 +102,15 @@ def exit_cost(nfds):
 
 def bound(r, n, e):
     return (HOPS + 10 * n) * r + 3 * e
+
+
+def bystander(w):
+    """Another process of host A holding BYSTANDER_HOLDS other files the whole time."""
+    env = dict(w.env, WATCHLOCK_PRELOAD_LEASE="30s")
+    by = Holder(w.hosts[0], env, [sys.executable, "-c", HOLDER, str(w.lockdir), str(BYSTANDER_HOLDS),
+                                  "no", "0", "bystander"])
+    assert by.first.startswith("HELD"), by.first
+    return by
 
 
 def start_waiter(w, target):
@@ -131,8 +142,9 @@ def test_sigkilled_holder_releases_within_a_round_trip_bound(world, n):
     """SIGKILL of a process holding N files: host B's waiter on the first one (the lowest
     descriptor, released last by the dying kernel task) gets in within the bound."""
     env = dict(world.env, WATCHLOCK_PRELOAD_LEASE="30s")  # only the death may let host B in
+    by = bystander(world)
     a = Holder(world.hosts[0], env, [sys.executable, "-c", HOLDER, str(world.lockdir), str(n), "no",
-                                     str(OTHER_FDS)])
+                                     str(OTHER_FDS), "held"])
     assert a.first.startswith("HELD"), a.first
     target = str(world.lockdir / "held-0.lock")
     b, r = start_waiter(world, target)
@@ -145,6 +157,7 @@ def test_sigkilled_holder_releases_within_a_round_trip_bound(world, n):
     assert took <= bound(r, n, e), f"{took * 1000:.1f} ms > {bound(r, n, e) * 1000:.1f} ms"
     a.p.wait()
     finish(b)
+    by.finish()
 
 
 def test_a_forked_child_keeps_the_shared_description_locked(world):
@@ -152,8 +165,9 @@ def test_a_forked_child_keeps_the_shared_description_locked(world):
     the kernel keeps the flock (it belongs to the description), so the distributed lock stays;
     host B gets in only after the child is killed too, and then within the bound."""
     env = dict(world.env, WATCHLOCK_PRELOAD_LEASE="30s")
+    by = bystander(world)
     a = Holder(world.hosts[0], env, [sys.executable, "-c", HOLDER, str(world.lockdir), "1", "fork",
-                                     str(OTHER_FDS)])
+                                     str(OTHER_FDS), "held"])
     word, child = a.first.split()
     assert word == "HELD" and int(child) > 0
     target = str(world.lockdir / "held-0.lock")
@@ -173,3 +187,4 @@ def test_a_forked_child_keeps_the_shared_description_locked(world):
           f"exit {e * 1000:.2f} ms; bound {bound(r, 1, e) * 1000:.1f} ms")
     assert got - killed <= bound(r, 1, e)
     finish(b)
+    by.finish()
