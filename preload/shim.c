@@ -376,11 +376,18 @@ static void forked_child(void)
     if (conn_fd < 0 || !conn_is_ours(conn_fd, conn_ino))
         return;
     int saved = errno;
-    struct wlp_request f = {.op = 'P', .pid = (long)getpid()};
-    char m[128];
-    int n = wlp_request_format(m, sizeof m, &f);
-    if (n > 0)
-        (void)send(conn_fd, m, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    /* wlp_request_format's text for {.op = 'P', .pid = PID}, written by
+     * hand: only async-signal-safe calls in a child of a threaded fork */
+    char digits[24], m[64] = "P 0 0 0 0 0 0 0 ";
+    int nd = 0;
+    for (unsigned long v = (unsigned long)getpid(); nd == 0 || v != 0; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+    size_t n = strlen(m);
+    while (nd > 0)
+        m[n++] = digits[--nd];
+    memcpy(m + n, " 0 0 - -\0", 10); /* the header, its NUL, an empty path and its NUL */
+    n += 10;
+    (void)send(conn_fd, m, n, MSG_DONTWAIT | MSG_NOSIGNAL);
     errno = saved;
 }
 
