@@ -64,7 +64,8 @@
  * table and every entry; Redis I/O for an entry is done with `mu` held
  * (release, conversions) or by the entry's one driver thread without it
  * (acquire, in 50 ms slices). The on-lost callback takes no lock: it reads
- * the entry's atomics only.
+ * the entry's atomics only. `tick_mu` guards the watched pidfds alone
+ * (never taken with `mu` held, nor `mu` with it).
  */
 #include <dirent.h>
 #include <errno.h>
