@@ -8,7 +8,6 @@ flock pair on host B), never a fixed number of milliseconds. Needs root (unshare
 """
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -47,10 +46,10 @@ HOLDER = textwrap.dedent("""
 
 # The waiter (host B): first the keeper's round trip, R = the median of 21 uncontended managed
 # flock EX+UN pairs on a file of its own (one message to the keeper, a release and an acquire in
-# Redis); then a blocking flock on the target; prints when it got in (CLOCK_MONOTONIC is
+# Redis), and S = their 90th percentile (a probe that met one of the keeper's scans); then a blocking flock on the target; prints when it got in (CLOCK_MONOTONIC is
 # system-wide: the test compares it with the moment of its kill).
 WAITER = textwrap.dedent("""
-    import fcntl, statistics, sys, time
+    import fcntl, sys, time
     probe = open(sys.argv[2], "w")
     def round_trip():
         rt = []
@@ -59,7 +58,8 @@ WAITER = textwrap.dedent("""
             fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(probe, fcntl.LOCK_UN)
             rt.append(time.monotonic() - t0)
-        return statistics.median(rt)
+        rt.sort()
+        return "%r %r" % (rt[10], rt[18])  # the median, and the 90th percentile (a probe that met a scan)
     print("R", round_trip(), flush=True)
     f = open(sys.argv[1], "w")
     fcntl.flock(f, fcntl.LOCK_EX)
@@ -71,7 +71,8 @@ WAITER = textwrap.dedent("""
 # The bound on "killed -> the next host's blocking flock returned": a chain of about five keeper
 # round trips' worth of hops (the death seen, one scan of the kernel's ~4,000 locks, the release,
 # the waiter's wake-up by pub/sub and its acquire, the answer to its shim), given 1,000 R for a
-# loaded machine, R the larger of two probes, before and after (the backstop tick this replaces is
+# loaded machine, plus two S for the scans, R and S the larger of two probes, before and after the
+# kill (the backstop tick this replaces is
 # 320 ms here, ~3,000 R: a bystander on host A holds 4,000 other files, and the tick grows by 20 ms
 # per 250 holds); and the release of the dead holder's other
 # holds ahead of the waited one, one release round trip each (given 10 R each: they run one after
@@ -104,8 +105,13 @@ def exit_cost(nfds):
     return best
 
 
-def bound(r, n, e):
-    return (HOPS + 10 * n) * r + 3 * e
+def bound(rs, n, e):
+    r, s = rs
+    return (HOPS + 10 * n) * r + 2 * s + 3 * e
+
+
+def worse(a, b):
+    return max(a[0], b[0]), max(a[1], b[1])
 
 
 def bystander(w):
@@ -120,18 +126,18 @@ def bystander(w):
 def start_waiter(w, target):
     p = w.hosts[1].popen([sys.executable, "-c", WAITER, target, str(w.lockdir / "probe.lock")],
                          w.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    word, r = p.stdout.readline().split()
+    word, r, s = p.stdout.readline().split()
     assert word == "R"
     # queued in Redis behind host A's hold (the condition, not a sleep)
     assert wait_for(lambda: status(w, target).get("queue", {}).get("length") == 1, 30)
-    return p, float(r)
+    return p, (float(r), float(s))
 
 
 def got_at(waiter):
     """(when the waiter got in, its round trip measured just after)"""
     line = waiter.stdout.readline().split()
     assert line and line[0] == "GOT", line
-    return float(line[1]), float(line[2])
+    return float(line[1]), (float(line[2]), float(line[3]))
 
 
 def finish(p):
@@ -157,9 +163,9 @@ def test_sigkilled_holder_releases_within_a_round_trip_bound(world, n):
     killed = time.monotonic()
     os.kill(a.p.pid, signal.SIGKILL)
     got, r_after = got_at(b)
-    took, r = got - killed, max(r, r_after)
+    took, r = got - killed, worse(r, r_after)
     print(f"\n{n} hold(s): host B in {took * 1000:.2f} ms after the SIGKILL; keeper round trip "
-          f"R = {r * 1000:.3f} ms, exit {e * 1000:.2f} ms; bound {bound(r, n, e) * 1000:.1f} ms")
+          f"R = {r[0] * 1000:.3f} ms, S = {r[1] * 1000:.2f} ms, exit {e * 1000:.2f} ms; bound {bound(r, n, e) * 1000:.1f} ms")
     assert took <= bound(r, n, e), f"{took * 1000:.1f} ms > {bound(r, n, e) * 1000:.1f} ms"
     a.p.wait()
     finish(b)
@@ -188,9 +194,9 @@ def test_a_forked_child_keeps_the_shared_description_locked(world):
     killed = time.monotonic()
     os.kill(int(child), signal.SIGKILL)
     got, r_after = got_at(b)
-    r = max(r, r_after)
+    r = worse(r, r_after)
     assert got > killed, "host B got in while the forked child still held the description"
-    print(f"\nhost B in {(got - killed) * 1000:.2f} ms after the child's SIGKILL; R = {r * 1000:.3f} ms, "
+    print(f"\nhost B in {(got - killed) * 1000:.2f} ms after the child's SIGKILL; R = {r[0] * 1000:.3f} ms, S = {r[1] * 1000:.2f} ms, "
           f"exit {e * 1000:.2f} ms; bound {bound(r, 1, e) * 1000:.1f} ms")
     assert got - killed <= bound(r, 1, e)
     finish(b)
