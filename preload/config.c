@@ -232,7 +232,7 @@ int wlp_request_parse(char *buf, size_t len, struct wlp_request *r)
                &r->exclusive, &r->wait, &r->relock, &dev, &ino, &r->pid, &r->pgid, &r->fd, r->lease,
                r->signal) != 13)
         return -1;
-    if (op != 'L' && op != 'C' && op != 'U')
+    if (op != 'L' && op != 'C' && op != 'U' && op != 'P')
         return -1;
     r->op = op;
     r->id = id;

@@ -41,7 +41,13 @@
  * In a pid namespace other than the initial one /proc/locks hides flock
  * locks whose taker exited: there an absence is confirmed with a
  * non-blocking flock on the keeper's own description of the file.
- * No pid is ever waited for: liveness is the kernel's lock table.
+ * No pid is ever waited for: liveness is the kernel's lock table. The
+ * tick is woken at once by a shim's unlock hint, a connection's end, and
+ * the death of a connected process or of a child it forked ('P'): their
+ * pidfds turn readable only after the kernel has put all of the process's
+ * files (its connection ends before its locked files are put, so the end
+ * alone can come too early). A scan, not the pid, decides: a description
+ * another process still holds keeps its lock.
  *
  * Loss: the library's on-lost callback (its watchdog thread) signals the
  * process groups that asked for the entry and logs; the entry is dropped by
@@ -58,7 +64,8 @@
  * table and every entry; Redis I/O for an entry is done with `mu` held
  * (release, conversions) or by the entry's one driver thread without it
  * (acquire, in 50 ms slices). The on-lost callback takes no lock: it reads
- * the entry's atomics only.
+ * the entry's atomics only. `tick_mu` guards the watched pidfds alone
+ * (never taken with `mu` held, nor `mu` with it).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -71,7 +78,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -500,17 +509,61 @@ static void tick(void)
 
 /* The tick thread sleeps TICK_MS, longer with many entries (the scan's
  * cost grows with them: 20 ms per 250 entries), and is woken at once by a
- * shim's hint (an unlock or close of a managed fd) or a connection's end. */
+ * shim's hint (an unlock or close of a managed fd), a connection's end, or
+ * the death of a process that was connected (its pidfd: see watch_pid). It
+ * sleeps in poll(2) on an eventfd (the pokes) and those pidfds. */
 static pthread_mutex_t tick_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t tick_cv;
-static int poked;
+static int tick_efd = -1;
+
+/* pidfds of the processes that connected, and of the children they forked
+ * ('P'), until they exit (tick_mu). A process being killed puts its files
+ * in reverse order of their numbers, the connection (a high one) before the
+ * locked files, so the connection's end alone can come before its locks
+ * have gone; the pidfd turns readable only when the process is gone, locks
+ * and all. When the list is full the oldest goes (its death then waits for
+ * the backstop tick, or its connection's end). */
+#define WATCH_MAX 1024
+static int watched[WATCH_MAX];
+static int nwatched;
+
+static int poked; /* atomic: a scan is asked for (else the wake-up only renews the poll list) */
 
 static void poke_tick(void)
 {
+    __atomic_store_n(&poked, 1, __ATOMIC_SEQ_CST);
+    uint64_t one = 1;
+    ssize_t w = write(tick_efd, &one, sizeof one);
+    (void)w; /* EAGAIN: the counter is already non-zero, a wake-up is pending */
+}
+
+static void watch_pid(int pidfd)
+{
     pthread_mutex_lock(&tick_mu);
-    poked = 1;
-    pthread_cond_signal(&tick_cv);
+    if (nwatched == WATCH_MAX) {
+        close(watched[0]);
+        memmove(watched, watched + 1, (WATCH_MAX - 1) * sizeof watched[0]);
+        nwatched--;
+    }
+    watched[nwatched++] = pidfd;
     pthread_mutex_unlock(&tick_mu);
+    uint64_t one = 1; /* the tick thread polls the new list */
+    ssize_t w = write(tick_efd, &one, sizeof one);
+    (void)w;
+}
+
+/* 'P': a process forked by a connected one (the shim's atfork handler): it
+ * shares the parent's descriptions, so its exit may end their locks. */
+static void watch_forked(long pid)
+{
+    if (pid <= 0)
+        return;
+#ifdef SYS_pidfd_open
+    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (pidfd >= 0) {
+        fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+        watch_pid(pidfd);
+    }
+#endif
 }
 
 static void tick_sleep(void)
@@ -521,20 +574,48 @@ static void tick_sleep(void)
     int64_t ms = TICK_MS * (n > 250 ? (int64_t)(n / 250) : 1);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
+    int64_t until = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + ms;
+    static struct pollfd pfd[1 + WATCH_MAX];
+    for (;;) {
+        pthread_mutex_lock(&tick_mu);
+        int np = 1 + nwatched;
+        pfd[0] = (struct pollfd){.fd = tick_efd, .events = POLLIN};
+        for (int i = 0; i < nwatched; i++)
+            pfd[1 + i] = (struct pollfd){.fd = watched[i], .events = POLLIN};
+        pthread_mutex_unlock(&tick_mu);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t left = until - ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        int rc = poll(pfd, (nfds_t)np, left > 0 ? (int)left : 0);
+        if (rc <= 0) {
+            if (rc < 0 && errno == EINTR)
+                continue;
+            return; /* the backstop tick */
+        }
+        int woke = 0;
+        if (pfd[0].revents & POLLIN) {
+            uint64_t v;
+            ssize_t r = read(tick_efd, &v, sizeof v);
+            (void)r;
+            woke = __atomic_exchange_n(&poked, 0, __ATOMIC_SEQ_CST);
+        }
+        pthread_mutex_lock(&tick_mu);
+        for (int i = 1; i < np; i++) {
+            if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            for (int j = 0; j < nwatched; j++) /* gone: its locks went with it */
+                if (watched[j] == pfd[i].fd) {
+                    close(watched[j]);
+                    watched[j] = watched[--nwatched];
+                    woke = 1;
+                    break;
+                }
+        }
+        pthread_mutex_unlock(&tick_mu);
+        if (woke) {
+            __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
+            return;
+        }
     }
-    pthread_mutex_lock(&tick_mu);
-    while (!poked && pthread_cond_timedwait(&tick_cv, &tick_mu, &ts) == 0) {
-    }
-    if (poked) {
-        poked = 0;
-        __atomic_store_n(&dirty, 1, __ATOMIC_SEQ_CST);
-    }
-    pthread_mutex_unlock(&tick_mu);
 }
 
 /* ---- one shim connection ---- */
@@ -555,11 +636,15 @@ static int cancelled(struct conn *c, uint64_t id)
         if (n < 0)
             return errno != EAGAIN && errno != EINTR;
         struct wlp_request r;
-        if (wlp_request_parse(buf, (size_t)n, &r) != 0 || r.op != 'C')
+        if (wlp_request_parse(buf, (size_t)n, &r) != 0 || r.op == 'L')
             return 0; /* a new request: this one was given up (the shim sends one at a time) */
         n = recv(c->fd, buf, sizeof buf - 1, MSG_DONTWAIT);
         (void)n;
-        if (r.id == id)
+        if (r.op == 'P') /* a forked child's, on the socket it inherited */
+            watch_forked(r.pid);
+        else if (r.op == 'U')
+            poke_tick();
+        else if (r.id == id)
             return 1;
     }
 }
@@ -792,6 +877,10 @@ static void *conn_main(void *arg)
         }
         if (r.op == 'C')
             continue; /* a cancel for a request already answered */
+        if (r.op == 'P') {
+            watch_forked(r.pid);
+            continue;
+        }
         serve(c, &r, reply, sizeof reply);
         if (strncmp(reply, "CANCELLED", 9) == 0)
             continue; /* nobody waits for it */
@@ -834,6 +923,32 @@ static void *tick_main(void *arg)
 }
 
 /* ---- start-up ---- */
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
+
+/* A pidfd of the connected process: SO_PEERPIDFD (the process that
+ * connected, whatever happened to its pid since), else pidfd_open(2) of the
+ * SO_PEERCRED pid (Linux 5.3; the peer is blocked in connect() or just past
+ * it, so the pid is still its own), else -1 (ENOSYS: the backstop tick
+ * alone, as before). */
+static int peer_pidfd(int fd, pid_t pid)
+{
+    int pidfd = -1;
+    socklen_t len = sizeof pidfd;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0)
+        return pidfd;
+#ifdef SYS_pidfd_open
+    pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd >= 0)
+        fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    return pidfd;
+#else
+    (void)pid;
+    return -1;
+#endif
+}
 
 static void close_other_fds(int keep_stderr, int keep)
 {
@@ -929,6 +1044,9 @@ int main(int argc, char **argv)
     my_uid = getuid();
     gethostname(host, sizeof host - 1);
 
+    tick_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (tick_efd < 0)
+        return 1;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     size_t nl = strlen(argv[1]);
     if (nl + 1 > sizeof sa.sun_path)
@@ -955,10 +1073,6 @@ int main(int argc, char **argv)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&tick_cv, &ca);
     pthread_t t;
     if (pthread_create(&t, NULL, tick_main, NULL) != 0)
         return 1;
@@ -980,6 +1094,9 @@ int main(int argc, char **argv)
         }
         c->fd = fd;
         c->pid = cred.pid;
+        int pidfd = peer_pidfd(fd, cred.pid);
+        if (pidfd >= 0)
+            watch_pid(pidfd); /* its death wakes the tick */
         pthread_mutex_lock(&mu);
         nconns++;
         pthread_mutex_unlock(&mu);

@@ -109,7 +109,8 @@ int wlp_keeper_socket_name(char *out, size_t size, unsigned uid, uint64_t mntns,
 /* The shim -> keeper request (one SOCK_SEQPACKET message): a text header,
  * NUL, the path, NUL, the lock name (the rest, binary-safe). */
 struct wlp_request {
-    char op; /* 'L' lock request, 'C' cancel request `id`, 'U' a managed fd was unlocked or closed */
+    char op; /* 'L' lock request, 'C' cancel request `id`, 'U' a managed fd was unlocked or closed,
+              * 'P' a process forked from the connection's owner (`pid`) shares its descriptions */
     uint64_t id;
     int cls, exclusive, wait, relock;
     uint64_t dev, ino;

@@ -99,12 +99,15 @@ static void parse_config(void)
 /* The shim's own directory, to find the keeper next to it (build tree) or
  * at its installed place relative to it. At load time, so that a relative
  * LD_PRELOAD still resolves against the directory it was given in. */
+static void forked_child(void);
+
 __attribute__((constructor)) static void shim_init(void)
 {
     const char *p = getenv(WLP_ENV_PATHS);
     paths_set = p != NULL && p[0] != '\0';
     if (!paths_set)
         return;
+    pthread_atfork(NULL, NULL, forked_child);
     Dl_info info;
     if (dladdr((void *)shim_init, &info) == 0 || info.dli_fname == NULL)
         return;
@@ -361,6 +364,31 @@ static int conn_get(void)
     conn_ino = (unsigned long long)st.st_ino;
     pthread_setspecific(conn_key, (void *)1);
     return fd;
+}
+
+/* In a child of fork(2) (pthread_atfork), when the forking thread talks to
+ * the keeper: "P pid" on the inherited connection, so that the keeper
+ * watches this process's exit too (it shares the parent's descriptions and
+ * so their flock locks; the keeper scans the kernel's locks when it goes).
+ * One send, no answer; the child opens its own connection when it locks. */
+static void forked_child(void)
+{
+    if (conn_fd < 0 || !conn_is_ours(conn_fd, conn_ino))
+        return;
+    int saved = errno;
+    /* wlp_request_format's text for {.op = 'P', .pid = PID}, written by
+     * hand: only async-signal-safe calls in a child of a threaded fork */
+    char digits[24], m[64] = "P 0 0 0 0 0 0 0 ";
+    int nd = 0;
+    for (unsigned long v = (unsigned long)getpid(); nd == 0 || v != 0; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+    size_t n = strlen(m);
+    while (nd > 0)
+        m[n++] = digits[--nd];
+    memcpy(m + n, " 0 0 - -\0", 10); /* the header, its NUL, an empty path and its NUL */
+    n += 10;
+    (void)send(conn_fd, m, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    errno = saved;
 }
 
 static void set_fence_env(const char *token)
@@ -712,23 +740,32 @@ static int lock_call_done(struct request *r, int kernel_rc)
     return 0;
 }
 
-WLP_EXPORT int flock(int fd, int op)
+static __attribute__((noinline)) int flock_lookup(flock_fn real, int fd, int op)
 {
-    flock_fn real = REAL(real_flock_p, "flock");
     char path[WLP_PATH_MAX];
     const char *p;
-    if (!(op & (LOCK_SH | LOCK_EX))) {
-        int rc = real(fd, op);
-        if (rc == 0 && (op & LOCK_UN) && paths_set && is_managed(fd))
-            hint_released(fd, 0);
-        return rc;
-    }
     if ((p = matching_path(fd, path, sizeof path)) == NULL)
         return real(fd, op);
     struct request r = {.fd = fd, .family = WLP_FAMILY_FLOCK, .exclusive = (op & LOCK_EX) != 0,
                         .wait = !(op & LOCK_NB), .path = p};
     note_relock(&r);
     return lock_call_done(&r, real(fd, op));
+}
+
+/* The fast path first, with a small frame: an unlock, or a descriptor known
+ * not to match (no system call, no 4 KiB path buffer: flock_lookup). */
+WLP_EXPORT int flock(int fd, int op)
+{
+    flock_fn real = REAL(real_flock_p, "flock");
+    if (!(op & (LOCK_SH | LOCK_EX))) {
+        int rc = real(fd, op);
+        if (rc == 0 && (op & LOCK_UN) && paths_set && is_managed(fd))
+            hint_released(fd, 0);
+        return rc;
+    }
+    if (!paths_set || fd_known_miss(fd))
+        return real(fd, op);
+    return flock_lookup(real, fd, op);
 }
 
 /* A whole-file lock request among fcntl's commands; 0 for anything else. */

@@ -96,6 +96,12 @@ int main(void)
     struct wlp_request u = {.op = 'U'};
     ml = wlp_request_format(msg, sizeof msg - 1, &u);
     CHECK(ml > 0 && wlp_request_parse(msg, (size_t)ml, &back) == 0 && back.op == 'U');
+    struct wlp_request f = {.op = 'P', .pid = 4711}; /* a forked child names itself */
+    ml = wlp_request_format(msg, sizeof msg - 1, &f);
+    CHECK(ml > 0 && wlp_request_parse(msg, (size_t)ml, &back) == 0 && back.op == 'P' && back.pid == 4711);
+    struct wlp_request bad = {.op = 'X'};
+    ml = wlp_request_format(msg, sizeof msg - 1, &bad);
+    CHECK(ml > 0 && wlp_request_parse(msg, (size_t)ml, &back) == -1);
 
     if (failures == 0)
         printf("test_preload_logic: all checks passed\n");
