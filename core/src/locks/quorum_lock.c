@@ -552,7 +552,7 @@ int64_t watchlock_lock_fencing_token(const watchlock_lock *cl)
     if (cl == NULL || cl->fork_gen != wl_fork_generation())
         return 0;
     watchlock_client *c = cl->hold.client;
-    if (c->quorum == NULL)
+    if (c->quorum == NULL || cl->quorum == NULL) /* not acquired yet, or a kind of its own (multi: raised at acquire) */
         return wl_lock_fence(cl);
     watchlock_lock *l = (watchlock_lock *)cl; /* the raise changes the handle's state */
     pthread_mutex_lock(&c->mu);
