@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void five_start(five *f)
 {
@@ -432,7 +433,44 @@ static void loss_by_timer_5(void)
     loss_by_timer(5);
 }
 
+/* ---- the owner record of a labelled quorum hold ---- */
+
+/* A labelled plain lock on a quorum writes its owner record on the
+ * members (it was dropped: only one server's acquire wrote it), and
+ * inspect_owner on the quorum client shows it. */
+static void owner_label_on_quorum(void)
+{
+    five f;
+    five_start(&f);
+    watchlock_client *c = settled_n(&f, 3);
+    watchlock_lock *l = lock_lease(c, "owned", LEASE);
+    CHECK_OK(watchlock_lock_set_owner_label(l, "job-7"));
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    int records = 0;
+    for (size_t i = 0; i < 3; i++)
+        records += rh_int(f.s[i], "EXISTS watchlock:{owned}:owner") == 1;
+    CHECK_INT(records, >=, 2);
+    watchlock_owner *o = NULL;
+    int held = 0;
+    int64_t rem = 0, fence = 0;
+    CHECK_OK(watchlock_client_inspect_owner(&o, &held, &rem, &fence, c, "owned", 5));
+    CHECK_EQ(held, 1);
+    CHECK(o != NULL);
+    CHECK_STR(watchlock_owner_label(o, NULL), "job-7");
+    CHECK_EQ(watchlock_owner_pid(o), getpid());
+    watchlock_owner_free(o);
+    CHECK_OK(watchlock_lock_release(l));
+    o = NULL;
+    CHECK_OK(watchlock_client_inspect_owner(&o, &held, &rem, &fence, c, "owned", 5));
+    CHECK_EQ(held, 0);
+    CHECK(o == NULL);
+    watchlock_lock_free(l);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
 static const test_case tests[] = {
+    {"owner_label_on_quorum", owner_label_on_quorum, 0},
     {"exclusion_3", exclusion_3, 0},
     {"exclusion_5", exclusion_5, 0},
     {"minority_frozen_3", minority_frozen_3, 0},

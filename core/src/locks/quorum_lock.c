@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
 #define SUB_WAITED_US 200 /* a subscription wait this long or longer ended with its confirmation */
@@ -215,7 +216,19 @@ static int attempt(watchlock_lock *l, tally *t)
     char ident[WL_IDENT_SIZE];
     size_t ident_len = wl_ident(&l->hold, 1, ident);
     wl_release_args_make(&l->hold, &mine);
+    /* the owner record of a labelled handle, written on every member as
+     * one server's acquire writes it (scripts.c: best effort) */
+    char label[WATCHLOCK_MAX_LABEL + 1], host[256], pid[24];
+    bool owned = l->owner_label != NULL && !l->hold.plain_value;
+    if (owned)
+        snprintf(label, sizeof label, "%s", l->owner_label);
     pthread_mutex_unlock(&c->mu);
+    if (owned) {
+        if (gethostname(host, sizeof host) != 0)
+            host[0] = '\0';
+        host[sizeof host - 1] = '\0';
+        snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    }
     if (drop_old)
         wl_quorum_release_best_effort(c, &old);
     wl_quorum_note_lease(q, lease);
@@ -223,12 +236,20 @@ static int attempt(watchlock_lock *l, tally *t)
     char lease_s[24], fence_ttl_s[24];
     wl_fmt_i64(lease_s, lease);
     wl_fmt_i64(fence_ttl_s, lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS);
-    const char *argv[5] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
-    size_t lens[5] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    const char *argv[9] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
+    size_t lens[9] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
+    if (owned) { /* KEYS lock, fence, owner; ARGV ident, lease, fence TTL, host, pid, label */
+        const char *a[9] = {l->hold.keys.lock, l->hold.keys.fence, l->hold.keys.owner, ident, lease_s, fence_ttl_s,
+                            host, pid, label};
+        for (int i = 0; i < 9; i++)
+            argv[i] = a[i], lens[i] = strlen(a[i]);
+        lens[0] = l->hold.keys.lock_len, lens[1] = l->hold.keys.fence_len, lens[2] = l->hold.keys.owner_len;
+        lens[3] = ident_len;
+    }
     wl_qscript give_back = {WL_SCRIPT_RELEASE, NULL, 1, WL_RELEASE_NARGS, mine.argv, mine.lens};
     wl_qcall call;
     memset(&call, 0, sizeof call);
-    call.s = (wl_qscript){WL_SCRIPT_ACQUIRE, NULL, 2, 3, argv, lens};
+    call.s = (wl_qscript){WL_SCRIPT_ACQUIRE, NULL, owned ? 3 : 2, owned ? 6 : 3, argv, lens};
     call.wait_replicas = true;
     call.after = &give_back;
     call.decided = decided;
