@@ -106,7 +106,8 @@ static void exclusion(size_t n)
 {
     five f;
     five_start(&f);
-    watchlock_client *a = settled_n(&f, n), *b = settled_n(&f, n);
+    /* a's extend to 3 leases below: the members must be up longer than that to count */
+    watchlock_client *a = settled_lease(&f, n, 3 * LEASE), *b = settled_n(&f, n);
     const char *an[] = {"qa", "qb", "qc"}, *bn[] = {"qd", "qc"};
     watchlock_lock *la = multi(a, an, 3, LEASE), *lb = multi(b, bn, 2, LEASE);
     watchlock_lock *plain = lock_lease(b, "qb", LEASE);

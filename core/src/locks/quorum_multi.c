@@ -302,6 +302,11 @@ static int attempt(watchlock_lock *l, qm_tally *t, qm_args *a)
         return WATCHLOCK_ETIMEDOUT;
     }
     pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->closed)) { /* closed meanwhile: close released what it knew of, not these */
+        pthread_mutex_unlock(&c->mu);
+        wl_quorum_send(q, &give_back, NULL);
+        return wl_fail(WATCHLOCK_ECLOSED, "acquire %s: client closed", l->hold.quoted);
+    }
     l->token_used = true;
     for (size_t i = 0; i < n && rc == WATCHLOCK_OK; i++)
         rc = wl_hold_begin(c, &m->m[i].hold, a->fence[i], sent, lease, deadline);
@@ -608,8 +613,9 @@ static int qm_renew(watchlock_lock *l, const char *const *ident, const char *con
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
     pthread_mutex_lock(&c->mu);
-    int64_t left_ms = (l->hold.deadline_us - wl_now_us()) / 1000;
+    int64_t left_ms = (l->hold.deadline_us - wl_now_us()) / 1000, lease = l->hold.lease_ms;
     pthread_mutex_unlock(&c->mu);
+    wl_quorum_note_lease(q, lease); /* the restart window covers the longest lease in use */
     for (size_t j = 0; j < n; j++) {
         argv[j] = m->m[j].hold.keys.lock, lens[j] = m->m[j].hold.keys.lock_len;
         argv[n + 3 * j] = ident[j], lens[n + 3 * j] = strlen(ident[j]);
@@ -627,10 +633,17 @@ static int qm_renew(watchlock_lock *l, const char *const *ident, const char *con
             int v = call.state[k] == WL_QM_REPLIED ? wl_reply_renew(call.reply[k], n, j) : WL_WRITE_FAILED;
             res[j * WL_QMAX + k] = v == WL_WRITE_OK && !call.acked[k] ? WL_WRITE_FAILED : v;
         }
-    for (size_t j = 0; j < n; j++)
+    bool failed = false, taken = false;
+    for (size_t j = 0; j < n; j++) {
         results[j] = wl_quorum_verdict(q, res + j * WL_QMAX, call.sent_us);
+        failed = failed || results[j] == WL_WRITE_FAILED;
+        taken = taken || results[j] == WL_WRITE_NOT_OWNER;
+    }
     wl_qcall_clear(&call);
     free(argv), free(lens), free(res);
+    if (failed && !taken) /* not lost (multi.c then says so), not extended either */
+        return wl_fail(WATCHLOCK_ECONN, "extend %s: fewer than a majority (%zu of %zu) of members confirmed it",
+                       l->hold.quoted, q->majority, q->n);
     return WATCHLOCK_OK;
 }
 
