@@ -118,7 +118,8 @@ static int parse_inspected(const redisReply *r, inspected *out, const char *what
 int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
                                 watchlock_client *c, const void *name, size_t name_len)
 {
-    return wl_client_inspect_owner_at(out, held, remaining_ms, fence, c, &c->server, name, name_len);
+    return wl_client_inspect_owner_at(out, held, remaining_ms, fence, c, c != NULL ? &c->server : NULL, name,
+                                      name_len); /* a NULL client: wl_admin_keys says so */
 }
 
 int wl_client_inspect_owner_at(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,

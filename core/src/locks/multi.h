@@ -128,6 +128,10 @@ int wl_multi_release_single(watchlock_lock *l, const bool *sel, int *results);
 /* With client->mu, at the end of an acquire: every member held, the group
  * becomes HELD (true); false when one was lost meanwhile (multi_io.c). */
 bool wl_multi_group_begin(watchlock_lock *l);
+/* The quorum's release and extend writes (quorum_multi_release.c). */
+int wl_qmulti_release(watchlock_lock *l, const bool *sel, int *results);
+int wl_qmulti_renew(watchlock_lock *l, const char *const *ident, const char *const *from, const char *const *ms,
+                    int *results);
 /* The table of the client's placement (quorum_multi.c): the quorum's on
  * a quorum client, `single` on any other. */
 const wl_multi_io *wl_multi_io_for(const watchlock_client *c, const wl_multi_io *single);
