@@ -6,7 +6,8 @@
  * against a plain lock on one of its names; a frozen minority costs
  * nothing; a frozen majority refuses within the validity and leaves
  * nothing; a member restarted inside the window does not vote; release
- * and close give back on every member; loss is told by the timer when a
+ * and close give back on every member; force-releasing one name loses the
+ * multi-lock, abandoning it leaves its keys to their lease; loss is told by the timer when a
  * majority is frozen, before a frozen member's key could expire.
  * No fixed sleeps: waits are on conditions (key state, callbacks).
  */
@@ -436,6 +437,43 @@ static void loss_by_timer_5(void)
     loss_by_timer(5);
 }
 
+/* ---- force-release of one name, abandon ---- */
+
+/* Force-releasing one name on the quorum is the loss of the multi-lock
+ * (taken, that name), its other names given back at release; an
+ * abandoned multi-lock is not an unlock: its keys stay until their lease
+ * ends, then nothing is left. */
+static void force_release_and_abandon(void)
+{
+    five f;
+    five_start(&f);
+    size_t n = 3;
+    watchlock_client *c = settled_n(&f, n);
+    const char *names[] = {"fa", "fb"};
+    watchlock_lock *l = multi(c, names, 2, LEASE);
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    int released = 0;
+    CHECK_OK(watchlock_client_force_release(c, "fb", 2, &released));
+    CHECK_EQ(released, 1);
+    CHECK_EQ(holders(&f, n, "fb"), 0);
+    WAIT_FOR(watchlock_lock_state(l) == WATCHLOCK_LOST, 3 * LEASE);
+    CHECK_EQ(watchlock_lock_state(l), WATCHLOCK_LOST);
+    CHECK_EQ(watchlock_lock_last_lost_reason(l), WATCHLOCK_LOST_TAKEN);
+    CHECK_STR(watchlock_lock_lost_name(l, NULL), "fb");
+    CHECK_EQ(watchlock_lock_release(l), WATCHLOCK_ENOTOWNER);
+    WAIT_FOR(holders(&f, n, "fa") == 0, 2 * LEASE);
+    CHECK_EQ(holders(&f, n, "fa"), 0);
+    /* abandon: held keys stay (no release), their lease ends them */
+    CHECK_OK(watchlock_lock_acquire(l, 0));
+    CHECK_INT(holders(&f, n, "fa"), >=, majority(n));
+    CHECK_EQ(watchlock_lock_abandon(l), 1);
+    CHECK_INT(holders(&f, n, "fa") + holders(&f, n, "fb"), >=, 2 * majority(n));
+    WAIT_FOR(holders(&f, n, "fa") + holders(&f, n, "fb") == 0, 3 * LEASE);
+    CHECK_EQ(holders(&f, n, "fa") + holders(&f, n, "fb"), 0);
+    watchlock_client_close(c);
+    five_free(&f);
+}
+
 /* ---- the owner record of a labelled quorum hold ---- */
 
 /* A labelled plain lock on a quorum writes its owner record on the
@@ -474,6 +512,7 @@ static void owner_label_on_quorum(void)
 
 static const test_case tests[] = {
     {"owner_label_on_quorum", owner_label_on_quorum, 0},
+    {"force_release_and_abandon", force_release_and_abandon, 0},
     {"exclusion_3", exclusion_3, 0},
     {"exclusion_5", exclusion_5, 0},
     {"minority_frozen_3", minority_frozen_3, 0},
