@@ -86,7 +86,7 @@ GROUPS = {  # kind group -> worker kinds (the names of each: index into the exam
     "rw": [("write", [0]), ("write", [0]), ("read", [0])],
     "multi": [("multi", [0, 1]), ("plain", [0]), ("plain", [1])],
 }
-QUORUM_GROUPS = ["plain"]  # multi and rw join when issue 30 item 3 lets them on a quorum
+QUORUM_GROUPS = ["plain", "multi"]  # issue 30 item 3: the multi-lock on a quorum; rw joins when it runs there
 
 
 # ---------------------------------------------------------------- the world

@@ -118,6 +118,13 @@ static int parse_inspected(const redisReply *r, inspected *out, const char *what
 int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
                                 watchlock_client *c, const void *name, size_t name_len)
 {
+    return wl_client_inspect_owner_at(out, held, remaining_ms, fence, c, c != NULL ? &c->server : NULL, name,
+                                      name_len); /* a NULL client: wl_admin_keys says so */
+}
+
+int wl_client_inspect_owner_at(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
+                               watchlock_client *c, wl_server *s, const void *name, size_t name_len)
+{
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
     *out = NULL;
@@ -128,7 +135,7 @@ int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remai
     const char *argv[3] = {keys.lock, keys.fence, keys.owner};
     size_t lens[3] = {keys.lock_len, keys.fence_len, keys.owner_len};
     redisReply *r;
-    rc = wl_run_script(&c->server, WL_SCRIPT_INSPECT_OWNER, 3, 0, argv, lens, &r, "inspect failed");
+    rc = wl_run_script(s, WL_SCRIPT_INSPECT_OWNER, 3, 0, argv, lens, &r, "inspect failed");
     wl_keys_clear(&keys);
     if (rc != WATCHLOCK_OK)
         return rc;

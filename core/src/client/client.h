@@ -34,6 +34,9 @@ int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len
 int wl_client_force_release_one(watchlock_client *c, const void *name, size_t name_len, int *released);
 int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
                                 watchlock_client *c, const void *name, size_t name_len);
+/* The same on server s (a quorum's member: admin.c, used by quorum_client.c). */
+int wl_client_inspect_owner_at(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
+                               watchlock_client *c, wl_server *s, const void *name, size_t name_len);
 watchlock_owner *wl_owner_new(const redisReply *host, const redisReply *pid, const redisReply *label);
 watchlock_owner *wl_owner_parse(const char *rec, size_t len, bool *oom);
 int wl_client_list_one(watchlock_lock_list **out, watchlock_client *c, const void *pattern, size_t pattern_len);

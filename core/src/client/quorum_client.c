@@ -221,8 +221,21 @@ int watchlock_client_inspect_owner(watchlock_owner **out, int *held, int64_t *re
         return wl_client_inspect_owner_one(out, held, remaining_ms, fence, c, name, name_len);
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
-    *out = NULL; /* a quorum's holds record no owner in this version */
-    return watchlock_client_inspect(c, name, name_len, held, remaining_ms, fence);
+    *out = NULL;
+    int h = 0;
+    int rc = watchlock_client_inspect(c, name, name_len, &h, remaining_ms, fence);
+    if (held)
+        *held = h;
+    /* held by a majority: the owner record of the first member whose key
+     * it names (each member's hold writes its own, admin.c checks it) */
+    for (size_t i = 0; rc == WATCHLOCK_OK && h && *out == NULL && i < c->quorum->n; i++) {
+        int mh = 0;
+        if (wl_client_inspect_owner_at(out, &mh, NULL, NULL, c, member(c, i), name, name_len) == WATCHLOCK_OK && !mh) {
+            watchlock_owner_free(*out);
+            *out = NULL;
+        }
+    }
+    return rc;
 }
 
 /* A quorum's list: each member listed on a client of its own; a name is

@@ -148,14 +148,17 @@ int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
 /* A one-hold kind's acquire on a quorum (the plain lock's attempt, wait
  * and verdict; quorum_lock.c) with the kind's own script: `script` fills
  * *s with one attempt's script, keys and arguments (at most
- * WL_QACQUIRE_MAX, in argv/lens) for the attempt's identity and lease. Its
+ * WL_QACQUIRE_MAX, in argv/lens) for the attempt's identity and lease, and
+ * the owner record {host, pid, label, "host\npid\nlabel"} of a labelled
+ * handle (NULL: none). Its
  * reply on each member is the plain acquire's shape ({1, fence} granted,
  * {0, pttl} held); a hold's give-back is the release script on
  * hold.keys.lock. */
 struct wl_qscript;
 #define WL_QACQUIRE_MAX 16
 typedef void (*wl_qacquire_fn)(watchlock_lock *l, const char *ident, size_t ident_len, const char *lease_s,
-                               const char *fence_ttl_s, const char **argv, size_t *lens, struct wl_qscript *s);
+                               const char *fence_ttl_s, const char *const *owner, const char **argv, size_t *lens,
+                               struct wl_qscript *s);
 int wl_quorum_acquire_with(watchlock_lock *l, int64_t wait_ms, wl_qacquire_fn script);
 /* The quorum's entries of a one-hold kind's table (quorum_lock.c): extend
  * (the lease checked), the release on every member (a majority confirms),

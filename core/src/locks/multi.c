@@ -137,9 +137,15 @@ static void multi_destroy(watchlock_lock *l);
 static void multi_free(watchlock_lock *l);
 static int multi_extend(watchlock_lock *l, int64_t lease_ms);
 static int multi_abandon(watchlock_lock *l);
+static const wl_multi_io single_io; /* one server's, below */
 
 /* The multi-lock's table (locks.h): a hold per name, its own release. */
-static const wl_lock_ops multi_kind = {.acquire = wl_multi_acquire,
+static int multi_acquire(watchlock_lock *l, int64_t wait_ms)
+{
+    return multi_of(l)->io->acquire(l, wait_ms); /* the placement's (multi.h wl_multi_io) */
+}
+
+static const wl_lock_ops multi_kind = {.acquire = multi_acquire,
                                        .release = wl_multi_release,
                                        .extend = multi_extend,
                                        .free = multi_free,
@@ -190,9 +196,7 @@ int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *c, const vo
                 return wl_fail(WATCHLOCK_EINVAL, "multi-lock: name %zu is listed twice", i);
     }
     watchlock_lock *l;
-    int rc = wl_quorum_refuse(c, "multi");
-    if (rc == WATCHLOCK_OK)
-        rc = wl_handle_new(&l, c, names[0], name_lens[0], &group_ops,
+    int rc = wl_handle_new(&l, c, names[0], name_lens[0], &group_ops,
                            &wl_plain_lock_ops); /* freed as one plain hold until its members are made */
     if (rc != WATCHLOCK_OK)
         return rc;
@@ -205,6 +209,7 @@ int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *c, const vo
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
     m->lost = -1;
+    m->io = wl_multi_io_for(c, &single_io);
     l->kind_data = m;
     l->kind = &multi_kind;
     bool sharded = wl_server_sharded(&c->server);
@@ -271,12 +276,14 @@ static int multi_extend(watchlock_lock *l, int64_t lease_ms)
         int result;
     } ext;
     ext *x = calloc(m->n, sizeof *x);
-    const char **argv = malloc(4 * m->n * sizeof *argv);
-    size_t *lens = malloc(4 * m->n * sizeof *lens);
-    if (x == NULL || argv == NULL || lens == NULL) {
-        free(x), free(argv), free(lens);
+    const char **idents = malloc(3 * m->n * sizeof *idents), **froms = idents + m->n, **mss = froms + m->n;
+    int *results = malloc(m->n * sizeof *results);
+    if (x == NULL || idents == NULL || results == NULL) {
+        free(x), free(idents), free(results);
         return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
     }
+    for (size_t i = 0; i < m->n; i++)
+        results[i] = WL_WRITE_FAILED;
     pthread_mutex_lock(&l->io_mu);
     pthread_mutex_lock(&c->mu);
     int rc = WATCHLOCK_OK;
@@ -301,28 +308,11 @@ static int multi_extend(watchlock_lock *l, int64_t lease_ms)
         x[i].result = WL_WRITE_FAILED;
     }
     pthread_mutex_unlock(&c->mu);
-    bool sharded = wl_server_sharded(&c->server);
-    char what[160];
-    wl_what(what, sizeof what, "extend", l->hold.quoted);
-    for (size_t from = 0; from < m->n && rc == WATCHLOCK_OK;) {
-        size_t to = run_end(m, from, sharded), k = to - from;
-        for (size_t j = 0; j < k; j++) {
-            argv[j] = m->m[from + j].hold.keys.lock, lens[j] = m->m[from + j].hold.keys.lock_len;
-            const char **a = argv + k + 3 * j;
-            size_t *al = lens + k + 3 * j;
-            a[0] = x[from + j].ident, al[0] = strlen(x[from + j].ident);
-            a[1] = x[from + j].from_s, al[1] = strlen(x[from + j].from_s);
-            a[2] = x[from + j].ms_s, al[2] = strlen(x[from + j].ms_s);
-        }
-        redisReply *r;
-        rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, (int)k, (int)(3 * k), argv, lens, &r, what);
-        if (rc == WATCHLOCK_OK) {
-            for (size_t j = 0; j < k; j++)
-                x[from + j].result = wl_reply_renew(r, k, j);
-            freeReplyObject(r);
-        }
-        from = to;
-    }
+    for (size_t i = 0; i < m->n; i++)
+        idents[i] = x[i].ident, froms[i] = x[i].from_s, mss[i] = x[i].ms_s;
+    rc = m->io->renew(l, idents, froms, mss, results);
+    for (size_t i = 0; i < m->n; i++)
+        x[i].result = results[i];
     pthread_mutex_lock(&c->mu);
     bool held = true;
     now = wl_now_us();
@@ -340,9 +330,51 @@ static int multi_extend(watchlock_lock *l, int64_t lease_ms)
                                           "or its lease ran out)", l->hold.quoted);
 out:
     pthread_mutex_unlock(&l->io_mu);
-    free(x), free(argv), free(lens);
+    free(x), free(idents), free(results);
     return rc;
 }
+
+/* One server's extend writes: one renew script per run of one slot. */
+static int single_renew(watchlock_lock *l, const char *const *ident, const char *const *from, const char *const *ms,
+                        int *results)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    const char **argv = malloc(4 * m->n * sizeof *argv);
+    size_t *lens = malloc(4 * m->n * sizeof *lens);
+    if (argv == NULL || lens == NULL) {
+        free(argv), free(lens);
+        return wl_fail(WATCHLOCK_ENOMEM, "out of memory");
+    }
+    bool sharded = wl_server_sharded(&c->server);
+    char what[160];
+    wl_what(what, sizeof what, "extend", l->hold.quoted);
+    int rc = WATCHLOCK_OK;
+    for (size_t from_i = 0; from_i < m->n && rc == WATCHLOCK_OK;) {
+        size_t to = run_end(m, from_i, sharded), k = to - from_i;
+        for (size_t j = 0; j < k; j++) {
+            argv[j] = m->m[from_i + j].hold.keys.lock, lens[j] = m->m[from_i + j].hold.keys.lock_len;
+            const char **a = argv + k + 3 * j;
+            size_t *al = lens + k + 3 * j;
+            a[0] = ident[from_i + j], al[0] = strlen(ident[from_i + j]);
+            a[1] = from[from_i + j], al[1] = strlen(from[from_i + j]);
+            a[2] = ms[from_i + j], al[2] = strlen(ms[from_i + j]);
+        }
+        redisReply *r;
+        rc = wl_run_script(&c->server, WL_SCRIPT_RENEW, (int)k, (int)(3 * k), argv, lens, &r, what);
+        if (rc == WATCHLOCK_OK) {
+            for (size_t j = 0; j < k; j++)
+                results[from_i + j] = wl_reply_renew(r, k, j);
+            freeReplyObject(r);
+        }
+        from_i = to;
+    }
+    free(argv), free(lens);
+    return rc;
+}
+
+static const wl_multi_io single_io = {
+    .acquire = wl_multi_acquire, .release = wl_multi_release_single, .renew = single_renew};
 
 /* ---- free, abandon ---- */
 

@@ -17,7 +17,26 @@ typedef struct wl_member {
     size_t name_len;
 } wl_member;
 
+/* How a multi-lock's names reach the servers: the client's placement
+ * meets the kind here, once, chosen by the constructor (multi.c, through
+ * quorum_multi.c's wl_multi_io_for): one server / Sentinel / Cluster
+ * (multi.c's table over multi_io.c) or a quorum (quorum_multi.c).
+ * - acquire: the kind's acquire entry (io_mu is taken inside);
+ * - release: the release script for the selected sorted members (sel),
+ *   results[i] 1 released, 0 no key, -1 another owner's, WL_MULTI_UNKNOWN
+ *   when not confirmed; OK or the first error. Without client->mu;
+ * - renew: extend's writes, one per sorted member (ident, from, ms as the
+ *   renew script takes them), results[i] WL_WRITE_*; OK or an error. */
+#define WL_MULTI_UNKNOWN (-2)
+typedef struct wl_multi_io {
+    int (*acquire)(watchlock_lock *l, int64_t wait_ms);
+    int (*release)(watchlock_lock *l, const bool *sel, int *results);
+    int (*renew)(watchlock_lock *l, const char *const *ident, const char *const *from, const char *const *ms,
+                 int *results);
+} wl_multi_io;
+
 typedef struct wl_multi {
+    const wl_multi_io *io; /* the placement's, never NULL (set by the constructor) */
     size_t n;
     wl_member *m;        /* sorted by lock key */
     wl_member **by_user; /* the user's order */
@@ -104,6 +123,18 @@ static inline size_t run_end(const wl_multi *m, size_t i, bool sharded)
 
 int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms);
 int wl_multi_release(watchlock_lock *l);
+/* multi_io.c's release entry (one server, a run per slot). */
+int wl_multi_release_single(watchlock_lock *l, const bool *sel, int *results);
+/* With client->mu, at the end of an acquire: every member held, the group
+ * becomes HELD (true); false when one was lost meanwhile (multi_io.c). */
+bool wl_multi_group_begin(watchlock_lock *l);
+/* The quorum's release and extend writes (quorum_multi_release.c). */
+int wl_qmulti_release(watchlock_lock *l, const bool *sel, int *results);
+int wl_qmulti_renew(watchlock_lock *l, const char *const *ident, const char *const *from, const char *const *ms,
+                    int *results);
+/* The table of the client's placement (quorum_multi.c): the quorum's on
+ * a quorum client, `single` on any other. */
+const wl_multi_io *wl_multi_io_for(const watchlock_client *c, const wl_multi_io *single);
 /* Gives back every name not UNLOCKED (best effort) and marks them UNLOCKED. */
 void wl_multi_rollback(watchlock_lock *l);
 

@@ -16,13 +16,13 @@
 #include <string.h>
 
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
-#define RESULT_UNKNOWN (-2)
+#define RESULT_UNKNOWN WL_MULTI_UNKNOWN
 
 /* The release script for the selected members (sel[i] for sorted member
  * i), one call per run of one slot; results[i] gets 1 released, 0 no key,
  * -1 another owner, RESULT_UNKNOWN when its call failed. Returns OK or the
  * first error. Without client->mu. */
-static int release_members(watchlock_lock *l, const bool *sel, int *results)
+int wl_multi_release_single(watchlock_lock *l, const bool *sel, int *results)
 {
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
@@ -97,7 +97,7 @@ void wl_multi_rollback(watchlock_lock *l)
     }
     pthread_mutex_unlock(&c->mu);
     if (any && results != NULL && !atomic_load(&c->closed))
-        release_members(l, sel, results);
+        m->io->release(l, sel, results);
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < m->n; i++)
         end_hold(c, &m->m[i].hold);
@@ -181,7 +181,7 @@ static int take_fast(watchlock_lock *l, size_t from, size_t to, const char *cons
         if (sel != NULL && results != NULL) {
             for (size_t i = 0; i < k; i++)
                 sel[from + i] = x->element[i]->type == REDIS_REPLY_STATUS;
-            release_members(l, sel, results);
+            wl_multi_release_single(l, sel, results);
         }
         free(sel), free(results);
     }
@@ -334,7 +334,7 @@ static void give_back_run(watchlock_lock *l, size_t from, size_t to)
             any = any || sel[i];
         }
         pthread_mutex_unlock(&c->mu);
-        confirmed = !any || release_members(l, sel, results) == WATCHLOCK_OK;
+        confirmed = !any || wl_multi_release_single(l, sel, results) == WATCHLOCK_OK;
     }
     free(sel), free(results);
     if (!confirmed) {
@@ -346,7 +346,7 @@ static void give_back_run(watchlock_lock *l, size_t from, size_t to)
 
 /* With client->mu, at the end of an acquire: every member held → the
  * group is HELD (true); else false (a member was lost meanwhile). */
-static bool group_begin(watchlock_lock *l)
+bool wl_multi_group_begin(watchlock_lock *l)
 {
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
@@ -449,7 +449,7 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
             if (next < m->n)
                 continue;
             pthread_mutex_lock(&c->mu);
-            bool held = group_begin(l);
+            bool held = wl_multi_group_begin(l);
             pthread_mutex_unlock(&c->mu);
             if (held)
                 break;
@@ -552,7 +552,7 @@ int wl_multi_release(watchlock_lock *l)
     }
     uint64_t gen = l->hold.hold_gen;
     pthread_mutex_unlock(&c->mu);
-    rc = release_members(l, sel, results);
+    rc = m->io->release(l, sel, results);
     pthread_mutex_lock(&c->mu);
     if (gen != l->hold.hold_gen || l->hold.state != WATCHLOCK_HELD) { /* closed meanwhile: close released it */
         pthread_mutex_unlock(&c->mu);

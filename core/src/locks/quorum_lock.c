@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FENCE_TTL_MIN_MS (INT64_C(24) * 3600 * 1000)
 #define SUB_WAITED_US 200 /* a subscription wait this long or longer ended with its confirmation */
@@ -187,13 +188,26 @@ static void describe(const tally *t, char *buf, size_t size)
 
 /* The plain lock's script of one attempt (wl_qacquire_fn, locks.h). */
 static void plain_acquire_script(watchlock_lock *l, const char *ident, size_t ident_len, const char *lease_s,
-                                 const char *fence_ttl_s, const char **argv, size_t *lens, wl_qscript *s)
+                                 const char *fence_ttl_s, const char *const *owner, const char **argv, size_t *lens,
+                                 wl_qscript *s)
 {
-    const char *a[5] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
-    size_t n[5] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s), strlen(fence_ttl_s)};
-    memcpy(argv, a, sizeof a);
-    memcpy(lens, n, sizeof n);
-    *s = (wl_qscript){WL_SCRIPT_ACQUIRE, NULL, 2, 3, argv, lens};
+    if (owner == NULL) {
+        const char *a[5] = {l->hold.keys.lock, l->hold.keys.fence, ident, lease_s, fence_ttl_s};
+        size_t n[5] = {l->hold.keys.lock_len, l->hold.keys.fence_len, ident_len, strlen(lease_s),
+                       strlen(fence_ttl_s)};
+        memcpy(argv, a, sizeof a);
+        memcpy(lens, n, sizeof n);
+        *s = (wl_qscript){WL_SCRIPT_ACQUIRE, NULL, 2, 3, argv, lens};
+        return;
+    }
+    /* KEYS lock, fence, owner; ARGV ident, lease, fence TTL, host, pid, label */
+    const char *a[9] = {l->hold.keys.lock, l->hold.keys.fence, l->hold.keys.owner, ident, lease_s, fence_ttl_s,
+                        owner[0], owner[1], owner[2]};
+    for (int i = 0; i < 9; i++)
+        argv[i] = a[i], lens[i] = strlen(a[i]);
+    lens[0] = l->hold.keys.lock_len, lens[1] = l->hold.keys.fence_len, lens[2] = l->hold.keys.owner_len;
+    lens[3] = ident_len;
+    *s = (wl_qscript){WL_SCRIPT_ACQUIRE, NULL, 3, 6, argv, lens};
 }
 
 /* One attempt. OK: held. ETIMEDOUT: not now (*t says why). Other errors. */
@@ -230,7 +244,19 @@ static int attempt(watchlock_lock *l, tally *t, wl_qacquire_fn script)
     char ident[WL_IDENT_SIZE];
     size_t ident_len = wl_ident(&l->hold, 1, ident);
     wl_release_args_make(&l->hold, &mine);
+    /* the owner record of a labelled handle, written on every member as
+     * one server's acquire writes it (scripts.c: best effort) */
+    char label[WATCHLOCK_MAX_LABEL + 1], host[256], pid[24];
+    bool owned = l->owner_label != NULL && !l->hold.plain_value;
+    if (owned)
+        snprintf(label, sizeof label, "%s", l->owner_label);
     pthread_mutex_unlock(&c->mu);
+    if (owned) {
+        if (gethostname(host, sizeof host) != 0)
+            host[0] = '\0';
+        host[sizeof host - 1] = '\0';
+        snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    }
     if (drop_old)
         wl_quorum_release_best_effort(c, &old);
     wl_quorum_note_lease(q, lease);
@@ -240,10 +266,14 @@ static int attempt(watchlock_lock *l, tally *t, wl_qacquire_fn script)
     wl_fmt_i64(fence_ttl_s, lease * 2 > FENCE_TTL_MIN_MS ? lease * 2 : FENCE_TTL_MIN_MS);
     const char *argv[WL_QACQUIRE_MAX];
     size_t lens[WL_QACQUIRE_MAX];
+    char record[sizeof host + sizeof pid + sizeof label + 3]; /* the queued kinds' form: host\npid\nlabel */
+    if (owned)
+        snprintf(record, sizeof record, "%s\n%s\n%s", host, pid, label);
+    const char *owner[4] = {host, pid, label, record};
     wl_qscript give_back = {WL_SCRIPT_RELEASE, NULL, 1, WL_RELEASE_NARGS, mine.argv, mine.lens};
     wl_qcall call;
     memset(&call, 0, sizeof call);
-    script(l, ident, ident_len, lease_s, fence_ttl_s, argv, lens, &call.s);
+    script(l, ident, ident_len, lease_s, fence_ttl_s, owned ? owner : NULL, argv, lens, &call.s);
     call.wait_replicas = true;
     call.after = &give_back;
     call.decided = decided;
@@ -575,7 +605,7 @@ int64_t watchlock_lock_fencing_token(const watchlock_lock *cl)
     if (cl == NULL || cl->fork_gen != wl_fork_generation())
         return 0;
     watchlock_client *c = cl->hold.client;
-    if (c->quorum == NULL)
+    if (c->quorum == NULL || cl->quorum == NULL) /* not acquired yet, or a kind of its own (multi: raised at acquire) */
         return wl_lock_fence(cl);
     watchlock_lock *l = (watchlock_lock *)cl; /* the raise changes the handle's state */
     pthread_mutex_lock(&c->mu);

@@ -67,13 +67,15 @@ static const wl_hold_ops qrw_hold_ops = {
 /* One attempt's script (wl_qacquire_fn): the queue's 6 keys, then
  * qrw_scripts.c's arguments. */
 static void qrw_script(watchlock_lock *l, const char *ident, size_t ident_len, const char *lease_s,
-                       const char *fence_ttl_s, const char **argv, size_t *lens, wl_qscript *s)
+                       const char *fence_ttl_s, const char *const *owner, const char **argv, size_t *lens,
+                       wl_qscript *s)
 {
     const qrw *x = l->kind_data;
     wl_q_keys_argv(l, argv, lens);
-    const char *a[9] = {l->q->id, x->k, ident, lease_s, l->q->keys.hold_prefix, fence_ttl_s, x->reader, "", x->cap};
+    const char *o = owner != NULL ? owner[3] : ""; /* the owner record, kept per hold as on one server */
+    const char *a[9] = {l->q->id, x->k, ident, lease_s, l->q->keys.hold_prefix, fence_ttl_s, x->reader, o, x->cap};
     size_t n[9] = {16, strlen(x->k), ident_len, strlen(lease_s), l->q->keys.hold_prefix_len, strlen(fence_ttl_s),
-                   1, 0, strlen(x->cap)};
+                   1, strlen(o), strlen(x->cap)};
     memcpy(argv + WL_QKEY_COUNT, a, sizeof a);
     memcpy(lens + WL_QKEY_COUNT, n, sizeof n);
     *s = (wl_qscript){WL_SCRIPT_QRW_ACQUIRE, NULL, WL_QKEY_COUNT, 9, argv, lens};
