@@ -86,7 +86,7 @@ GROUPS = {  # kind group -> worker kinds (the names of each: index into the exam
     "rw": [("write", [0]), ("write", [0]), ("read", [0])],
     "multi": [("multi", [0, 1]), ("plain", [0]), ("plain", [1])],
 }
-QUORUM_GROUPS = ["plain", "multi"]  # issue 30 item 3: the multi-lock on a quorum; rw joins when it runs there
+QUORUM_GROUPS = ["plain", "multi", "rw"]  # issue 30 item 3: the multi-lock and the read-write lock on a quorum
 
 
 # ---------------------------------------------------------------- the world
