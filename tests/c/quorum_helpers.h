@@ -62,18 +62,41 @@ static inline int count_status(watchlock_lock *l, int status)
     return k;
 }
 
-/* A client past the restart window of LEASE (its first acquire waited it
- * out; a wait on a condition, never a fixed sleep). */
-static inline watchlock_client *settled(five *f)
+/* A quorum client over the first n of the five, past the restart window
+ * of `lease` (recorded on the members by its first acquire; a wait on a
+ * condition, never a fixed sleep). */
+static inline watchlock_client *settled_lease(five *f, size_t n, int64_t lease)
 {
-    watchlock_client *c = open_q(f->urls, N);
-    watchlock_lock *l = lock_lease(c, "settle", LEASE);
+    watchlock_client *c = open_q(f->urls, n);
+    watchlock_lock *l = lock_lease(c, "settle", lease);
     CHECK_OK(watchlock_lock_acquire(l, 8 * LEASE));
     CHECK_OK(watchlock_lock_release(l));
     watchlock_lock_free(l);
     WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 8 * LEASE);
     CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT), 0);
     return c;
+}
+
+/* A client over all five past the restart window of LEASE. */
+static inline watchlock_client *settled(five *f)
+{
+    return settled_lease(f, N, LEASE);
+}
+
+static inline void five_start(five *f)
+{
+    five_start_opts(f, OPTS);
+}
+
+/* The plain lock's key of `name` on one member: exists, its PTTL. */
+static inline long long key_exists(rh_server *s, const char *name)
+{
+    return rh_int(s, "EXISTS watchlock:{%s}", name);
+}
+
+static inline long long key_pttl(rh_server *s, const char *name)
+{
+    return rh_int(s, "PTTL watchlock:{%s}", name);
 }
 
 #endif

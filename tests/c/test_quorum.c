@@ -20,21 +20,6 @@
 #include <time.h>
 #include <stdlib.h>
 
-static void five_start(five *f)
-{
-    five_start_opts(f, OPTS);
-}
-
-static long long key_exists(rh_server *s, const char *name)
-{
-    return rh_int(s, "EXISTS watchlock:{%s}", name);
-}
-
-static long long key_pttl(rh_server *s, const char *name)
-{
-    return rh_int(s, "PTTL watchlock:{%s}", name);
-}
-
 /* ---- open ---- */
 
 static void open_refusals(void)

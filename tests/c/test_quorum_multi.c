@@ -19,35 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static void five_start(five *f)
-{
-    five_start_opts(f, OPTS);
-}
-
-static long long key_exists(rh_server *s, const char *name)
-{
-    return rh_int(s, "EXISTS watchlock:{%s}", name);
-}
-
-static long long key_pttl(rh_server *s, const char *name)
-{
-    return rh_int(s, "PTTL watchlock:{%s}", name);
-}
-
-/* A quorum client over the first n of the five, past the restart window
- * of `lease` (recorded on the members by its first acquire). */
-static watchlock_client *settled_lease(five *f, size_t n, int64_t lease)
-{
-    watchlock_client *c = open_q(f->urls, n);
-    watchlock_lock *l = lock_lease(c, "settle", lease);
-    CHECK_OK(watchlock_lock_acquire(l, 8 * LEASE));
-    CHECK_OK(watchlock_lock_release(l));
-    watchlock_lock_free(l);
-    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 8 * LEASE);
-    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT), 0);
-    return c;
-}
-
 static watchlock_client *settled_n(five *f, size_t n)
 {
     return settled_lease(f, n, LEASE);

@@ -20,21 +20,9 @@
 
 static int members = N; /* 3 or 5: the test case's */
 
-static void start(five *f)
-{
-    five_start_opts(f, OPTS);
-}
-
 static watchlock_client *settled_n(five *f)
 {
-    watchlock_client *c = open_q(f->urls, (size_t)members);
-    watchlock_lock *l = lock_lease(c, "settle", LEASE);
-    CHECK_OK(watchlock_lock_acquire(l, 8 * LEASE));
-    CHECK_OK(watchlock_lock_release(l));
-    watchlock_lock_free(l);
-    WAIT_FOR(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT) == 0, 8 * LEASE);
-    CHECK_EQ(watchlock_client_stat(c, WATCHLOCK_STAT_QUORUM_KEPT_OUT), 0);
-    return c;
+    return settled_lease(f, (size_t)members, LEASE);
 }
 
 static watchlock_lock *rw(watchlock_client *c, const char *name, int write, int64_t lease)
@@ -99,7 +87,7 @@ static long long scripts_run(rh_server *s)
 static void share_and_exclude(void)
 {
     five f;
-    start(&f);
+    five_start(&f);
     watchlock_client *a = settled_n(&f), *b = settled_n(&f);
     watchlock_lock *r1 = rw(a, "doc", 0, LEASE), *r2 = rw(b, "doc", 0, LEASE);
     watchlock_lock *w1 = rw(a, "doc", 1, LEASE), *w2 = rw(b, "doc", 1, LEASE);
@@ -154,7 +142,7 @@ static void share_and_exclude(void)
 static void minority_frozen(void)
 {
     five f;
-    start(&f);
+    five_start(&f);
     watchlock_client *a = settled_n(&f);
     int frozen = members - (members / 2 + 1);
     for (int i = 0; i < frozen; i++)
@@ -181,7 +169,7 @@ static void minority_frozen(void)
 static void majority_frozen(void)
 {
     five f;
-    start(&f);
+    five_start(&f);
     watchlock_client *a = settled_n(&f);
     int frozen = members / 2 + 1;
     for (int i = 0; i < frozen; i++)
@@ -211,7 +199,7 @@ static void majority_frozen(void)
 static void restarted_member_no_vote(void)
 {
     five f;
-    start(&f);
+    five_start(&f);
     watchlock_client *a = settled_n(&f), *b = settled_n(&f);
     int maj = members / 2 + 1;
     /* a reads on members 0 .. maj-1 only */
@@ -264,7 +252,7 @@ static void on_lost(watchlock_lock *l, int reason, void *arg)
 static void reader_loss_by_timer(void)
 {
     five f;
-    start(&f);
+    five_start(&f);
     __atomic_store_n(&lost_at, 0, __ATOMIC_SEQ_CST);
     watchlock_client *c = settled_n(&f);
     watchlock_lock *l = rw(c, "loss", 0, LEASE);
@@ -318,7 +306,7 @@ static void reader_loss_by_timer(void)
 static void downgrade_majority(void)
 {
     five f;
-    start(&f);
+    five_start(&f);
     watchlock_client *a = settled_n(&f), *b = settled_n(&f);
     watchlock_lock *w = rw(a, "dg", 1, LEASE), *r = rw(b, "dg", 0, LEASE), *w2 = rw(b, "dg", 1, LEASE);
     CHECK_FAILS_WITH_MSG(watchlock_rwlock_downgrade(w), WATCHLOCK_ENOTOWNER); /* nothing held */
@@ -353,7 +341,7 @@ static void downgrade_majority(void)
 static void force_release_and_refusals(void)
 {
     five f;
-    start(&f);
+    five_start(&f);
     watchlock_client *a = settled_n(&f);
     watchlock_lock *r = rw(a, "force", 0, LEASE);
     CHECK_OK(watchlock_lock_acquire(r, 0));
@@ -419,7 +407,7 @@ static long long subscribers(rh_server *s, const char *channel)
 static void release_wakes_writer(void)
 {
     five f;
-    start(&f);
+    five_start(&f);
     watchlock_client *a = settled_n(&f), *b = settled_n(&f);
     int64_t lease = 3 * LEASE; /* the waiter's retry bound: far beyond a wake-up */
     watchlock_lock *r = rw(a, "wake", 0, lease), *w = rw(b, "wake", 1, lease);

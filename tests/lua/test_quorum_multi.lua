@@ -9,48 +9,9 @@
 local watchlock = require("watchlock")
 local H = require("helpers")
 
-local function list(var)
-  local out = {}
-  for v in assert(os.getenv(var), "run through quorum.py --serve --"):gmatch("%d+") do
-    out[#out + 1] = v
-  end
-  return out
-end
-local ports, pids = list("WATCHLOCK_QUORUM_PORTS"), list("WATCHLOCK_QUORUM_PIDS")
-assert(#ports == 5 and #pids == 5, "expected 5 members")
-
-local OPTS = "?connect_timeout=300ms&command_timeout=400ms"
-local urls = {}
-for i, p in ipairs(ports) do
-  urls[i] = "redis://127.0.0.1:" .. p .. OPTS
-end
-
-local function redis_at(i, ...)
-  local parts = { "redis-cli", "-p", ports[i] }
-  for k = 1, select("#", ...) do
-    parts[#parts + 1] = H.quote((select(k, ...)))
-  end
-  local p = assert(io.popen(table.concat(parts, " ") .. " 2>&1"))
-  local out = p:read("*a")
-  p:close()
-  return (out:gsub("%s+$", ""))
-end
-
-local function holders(key, idx)
-  local n = 0
-  for _, i in ipairs(idx or { 1, 2, 3, 4, 5 }) do
-    if redis_at(i, "EXISTS", key) == "1" then
-      n = n + 1
-    end
-  end
-  return n
-end
-
-local function signal(sig, idx)
-  for _, i in ipairs(idx) do
-    assert(os.execute("kill -" .. sig .. " " .. pids[i]))
-  end
-end
+local Q = require("quorum_env")
+local ports, pids, urls = Q.ports, Q.pids, Q.urls
+local redis_at, holders, signal, paused = Q.redis_at, Q.holders, Q.signal, Q.paused
 
 local T, test = H.suite()
 
