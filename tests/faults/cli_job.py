@@ -38,7 +38,9 @@ def main() -> int:
     fence = int(e.get("WATCHLOCK_FENCING_TOKEN", "0"))
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGUSR1, on_usr1)
-    hist.emit("acquired", t=t_start, hold=hold, lock=name, fence=fence, pid=os.getpid(), ppid=os.getppid())
+    spawned = int(e.get("FAULTS_SPAWNED_NS", "0"))  # when the worker started `watchlock run` (the same clock)
+    hist.emit("acquired", t=t_start, hold=hold, lock=name, fence=fence, pid=os.getpid(), ppid=os.getppid(),
+              **({"t_call": spawned} if spawned else {}))
     res = Redis(int(e["FAULTS_RESOURCE_PORT"]))
     work = Work(hist, res, e["FAULTS_SCRIPTS"], name)
     iters = int(e["FAULTS_ITERS"])

@@ -107,7 +107,10 @@ def main() -> int:
             cmd += [a.job_python, "-S", job]
         t = time.monotonic_ns()
         try:
-            proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+            # FAULTS_SPAWNED_NS: the job's "acquired" event says its acquire was
+            # called no earlier than this (t_call), so the checker can read the
+            # grant time from the token instead of the job's own later start
+            proc = subprocess.Popen(cmd, env=dict(env, FAULTS_SPAWNED_NS=str(t)), start_new_session=True)
         except OSError as e:
             hist.emit("cli_spawn_failed", t=t, hold=hold, error=str(e))
             time.sleep(0.1)
