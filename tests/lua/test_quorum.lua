@@ -32,7 +32,9 @@ test("connect({urls}): acquire on every member, release", function()
   assert(holders(H.lock_key(name)) >= 3, "a majority holds the key")
   local granted, m = 0, lock:members()
   for _, v in ipairs(m) do
-    assert(v == "granted" or v == "unknown", "members: " .. table.concat(m, ","))
+    -- "unreachable": a member slower than the 400 ms command timeout (a loaded
+    -- machine); never held by another owner or kept out by the restart rule
+    assert(v == "granted" or v == "unknown" or v == "unreachable", "members: " .. table.concat(m, ","))
     if v == "granted" then granted = granted + 1 end
   end
   H.eq(#m, 5, "members")
