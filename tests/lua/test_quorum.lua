@@ -92,7 +92,15 @@ test("two members stopped: acquires, renews, releases", function()
   local name = H.name("two-stopped")
   paused({ 1, 2 }, function()
     local lock = c:lock(name, { ttl = 1.5 })
-    assert(lock:acquire(5))
+    -- with two members stopped, one running member slower than the 400 ms
+    -- command timeout (a loaded machine) leaves no majority for that attempt:
+    -- a connection error, not a wait; the next attempt is decided again
+    local ok, err
+    for _ = 1, 5 do
+      ok, err = lock:acquire(5)
+      if ok then break end
+    end
+    assert(ok, err)
     H.eq(holders(H.lock_key(name), { 3, 4, 5 }), 3, "live members holding the key")
     H.wait_until(function() return lock:renewals() >= 4 end, 15, "four renewals")
     assert(not lock:lost())
