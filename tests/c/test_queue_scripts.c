@@ -261,11 +261,50 @@ static void dead_waiters_body(const q_args *a)
         pthread_t th;
         CHECK(pthread_create(&th, &at, dead_waiter_main, fair(c, a->name, a->lease)) == 0);
     }
-    WAIT_FOR(q_info(c, a->name, Q_LEN) == a->n, 120000);
-    CHECK_EQ(q_info(c, a->name, Q_LEN), a->n);
-    CHECK(rh_int(test_server(), "RPUSH %s-dead 1", a->name) > 0);
+    CHECK(rh_int(test_server(), "RPUSH %s-dead 1", a->name) > 0); /* its threads run: the parent counts the queue */
     for (;;)
         pause();
+}
+
+/* The dead waiters come from processes of at most DEAD_PER_CHILD threads
+ * each: one process's watchdog (under ASan, beside other tests) kept only
+ * ~570 of 1,500 liveness leases of 1 s renewed, so the queue never held
+ * them all at once. */
+#define DEAD_PER_CHILD 400
+#define DEAD_MAX_CHILDREN 8
+
+typedef struct dead_crowd {
+    q_child child[DEAD_MAX_CHILDREN];
+    int64_t children, n;
+} dead_crowd;
+
+/* Forks the processes of n dead-to-be waiters on name (each waits for go). */
+static void dead_crowd_fork(dead_crowd *d, const char *name, int64_t n)
+{
+    d->n = n;
+    d->children = (n + DEAD_PER_CHILD - 1) / DEAD_PER_CHILD;
+    CHECK(d->children <= DEAD_MAX_CHILDREN);
+    for (int64_t i = 0; i < d->children; i++)
+        d->child[i] = q_fork(dead_waiters_body, (q_args){.name = name,
+                                                         .lease = 1000,
+                                                         .n = n / d->children + (i < n % d->children)});
+}
+
+/* Lets them go; returns once all n are queued on name. */
+static void dead_crowd_go(dead_crowd *d, watchlock_client *c, const char *name)
+{
+    for (int64_t i = 0; i < d->children; i++)
+        q_go(&d->child[i]);
+    WAIT_FOR(rh_int(test_server(), "LLEN %s-dead", name) == d->children, 180000);
+    CHECK_EQ(rh_int(test_server(), "LLEN %s-dead", name), d->children);
+    WAIT_FOR(q_info(c, name, Q_LEN) == d->n, 120000);
+    CHECK_EQ(q_info(c, name, Q_LEN), d->n);
+}
+
+static void dead_crowd_kill(dead_crowd *d)
+{
+    for (int64_t i = 0; i < d->children; i++)
+        q_kill_child(d->child[i].pid);
 }
 
 static void live_waiter_body(const q_args *a)
@@ -313,22 +352,20 @@ static long long live_latest_left(const char *name)
 static void dead_waiters(const char *name, int64_t dead)
 {
     char key[96];
-    q_child dc = q_fork(dead_waiters_body, (q_args){.name = name, .lease = 1000, .n = dead});
+    dead_crowd dc;
+    dead_crowd_fork(&dc, name, dead);
     q_child lc = q_fork(live_waiter_body, (q_args){.name = name, .lease = 6000});
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *h = fair(c, name, 10000);
     CHECK_OK(watchlock_lock_acquire(h, 0));
-    q_go(&dc);
-    snprintf(key, sizeof key, "%s-dead", name);
-    WAIT_FOR(rh_int(test_server(), "LLEN %s", key) == 1, 180000);
-    CHECK_EQ(rh_int(test_server(), "LLEN %s", key), 1);
+    dead_crowd_go(&dc, c, name);
     q_go(&lc);
     WAIT_FOR(q_info(c, name, Q_LEN) == dead + 1, 20000);
     CHECK_EQ(q_info(c, name, Q_LEN), dead + 1);
     /* the live waiter (liveness 2 s) right after a renewal: stopped */
     WAIT_FOR(live_latest_left(name) > 1800, 20000);
     CHECK(kill(lc.pid, SIGSTOP) == 0);
-    q_kill_child(dc.pid);
+    dead_crowd_kill(&dc);
     /* every dead waiter's liveness lease has passed, the live one's not */
     WAIT_FOR(live_alive(name) == 1, 20000);
     long long alive, left;
@@ -421,7 +458,8 @@ static void test_dead_waiters_on_expiry(void)
     const char *name = "qs-dead-expiry";
     const int64_t dead = 1500;
     q_child hc = q_fork(expiring_holder_body, (q_args){.name = name, .lease = 600});
-    q_child dc = q_fork(dead_waiters_body, (q_args){.name = name, .lease = 1000, .n = dead});
+    dead_crowd dc;
+    dead_crowd_fork(&dc, name, dead);
     q_child lc = q_fork(live_waiter_body, (q_args){.name = name, .lease = 6000});
     watchlock_client *c = open_client(test_url(""));
     q_go(&hc);
@@ -430,9 +468,7 @@ static void test_dead_waiters_on_expiry(void)
     char holder[32];
     first_holder(name, holder);
     CHECK(holder[0] != '\0');
-    q_go(&dc);
-    WAIT_FOR(rh_int(test_server(), "LLEN %s-dead", name) == 1, 180000);
-    CHECK_EQ(rh_int(test_server(), "LLEN %s-dead", name), 1);
+    dead_crowd_go(&dc, c, name);
     CHECK(rh_int(test_server(), "RPUSH %s-shorten 1", name) > 0);
     WAIT_FOR(rh_int(test_server(), "LLEN %s-short", name) == 1, 20000);
     CHECK_EQ(rh_int(test_server(), "LLEN %s-short", name), 1);
@@ -450,7 +486,7 @@ static void test_dead_waiters_on_expiry(void)
     /* stopped right after a renewal: 2 s of liveness ahead of it, 1 s more than the dead ones' */
     WAIT_FOR(live_latest_left(name) > 1800, 20000);
     CHECK(kill(lc.pid, SIGSTOP) == 0);
-    q_kill_child(dc.pid);
+    dead_crowd_kill(&dc);
     q_kill_child(hc.pid);
     char key[96];
     snprintf(key, sizeof key, "watchlock:{%s}:q:h:%s", name, holder);
