@@ -9,8 +9,9 @@ DIR is a checkout (e.g. `git worktree add /tmp/before COMMIT`); --after
 defaults to this checkout. For each, the script builds what bench/run
 builds: `wlbench` and the static library from bench/c/ into DIR/build-bench/
 (cmake, incremental), and the Python package (`pip install --target
-DIR/build-bench/py`, with the running interpreter's pip, rebuilt when DIR's
-HEAD changes). Workers get one build each: its wlbench binary, or
+DIR/build-bench/py`, with the running interpreter's pip, rebuilt when a
+commit changes core/, bindings/, python/ or setup.py; uncommitted edits
+are not seen). Workers get one build each: its wlbench binary, or
 py_worker.py (this checkout's) with PYTHONPATH=DIR/build-bench/py. Run it
 with a Python that has pip and setuptools >= 70.1 (e.g. bench/.peers/venv
 or a fresh venv); redis-py is not needed.
@@ -89,7 +90,9 @@ def build(checkout: str) -> dict:
             raise SystemExit(f"before_after: {' '.join(cmd)} failed:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
     py = os.path.join(bdir, "py")
     stamp = os.path.join(py, ".commit")
-    head = git_head(checkout)
+    # the last commit that changed what the package is built from (uncommitted edits: not seen)
+    head = subprocess.run(["git", "-C", checkout, "log", "-1", "--format=%h", "--", "core", "bindings", "python",
+                           "setup.py", "pyproject.toml"], capture_output=True, text=True).stdout.strip() or "?"
     have = open(stamp).read().strip() if os.path.exists(stamp) else ""
     if have != head:
         log(f"pip install --target {py} {checkout} (takes minutes)")
@@ -101,7 +104,7 @@ def build(checkout: str) -> dict:
             raise SystemExit(f"before_after: pip install of {checkout} failed:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
         with open(stamp, "w") as f:
             f.write(head + "\n")
-    return {"dir": checkout, "commit": head, "wlbench": os.path.join(bdir, "wlbench"), "py": py}
+    return {"dir": checkout, "commit": git_head(checkout), "wlbench": os.path.join(bdir, "wlbench"), "py": py}
 
 
 def probe_python(b: dict) -> str:
