@@ -5,7 +5,7 @@ in one run against the same redis-servers, so that only ratios count.
     bench/before_after.py --before DIR [--after DIR] [--rounds 10] [--n 5000]
                           [--max-s 3] [--only c1,py1,pywith,c5,py5] [--no-pin]
 
-DIR is a checkout (e.g. `git worktree add /tmp/before COMMIT`); --after
+DIR is a checkout (e.g. made by `git worktree add DIR COMMIT`); --after
 defaults to this checkout. For each, the script builds what bench/run
 builds: `wlbench` and the static library from bench/c/ into DIR/build-bench/
 (cmake, incremental), and the Python package (`pip install --target
