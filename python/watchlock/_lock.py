@@ -376,7 +376,9 @@ class Lock:
         lock's ``blocking_timeout``, ``timeout`` (a duration; -1 or None =
         forever) waits that long instead. ``blocking_timeout=`` is redis-py's
         name for ``timeout`` (None = forever), accepted here too."""
-        wait = self._wait_for(blocking, _timeout_arg(timeout, blocking_timeout))
+        if blocking_timeout is not _UNSET:  # (the common call pays no extra function call)
+            timeout = _timeout_arg(timeout, blocking_timeout)
+        wait = self._wait_for(blocking, timeout)
         ident = threading.get_ident()
         return self._acquire(wait, ident, None, sliced=ident == _MAIN_IDENT)
 
