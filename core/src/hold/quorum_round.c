@@ -259,4 +259,6 @@ const wl_placement wl_quorum_placement = {.renew_round = wl_quorum_renew_round,
                                           .close_release = quorum_close_release,
                                           .close = quorum_close,
                                           .free = quorum_free,
-                                          .stat = quorum_stat};
+                                          .stat = quorum_stat,
+                                          .inspect = wl_quorum_inspect,             /* quorum_admin.c */
+                                          .force_release = wl_quorum_force_release};
