@@ -346,7 +346,10 @@ int wl_quorum_force_release(watchlock_client *c, const wl_keys *keys, int *relea
  * - stat: the placement's counters (WATCHLOCK_STAT_QUORUM_*; 0 for none);
  * - inspect, force_release: the admin calls on a name's keys (client and
  *   name checked by the caller), on the placement's servers, as its verdict
- *   (topology.h wl_inspect_at / wl_force_release_at on each). */
+ *   (topology.h wl_inspect_at / wl_force_release_at on each);
+ * - refuse: whether the placement serves a lock kind (WATCHLOCK_KIND_*):
+ *   OK, or EINVAL with the reason; every handle's constructor asks it
+ *   (locks/handle.c wl_handle_new), so a new kind cannot skip it. */
 typedef struct wl_placement {
     int (*renew_round)(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
     void (*close_conns)(watchlock_client *c);
@@ -356,6 +359,7 @@ typedef struct wl_placement {
     int64_t (*stat)(watchlock_client *c, int which);
     int (*inspect)(watchlock_client *c, const wl_keys *keys, int *held, int64_t *remaining_ms, int64_t *fence);
     int (*force_release)(watchlock_client *c, const wl_keys *keys, int *released);
+    int (*refuse)(watchlock_client *c, int kind);
 } wl_placement;
 extern const wl_placement wl_single_placement; /* placement.c */
 extern const wl_placement wl_quorum_placement; /* quorum_round.c: installed by the quorum's open */

@@ -45,6 +45,13 @@ static int single_force_release(watchlock_client *c, const wl_keys *keys, int *r
     return wl_force_release_at(&c->server, keys, released);
 }
 
+static int single_refuse(watchlock_client *c, int kind)
+{
+    (void)c;
+    (void)kind;
+    return WATCHLOCK_OK; /* one server serves every kind */
+}
+
 const wl_placement wl_single_placement = {.renew_round = wl_renew_round,
                                           .close_conns = single_close_conns,
                                           .close_release = single_close_release,
@@ -52,4 +59,5 @@ const wl_placement wl_single_placement = {.renew_round = wl_renew_round,
                                           .free = single_nothing,
                                           .stat = single_stat,
                                           .inspect = single_inspect,
-                                          .force_release = single_force_release};
+                                          .force_release = single_force_release,
+                                          .refuse = single_refuse};

@@ -40,7 +40,7 @@ int wl_extend_lease_check(const watchlock_lock *l, int64_t lease_ms)
 }
 
 int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, const wl_hold_ops *ops,
-                  const wl_lock_ops *kind)
+                  const wl_lock_ops *kind, int kind_code)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
@@ -48,6 +48,8 @@ int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, s
     int rc = wl_check_client(c);
     if (rc == WATCHLOCK_OK)
         rc = wl_check_name(name, name_len);
+    if (rc == WATCHLOCK_OK)
+        rc = c->placement->refuse(c, kind_code); /* hold.h: the kinds the client's placement serves */
     if (rc != WATCHLOCK_OK)
         return rc;
     watchlock_lock *l = calloc(1, sizeof *l);

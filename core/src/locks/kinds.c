@@ -97,11 +97,7 @@ static int queued_new(watchlock_lock **out, watchlock_client *c, const void *nam
 {
     if (out != NULL)
         *out = NULL;
-    int rc = wl_quorum_refuse(c, kind == WATCHLOCK_KIND_FAIR        ? "fair"
-                                 : kind == WATCHLOCK_KIND_SEMAPHORE ? "semaphore"
-                                                                    : "read-write");
-    if (rc == WATCHLOCK_OK)
-        rc = wl_handle_new(out, c, name, name_len, &queued_ops, &queued_kind);
+    int rc = wl_handle_new(out, c, name, name_len, &queued_ops, &queued_kind, kind);
     if (rc != WATCHLOCK_OK)
         return rc;
     int64_t k = kind == WATCHLOCK_KIND_WRITE ? RW_CAP : 1;

@@ -99,7 +99,8 @@ static const wl_hold_ops plain_lock_ops = {
 int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len)
 {
     /* the plain lock's table, or its quorum client's (quorum_lock.c) */
-    return wl_handle_new(out, c, name, name_len, &plain_lock_ops, wl_quorum_kind(c, &wl_plain_lock_ops));
+    return wl_handle_new(out, c, name, name_len, &plain_lock_ops, wl_quorum_kind(c, &wl_plain_lock_ops),
+                         WATCHLOCK_KIND_PLAIN);
 }
 
 /* ---- acquire ---- */

@@ -121,11 +121,9 @@ void wl_acquire_record(watchlock_lock *l, int rc, bool waited, int64_t t0_us);
 void wl_wait_give_up(watchlock_lock *l);
 /* The fencing token the hold recorded (handle.c; 0 for NULL or forked). */
 int64_t wl_lock_fence(const watchlock_lock *l);
-/* Quorum clients (quorum_lock.c): the plain lock's acquire and extend.
- * wl_quorum_refuse is the refusal point for the kinds not built on a
- * quorum (fair, semaphore, multi): EINVAL with a message naming
- * `kind` on a quorum client, OK on any other; call it from the kind's
- * constructor. */
+/* Quorum clients (quorum_lock.c): the plain lock's acquire and extend
+ * (the kinds a quorum does not serve are refused by its placement:
+ * hold.h wl_placement refuse, asked by wl_handle_new). */
 /* A quorum waiter's wake-ups (quorum_wait.c): wl_qwait_signal is the
  * subscribers' notify function; wl_qwait_until sleeps until the count
  * exceeds `seen` (when wakeable) or at_us, true when woken. */
@@ -143,7 +141,6 @@ int64_t wl_jitter_us(int64_t max_us); /* random in [0, max_us) */
  * doubled after each of `collisions` attempts in a row that failed with
  * grants, at most a quarter of the lease. */
 int64_t wl_qwait_spread_us(int collisions, int64_t rtt_us, int64_t lease_ms);
-int wl_quorum_refuse(watchlock_client *c, const char *kind);
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
 /* A one-hold kind's acquire on a quorum (the plain lock's attempt, wait
  * and verdict; quorum_lock.c) with the kind's own script: `script` fills
@@ -176,10 +173,11 @@ int wl_quorum_rwlock_new(watchlock_lock **out, watchlock_client *c, const void *
                          bool *taken);
 int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms);
 /* A new handle of the kind `kind` whose hold ops are `ops` (handle.c):
- * checks the client and the name, makes the keys and a token, links it to
- * the client. */
+ * checks the client and the name, asks the client's placement whether it
+ * serves kind_code (WATCHLOCK_KIND_*; hold.h wl_placement refuse), makes
+ * the keys and a token, links it to the client. */
 int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len,
-                  const wl_hold_ops *ops, const wl_lock_ops *kind);
+                  const wl_hold_ops *ops, const wl_lock_ops *kind, int kind_code);
 /* The handle layer's free and abandon of a handle that is one hold
  * (handle.c; the plain, quorum and queued kinds' free/abandon). */
 void wl_handle_free(watchlock_lock *l);

@@ -634,16 +634,6 @@ int watchlock_lock_member_status(const watchlock_lock *l, size_t i)
     return v;
 }
 
-int wl_quorum_refuse(watchlock_client *c, const char *kind)
-{
-    if (c == NULL || c->quorum == NULL)
-        return WATCHLOCK_OK;
-    return wl_fail(WATCHLOCK_EINVAL,
-                   "%s locks are not available on a quorum client (%zu members) in this version: use a plain lock, "
-                   "or a client on one server",
-                   kind, c->quorum->n);
-}
-
 /* ---- the quorum client's plain lock: its table (locks.h) ---- */
 
 int wl_quorum_extend_checked(watchlock_lock *l, int64_t lease_ms)

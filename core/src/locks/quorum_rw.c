@@ -228,7 +228,8 @@ int wl_quorum_rwlock_new(watchlock_lock **out, watchlock_client *c, const void *
     wl_fmt_i64(x->k, write ? WL_RW_CAP : 1);
     wl_fmt_i64(x->cap, WL_RW_CAP);
     x->reader = write ? "0" : "1";
-    int rc = wl_handle_new(out, c, name, name_len, &qrw_hold_ops, &qrw_kind);
+    int rc = wl_handle_new(out, c, name, name_len, &qrw_hold_ops, &qrw_kind,
+                           write ? WATCHLOCK_KIND_WRITE : WATCHLOCK_KIND_READ);
     if (rc != WATCHLOCK_OK) {
         free(x);
         return rc;
