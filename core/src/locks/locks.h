@@ -195,6 +195,11 @@ static inline bool wl_held_now(const watchlock_lock *l)
 }
 /* The lease argument of extend: 0 (the current) or 1 ms .. 30 days. */
 int wl_extend_lease_check(const watchlock_lock *l, int64_t lease_ms);
+/* The extend prologue of a one-hold kind (handle.c: lock.c, quorum_lock.c):
+ * takes l->io_mu, then client->mu; a hold held now gets lease_ms (when
+ * > 0): OK, both held. Otherwise ENOTOWNER (a hold past its deadline
+ * marked lost first), both released. */
+int wl_extend_begin(watchlock_lock *l, int64_t lease_ms);
 /* The plain lock's table (lock.c), and a one-hold kind's on the client's
  * placement: a quorum client's plain lock is quorum_lock.c's table, any
  * other client's `single` (quorum_lock.c). */
@@ -225,6 +230,29 @@ int wl_lock_finish_pending_release(watchlock_lock *l);
 /* The acquire prologue of a one-hold kind (release.c): reentrant count
  * (*done), the renew interval's check, a pending release finished. */
 int wl_acquire_begin(watchlock_lock *l, bool *done);
+/* The acquire prologue of every kind (release.c; issue 30.5). wl_attempt_enter
+ * takes l->io_mu, then client->mu (the lock order); a hold held now is
+ * entered again (its count + 1): true, both mutexes released. Otherwise
+ * false, both held, and a hold past its deadline is marked lost (the
+ * multi-lock's acquire prologue: multi_io.c wl_multi_begin).
+ * wl_attempt_begin is that for a one-hold kind's attempt (lock.c,
+ * waiter.c, quorum_lock.c): *reentered and OK as above; otherwise, with `old` non-NULL a hold lost by its local
+ * deadline (not taken, its token used) gets its release arguments in *old
+ * (*drop_old: the caller deletes its key, checked, once the mutexes are
+ * down); the hold gets a new token when its token was used, or its lease
+ * changed (unless the token is the caller's own, plain_value), or always
+ * with `fresh`. OK: both mutexes held, the attempt goes on; an error:
+ * both released. */
+bool wl_attempt_enter(watchlock_lock *l);
+int wl_attempt_begin(watchlock_lock *l, bool fresh, wl_release_args *old, bool *drop_old, bool *reentered);
+/* The hold ops of a handle that is one hold (release.c): unref, abandoned
+ * end, release and owner find the handle that embeds the hold; the table
+ * of the kinds with no more (plain, read-write on a quorum). */
+void wl_one_hold_unref(wl_hold *h);
+void wl_one_hold_abandoned_end(watchlock_client *c, wl_hold *h);
+int wl_one_hold_release(wl_hold *h);
+void *wl_one_hold_owner(wl_hold *h);
+extern const wl_hold_ops wl_one_hold_ops;
 
 /* The waiter queue (queue.c). wl_queued_init makes a new handle a queued
  * kind's: its hold key (watchlock:{N}:q:h:<id>) becomes hold.keys.lock, so
