@@ -26,10 +26,9 @@ void wl_multi_release_argv(watchlock_lock *l, const size_t *idx, size_t k, const
                            char (*prefix)[WL_IDENT_SIZE], const char **argv, size_t *lens)
 {
     watchlock_client *c = l->hold.client;
-    wl_multi *m = multi_of(l);
     pthread_mutex_lock(&c->mu); /* the tokens */
     for (size_t j = 0; j < k; j++) {
-        const wl_hold *h = &m->m[idx[j]].hold;
+        const wl_hold *h = &multi_of(l)->m[idx[j]].hold;
         argv[j] = h->keys.lock, lens[j] = h->keys.lock_len;
         argv[k + 2 * j] = prefix[j], lens[k + 2 * j] = wl_ident(h, -1, prefix[j]);
         argv[k + 2 * j + 1] = h->keys.channel, lens[k + 2 * j + 1] = h->keys.channel_len;
