@@ -90,3 +90,4 @@ int64_t wl_wait_holder_end(int64_t pttl_ms)
         return now + pttl_ms * 1000 + 1000;
     return pttl_ms == -1 ? now + NO_TTL_POLL_US : now;
 }
+
