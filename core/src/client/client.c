@@ -227,76 +227,30 @@ int wl_admin_keys(watchlock_client *c, const void *name, size_t name_len, wl_key
     return rc;
 }
 
-/* Runs an admin script on a name's keys: inspect gets (lock, fence),
- * force-release gets (lock) and the channel and publish command as its
- * arguments. */
-static int run_admin_script(watchlock_client *c, const void *name, size_t name_len, int script, const char *what,
-                            redisReply **out)
+/* Inspect and force-release: the client and name checked here, then the
+ * client's placement runs the script on its servers and gives its verdict
+ * (hold.h wl_placement: one server's answer, or a quorum's majority). */
+int watchlock_client_inspect(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
+                             int64_t *fence)
 {
     wl_keys keys;
     int rc = wl_admin_keys(c, name, name_len, &keys);
     if (rc != WATCHLOCK_OK)
         return rc;
-    bool inspect = script == WL_SCRIPT_INSPECT;
-    const char *publish = wl_publish_command(&c->server);
-    const char *argv[3] = {keys.lock, inspect ? keys.fence : keys.channel, publish};
-    size_t lens[3] = {keys.lock_len, inspect ? keys.fence_len : keys.channel_len, strlen(publish)};
-    rc = wl_run_script(&c->server, script, inspect ? 2 : 1, inspect ? 0 : 2, argv, lens, out, what);
+    rc = c->placement->inspect(c, &keys, held, remaining_ms, fence);
     wl_keys_clear(&keys);
     return rc;
 }
 
-/* The inspect script on server s (the client's own, or a quorum's
- * member: quorum_client.c), its reply parsed once for both (issue 30.5).
- * KEYS: lock, fence. -> {exists, pttl, fence} (scripts.c's inspect). */
-int wl_client_inspect_at(watchlock_client *c, wl_server *s, const void *name, size_t name_len, int *held,
-                         int64_t *remaining_ms, int64_t *fence)
+int watchlock_client_force_release(watchlock_client *c, const void *name, size_t name_len, int *released)
 {
     wl_keys keys;
     int rc = wl_admin_keys(c, name, name_len, &keys);
     if (rc != WATCHLOCK_OK)
         return rc;
-    const char *argv[2] = {keys.lock, keys.fence};
-    size_t lens[2] = {keys.lock_len, keys.fence_len};
-    redisReply *r;
-    rc = wl_run_script(s, WL_SCRIPT_INSPECT, 2, 0, argv, lens, &r, "inspect failed");
+    rc = c->placement->force_release(c, &keys, released);
     wl_keys_clear(&keys);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
-        freeReplyObject(r);
-        return wl_fail(WATCHLOCK_ESERVER, "inspect: unexpected reply from server");
-    }
-    int exists = wl_reply_i64(r->element[0]) > 0;
-    int64_t pttl = wl_reply_i64(r->element[1]);
-    if (held)
-        *held = exists;
-    if (remaining_ms)
-        *remaining_ms = !exists ? 0 : pttl < 0 ? -1 : pttl;
-    if (fence)
-        *fence = wl_reply_i64(r->element[2]);
-    freeReplyObject(r);
-    return WATCHLOCK_OK;
-}
-
-/* One server's inspect and force release (the public calls are
- * quorum_client.c's: every member, and a majority verdict, on a quorum). */
-int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
-                          int64_t *fence)
-{
-    return wl_client_inspect_at(c, c != NULL ? &c->server : NULL, name, name_len, held, remaining_ms, fence);
-}
-
-int wl_client_force_release_one(watchlock_client *c, const void *name, size_t name_len, int *released)
-{
-    redisReply *r;
-    int rc = run_admin_script(c, name, name_len, WL_SCRIPT_FORCE_RELEASE, "force release failed", &r);
-    if (rc != WATCHLOCK_OK)
-        return rc;
-    if (released)
-        *released = wl_reply_i64(r) > 0;
-    freeReplyObject(r);
-    return WATCHLOCK_OK;
+    return rc;
 }
 
 int watchlock_client_enable_lost_events(watchlock_client *c, int on)

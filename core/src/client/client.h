@@ -24,14 +24,10 @@ void wl_client_unref(watchlock_client *c);
 /* watchlock_client_open without the PING: a quorum's member 0, probed in
  * parallel with the others (topology/quorum.c). */
 int wl_client_open_unprobed(watchlock_client **out, const char *url);
-/* One server's admin calls and check (client.c, admin.c, check.c); the
+/* One server's owner record, list and check (admin.c, check.c); the
  * public ones are quorum_client.c's, which run these on a plain client and
- * on each member of a quorum. */
-int wl_client_inspect_at(watchlock_client *c, wl_server *s, const void *name, size_t name_len, int *held,
-                         int64_t *remaining_ms, int64_t *fence);
-int wl_client_inspect_one(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
-                          int64_t *fence);
-int wl_client_force_release_one(watchlock_client *c, const void *name, size_t name_len, int *released);
+ * on each member of a quorum (inspect and force-release are the
+ * placement's: client.c, hold.h wl_placement). */
 int wl_client_inspect_owner_one(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
                                 watchlock_client *c, const void *name, size_t name_len);
 /* The same on server s (a quorum's member: admin.c, used by quorum_client.c). */

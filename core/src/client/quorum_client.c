@@ -125,12 +125,10 @@ int watchlock_client_member_open(watchlock_client **out, watchlock_client *c, si
 
 /* ---- admin ---- */
 
-/* KEYS: lock, fence. -> {exists, pttl, fence} (scripts.c's inspect). */
+/* Member i's own answer (topology.h wl_inspect_at), whatever the quorum's. */
 int watchlock_client_member_inspect(watchlock_client *c, size_t i, const void *name, size_t name_len, int *held,
                                     int64_t *remaining_ms, int64_t *fence)
 {
-    if (c != NULL && c->quorum == NULL && i == 0)
-        return wl_client_inspect_one(c, name, name_len, held, remaining_ms, fence);
     int rc = wl_check_client(c);
     if (rc == WATCHLOCK_OK)
         rc = wl_check_name(name, name_len);
@@ -139,80 +137,16 @@ int watchlock_client_member_inspect(watchlock_client *c, size_t i, const void *n
     wl_server *s = member(c, i);
     if (s == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "member %zu: out of range", i);
-    return wl_client_inspect_at(c, s, name, name_len, held, remaining_ms, fence); /* client.c: one parser */
-}
-
-static int cmp_desc(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x > y ? -1 : x < y;
-}
-
-/* The quorum's verdict: held when a majority of members hold the name
- * (by anyone: inspect does not know owners); remaining the lease the
- * majority still holds (the majority-th longest); fence the highest. */
-int watchlock_client_inspect(watchlock_client *c, const void *name, size_t name_len, int *held, int64_t *remaining_ms,
-                             int64_t *fence)
-{
-    if (c == NULL || c->quorum == NULL)
-        return wl_client_inspect_one(c, name, name_len, held, remaining_ms, fence);
-    wl_quorum *q = c->quorum;
-    size_t answered = 0, holding = 0;
-    int64_t left[WL_QMAX], top = 0;
-    for (size_t i = 0; i < q->n; i++) {
-        int h;
-        int64_t rem, f;
-        if (watchlock_client_member_inspect(c, i, name, name_len, &h, &rem, &f) != WATCHLOCK_OK)
-            continue;
-        answered++;
-        if (h)
-            left[holding++] = rem < 0 ? INT64_MAX : rem;
-        if (f > top)
-            top = f;
-    }
-    if (answered < q->majority)
-        return wl_fail(WATCHLOCK_ECONN, "inspect: %zu of %zu members answered, fewer than a majority", answered,
-                       q->n);
-    qsort(left, holding, sizeof *left, cmp_desc);
-    bool maj = holding >= q->majority;
-    if (held)
-        *held = maj;
-    if (remaining_ms)
-        *remaining_ms = !maj ? 0 : left[q->majority - 1] == INT64_MAX ? -1 : left[q->majority - 1];
-    if (fence)
-        *fence = top;
-    return WATCHLOCK_OK;
-}
-
-int watchlock_client_force_release(watchlock_client *c, const void *name, size_t name_len, int *released)
-{
-    if (c == NULL || c->quorum == NULL)
-        return wl_client_force_release_one(c, name, name_len, released);
     wl_keys keys;
-    int rc = wl_admin_keys(c, name, name_len, &keys);
-    if (rc != WATCHLOCK_OK)
+    if ((rc = wl_keys_make(&keys, name, name_len)) != WATCHLOCK_OK)
         return rc;
-    const char *publish = "PUBLISH";
-    const char *argv[3] = {keys.lock, keys.channel, publish};
-    size_t lens[3] = {keys.lock_len, keys.channel_len, strlen(publish)};
-    size_t answered = 0, deleted = 0;
-    for (size_t i = 0; i < c->quorum->n; i++) {
-        redisReply *r;
-        if (wl_run_script(c->quorum->m[i].srv, WL_SCRIPT_FORCE_RELEASE, 1, 2, argv, lens, &r, "force release failed") !=
-            WATCHLOCK_OK)
-            continue;
-        answered++;
-        deleted += wl_reply_i64(r) > 0;
-        freeReplyObject(r);
-    }
+    rc = wl_inspect_at(s, &keys, held, remaining_ms, fence);
     wl_keys_clear(&keys);
-    if (released)
-        *released = deleted > 0;
-    if (answered < c->quorum->majority)
-        return wl_fail(WATCHLOCK_ECONN, "force release: %zu of %zu members answered, fewer than a majority", answered,
-                       c->quorum->n);
-    return WATCHLOCK_OK;
+    return rc;
 }
+
+/* inspect and force_release: the placement's (client.c, hold.h: on a
+ * quorum hold/quorum_admin.c's majority verdict). */
 
 int watchlock_client_inspect_owner(watchlock_owner **out, int *held, int64_t *remaining_ms, int64_t *fence,
                                    watchlock_client *c, const void *name, size_t name_len)

@@ -325,6 +325,10 @@ int wl_quorum_renew_round(watchlock_client *c, round_entry *es, size_t n, int64_
 int wl_quorum_release(watchlock_client *c, const wl_release_args *a, int64_t cap_ms, int *result);
 /* The release script written to every member, answers left to the drain. */
 void wl_quorum_release_best_effort(watchlock_client *c, const wl_release_args *a);
+/* The admin calls on a quorum (quorum_admin.c, the quorum's placement
+ * entries, hold.h wl_placement): every member's answer, a majority verdict. */
+int wl_quorum_inspect(watchlock_client *c, const wl_keys *keys, int *held, int64_t *remaining_ms, int64_t *fence);
+int wl_quorum_force_release(watchlock_client *c, const wl_keys *keys, int *released);
 
 /* A client's placement (issue 30.2): how its holds' writes reach servers
  * and how the answers become one verdict. One per client, never NULL, set
@@ -339,7 +343,13 @@ void wl_quorum_release_best_effort(watchlock_client *c, const wl_release_args *a
  * - close_release: at close, the held holds' releases (best effort,
  *   args[0..n)), then the placement's background work stopped;
  * - close: after c->server is closed; free: at the client's free;
- * - stat: the placement's counters (WATCHLOCK_STAT_QUORUM_*; 0 for none). */
+ * - stat: the placement's counters (WATCHLOCK_STAT_QUORUM_*; 0 for none);
+ * - inspect, force_release: the admin calls on a name's keys (client and
+ *   name checked by the caller), on the placement's servers, as its verdict
+ *   (topology.h wl_inspect_at / wl_force_release_at on each);
+ * - refuse: whether the placement serves a lock kind (WATCHLOCK_KIND_*):
+ *   OK, or EINVAL with the reason; every handle's constructor asks it
+ *   (locks/handle.c wl_handle_new), so a new kind cannot skip it. */
 typedef struct wl_placement {
     int (*renew_round)(watchlock_client *c, round_entry *es, size_t n, int64_t cap_ms);
     void (*close_conns)(watchlock_client *c);
@@ -347,6 +357,9 @@ typedef struct wl_placement {
     void (*close)(watchlock_client *c);
     void (*free)(watchlock_client *c);
     int64_t (*stat)(watchlock_client *c, int which);
+    int (*inspect)(watchlock_client *c, const wl_keys *keys, int *held, int64_t *remaining_ms, int64_t *fence);
+    int (*force_release)(watchlock_client *c, const wl_keys *keys, int *released);
+    int (*refuse)(watchlock_client *c, int kind);
 } wl_placement;
 extern const wl_placement wl_single_placement; /* placement.c */
 extern const wl_placement wl_quorum_placement; /* quorum_round.c: installed by the quorum's open */

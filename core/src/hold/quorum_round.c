@@ -254,9 +254,28 @@ static int64_t quorum_stat(watchlock_client *c, int which)
     }
 }
 
+/* The kinds a quorum serves: the plain lock, the read-write lock's sides
+ * and the multi-lock. A fair queue or a k-permit semaphore over majorities
+ * is not built (docs/design.md: a k-permit semaphore over majorities can
+ * admit more than k holders). */
+static int quorum_refuse(watchlock_client *c, int kind)
+{
+    static const char *const refused[] = {[WATCHLOCK_KIND_FAIR] = "fair", [WATCHLOCK_KIND_SEMAPHORE] = "semaphore"};
+    const char *word = kind >= 0 && (size_t)kind < sizeof refused / sizeof *refused ? refused[kind] : NULL;
+    if (word == NULL)
+        return WATCHLOCK_OK;
+    return wl_fail(WATCHLOCK_EINVAL,
+                   "%s locks are not available on a quorum client (%zu members) in this version: use a plain lock, "
+                   "or a client on one server",
+                   word, c->quorum->n);
+}
+
 const wl_placement wl_quorum_placement = {.renew_round = wl_quorum_renew_round,
                                           .close_conns = quorum_close_conns,
                                           .close_release = quorum_close_release,
                                           .close = quorum_close,
                                           .free = quorum_free,
-                                          .stat = quorum_stat};
+                                          .stat = quorum_stat,
+                                          .inspect = wl_quorum_inspect,             /* quorum_admin.c */
+                                          .force_release = wl_quorum_force_release,
+                                          .refuse = quorum_refuse};

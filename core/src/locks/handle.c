@@ -39,8 +39,28 @@ int wl_extend_lease_check(const watchlock_lock *l, int64_t lease_ms)
     return WATCHLOCK_OK;
 }
 
+int wl_extend_begin(watchlock_lock *l, int64_t lease_ms)
+{
+    watchlock_client *c = l->hold.client;
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    if (!wl_held_now(l)) {
+        if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
+            wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false); /* past its deadline */
+        const char *why = l->hold.state == WATCHLOCK_LOST   ? "the lock was lost"
+                          : l->hold.state == WATCHLOCK_HELD ? "the lock is being released"
+                                                            : "not held by this handle";
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->hold.quoted, why);
+    }
+    if (lease_ms > 0)
+        l->hold.lease_ms = lease_ms;
+    return WATCHLOCK_OK;
+}
+
 int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len, const wl_hold_ops *ops,
-                  const wl_lock_ops *kind)
+                  const wl_lock_ops *kind, int kind_code)
 {
     if (out == NULL)
         return wl_fail(WATCHLOCK_EINVAL, "out is NULL");
@@ -48,6 +68,8 @@ int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, s
     int rc = wl_check_client(c);
     if (rc == WATCHLOCK_OK)
         rc = wl_check_name(name, name_len);
+    if (rc == WATCHLOCK_OK)
+        rc = c->placement->refuse(c, kind_code); /* hold.h: the kinds the client's placement serves */
     if (rc != WATCHLOCK_OK)
         return rc;
     watchlock_lock *l = calloc(1, sizeof *l);

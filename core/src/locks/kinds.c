@@ -16,31 +16,11 @@
 /* The read-write lock's capacity: more readers than this never share a name. */
 #define RW_CAP WL_RW_CAP
 
-static void q_unref(wl_hold *h)
-{
-    wl_lock_unref(wl_lock_of(h));
-}
-
-static void q_abandoned_end(watchlock_client *c, wl_hold *h)
-{
-    wl_abandoned_end(c, wl_lock_of(h));
-}
-
-static int q_release(wl_hold *h)
-{
-    return watchlock_lock_release(wl_lock_of(h));
-}
-
-static void *q_owner(wl_hold *h)
-{
-    return wl_lock_of(h);
-}
-
 static const wl_hold_ops queued_ops = {
-    .unref = q_unref,
-    .abandoned_end = q_abandoned_end,
-    .release = q_release,
-    .owner = q_owner,
+    .unref = wl_one_hold_unref, /* release.c: a handle that is one hold */
+    .abandoned_end = wl_one_hold_abandoned_end,
+    .release = wl_one_hold_release,
+    .owner = wl_one_hold_owner,
     .live_args = wl_q_live_args, /* waiter.c: the watchdog renews a waiter's liveness */
     .live_done = wl_q_live_done,
     .release_best_effort = wl_q_release_best_effort}; /* queue.c: close and loss hand on through the queue */
@@ -97,11 +77,7 @@ static int queued_new(watchlock_lock **out, watchlock_client *c, const void *nam
 {
     if (out != NULL)
         *out = NULL;
-    int rc = wl_quorum_refuse(c, kind == WATCHLOCK_KIND_FAIR        ? "fair"
-                                 : kind == WATCHLOCK_KIND_SEMAPHORE ? "semaphore"
-                                                                    : "read-write");
-    if (rc == WATCHLOCK_OK)
-        rc = wl_handle_new(out, c, name, name_len, &queued_ops, &queued_kind);
+    int rc = wl_handle_new(out, c, name, name_len, &queued_ops, &queued_kind, kind);
     if (rc != WATCHLOCK_OK)
         return rc;
     int64_t k = kind == WATCHLOCK_KIND_WRITE ? RW_CAP : 1;

@@ -71,35 +71,11 @@ static int owner_args_add(const watchlock_lock *l, owner_args *o, const char **a
     return 3;
 }
 
-/* The plain lock's answers to the hold layer and to the handle (hold.h):
- * each finds the handle that embeds the hold (wl_lock_of). */
-static void plain_unref(wl_hold *h)
-{
-    wl_lock_unref(wl_lock_of(h));
-}
-
-static void plain_abandoned_end(watchlock_client *c, wl_hold *h)
-{
-    wl_abandoned_end(c, wl_lock_of(h));
-}
-
-static int plain_release(wl_hold *h)
-{
-    return watchlock_lock_release(wl_lock_of(h));
-}
-
-static void *plain_owner(wl_hold *h)
-{
-    return wl_lock_of(h);
-}
-
-static const wl_hold_ops plain_lock_ops = {
-    .unref = plain_unref, .abandoned_end = plain_abandoned_end, .release = plain_release, .owner = plain_owner};
-
 int watchlock_lock_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len)
 {
     /* the plain lock's table, or its quorum client's (quorum_lock.c) */
-    return wl_handle_new(out, c, name, name_len, &plain_lock_ops, wl_quorum_kind(c, &wl_plain_lock_ops));
+    return wl_handle_new(out, c, name, name_len, &wl_one_hold_ops, wl_quorum_kind(c, &wl_plain_lock_ops),
+                         WATCHLOCK_KIND_PLAIN);
 }
 
 /* ---- acquire ---- */
@@ -226,37 +202,12 @@ static int queued_kind_error(watchlock_lock *l, const char *what, int rc)
 static int attempt(watchlock_lock *l, int64_t *pttl_ms)
 {
     watchlock_client *c = l->hold.client;
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&c->mu);
-    if (wl_held_now(l)) { /* another thread got this handle meanwhile */
-        l->hold.hold_count++;
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return WATCHLOCK_OK;
-    }
-    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing) /* past its deadline, not yet marked */
-        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
-    /* A hold lost by its local deadline may still have its key for the
-     * safety margin: delete it (checked, never someone else's) so that the
-     * new hold, which has a new token, need not wait for it. */
-    bool drop_old = l->hold.state == WATCHLOCK_LOST && l->hold.lost_reason != WATCHLOCK_LOST_TAKEN && l->token_used;
     wl_release_args old;
-    if (drop_old)
-        wl_release_args_make(&l->hold, &old);
+    bool drop_old, reentered;
+    int rc = wl_attempt_begin(l, false, &old, &drop_old, &reentered); /* wait.c: io_mu, client->mu */
+    if (rc != WATCHLOCK_OK || reentered)
+        return rc;
     int64_t lease = l->hold.lease_ms;
-    /* A new hold gets a new token. Failed attempts keep theirs, so that a
-     * retry after a lost reply finds its own key; a different lease gets a
-     * new one too, so that an old attempt landing late never sets a lease
-     * this hold does not count on. */
-    if (l->token_used || (l->token_lease_ms != lease && !l->hold.plain_value)) { /* (a token set: kept) */
-        if (wl_random_token(l->hold.token) != 0) {
-            pthread_mutex_unlock(&c->mu);
-            pthread_mutex_unlock(&l->io_mu);
-            return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
-        }
-        l->token_used = false;
-        l->token_lease_ms = lease;
-    }
     char ident[WL_IDENT_SIZE];
     size_t ident_len = wl_ident(&l->hold, 1, ident);
     owner_args owner;
@@ -292,7 +243,6 @@ static int attempt(watchlock_lock *l, int64_t *pttl_ms)
     wl_conn **keep = c->server.ep.min_replicas > 0 ? &wrote : NULL;
     bool acquired = false;
     int64_t value = 0;
-    int rc = WATCHLOCK_OK;
     /* A waiter's retries (the name was held last time) go straight to the
      * script, which answers "held" with the remaining lease in one round
      * trip. */
@@ -498,20 +448,8 @@ int wl_plain_extend(watchlock_lock *l, int64_t lease_ms)
     if (rc != WATCHLOCK_OK)
         return rc;
     watchlock_client *c = l->hold.client;
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&c->mu);
-    if (!wl_held_now(l)) {
-        if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
-            wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false); /* past its deadline */
-        const char *why = l->hold.state == WATCHLOCK_LOST ? "the lock was lost"
-                          : l->hold.state == WATCHLOCK_HELD ? "the lock is being released"
-                                                       : "not held by this handle";
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->hold.quoted, why);
-    }
-    if (lease_ms > 0)
-        l->hold.lease_ms = lease_ms;
+    if ((rc = wl_extend_begin(l, lease_ms)) != WATCHLOCK_OK) /* handle.c: io_mu, client->mu held on OK */
+        return rc;
     wl_write w;
     wl_write_prepare(c, &l->hold, l->hold.lease_ms, wl_now_us(), &w);
     char ident[WL_IDENT_SIZE], from_s[24], ms_s[24];

@@ -121,11 +121,9 @@ void wl_acquire_record(watchlock_lock *l, int rc, bool waited, int64_t t0_us);
 void wl_wait_give_up(watchlock_lock *l);
 /* The fencing token the hold recorded (handle.c; 0 for NULL or forked). */
 int64_t wl_lock_fence(const watchlock_lock *l);
-/* Quorum clients (quorum_lock.c): the plain lock's acquire and extend.
- * wl_quorum_refuse is the refusal point for the kinds not built on a
- * quorum (fair, semaphore, multi): EINVAL with a message naming
- * `kind` on a quorum client, OK on any other; call it from the kind's
- * constructor. */
+/* Quorum clients (quorum_lock.c): the plain lock's acquire and extend
+ * (the kinds a quorum does not serve are refused by its placement:
+ * hold.h wl_placement refuse, asked by wl_handle_new). */
 /* A quorum waiter's wake-ups (quorum_wait.c): wl_qwait_signal is the
  * subscribers' notify function; wl_qwait_until sleeps until the count
  * exceeds `seen` (when wakeable) or at_us, true when woken. */
@@ -143,7 +141,6 @@ int64_t wl_jitter_us(int64_t max_us); /* random in [0, max_us) */
  * doubled after each of `collisions` attempts in a row that failed with
  * grants, at most a quarter of the lease. */
 int64_t wl_qwait_spread_us(int collisions, int64_t rtt_us, int64_t lease_ms);
-int wl_quorum_refuse(watchlock_client *c, const char *kind);
 int wl_quorum_acquire(watchlock_lock *l, int64_t wait_ms);
 /* A one-hold kind's acquire on a quorum (the plain lock's attempt, wait
  * and verdict; quorum_lock.c) with the kind's own script: `script` fills
@@ -176,10 +173,11 @@ int wl_quorum_rwlock_new(watchlock_lock **out, watchlock_client *c, const void *
                          bool *taken);
 int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms);
 /* A new handle of the kind `kind` whose hold ops are `ops` (handle.c):
- * checks the client and the name, makes the keys and a token, links it to
- * the client. */
+ * checks the client and the name, asks the client's placement whether it
+ * serves kind_code (WATCHLOCK_KIND_*; hold.h wl_placement refuse), makes
+ * the keys and a token, links it to the client. */
 int wl_handle_new(watchlock_lock **out, watchlock_client *c, const void *name, size_t name_len,
-                  const wl_hold_ops *ops, const wl_lock_ops *kind);
+                  const wl_hold_ops *ops, const wl_lock_ops *kind, int kind_code);
 /* The handle layer's free and abandon of a handle that is one hold
  * (handle.c; the plain, quorum and queued kinds' free/abandon). */
 void wl_handle_free(watchlock_lock *l);
@@ -197,6 +195,11 @@ static inline bool wl_held_now(const watchlock_lock *l)
 }
 /* The lease argument of extend: 0 (the current) or 1 ms .. 30 days. */
 int wl_extend_lease_check(const watchlock_lock *l, int64_t lease_ms);
+/* The extend prologue of a one-hold kind (handle.c: lock.c, quorum_lock.c):
+ * takes l->io_mu, then client->mu; a hold held now gets lease_ms (when
+ * > 0): OK, both held. Otherwise ENOTOWNER (a hold past its deadline
+ * marked lost first), both released. */
+int wl_extend_begin(watchlock_lock *l, int64_t lease_ms);
 /* The plain lock's table (lock.c), and a one-hold kind's on the client's
  * placement: a quorum client's plain lock is quorum_lock.c's table, any
  * other client's `single` (quorum_lock.c). */
@@ -227,6 +230,29 @@ int wl_lock_finish_pending_release(watchlock_lock *l);
 /* The acquire prologue of a one-hold kind (release.c): reentrant count
  * (*done), the renew interval's check, a pending release finished. */
 int wl_acquire_begin(watchlock_lock *l, bool *done);
+/* The acquire prologue of every kind (release.c; issue 30.5). wl_attempt_enter
+ * takes l->io_mu, then client->mu (the lock order); a hold held now is
+ * entered again (its count + 1): true, both mutexes released. Otherwise
+ * false, both held, and a hold past its deadline is marked lost (the
+ * multi-lock's acquire prologue: multi_io.c wl_multi_begin).
+ * wl_attempt_begin is that for a one-hold kind's attempt (lock.c,
+ * waiter.c, quorum_lock.c): *reentered and OK as above; otherwise, with `old` non-NULL a hold lost by its local
+ * deadline (not taken, its token used) gets its release arguments in *old
+ * (*drop_old: the caller deletes its key, checked, once the mutexes are
+ * down); the hold gets a new token when its token was used, or its lease
+ * changed (unless the token is the caller's own, plain_value), or always
+ * with `fresh`. OK: both mutexes held, the attempt goes on; an error:
+ * both released. */
+bool wl_attempt_enter(watchlock_lock *l);
+int wl_attempt_begin(watchlock_lock *l, bool fresh, wl_release_args *old, bool *drop_old, bool *reentered);
+/* The hold ops of a handle that is one hold (release.c): unref, abandoned
+ * end, release and owner find the handle that embeds the hold; the table
+ * of the kinds with no more (plain, read-write on a quorum). */
+void wl_one_hold_unref(wl_hold *h);
+void wl_one_hold_abandoned_end(watchlock_client *c, wl_hold *h);
+int wl_one_hold_release(wl_hold *h);
+void *wl_one_hold_owner(wl_hold *h);
+extern const wl_hold_ops wl_one_hold_ops;
 
 /* The waiter queue (queue.c). wl_queued_init makes a new handle a queued
  * kind's: its hold key (watchlock:{N}:q:h:<id>) becomes hold.keys.lock, so

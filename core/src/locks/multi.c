@@ -196,8 +196,8 @@ int watchlock_multi_lock_new(watchlock_lock **out, watchlock_client *c, const vo
                 return wl_fail(WATCHLOCK_EINVAL, "multi-lock: name %zu is listed twice", i);
     }
     watchlock_lock *l;
-    int rc = wl_handle_new(&l, c, names[0], name_lens[0], &group_ops,
-                           &wl_plain_lock_ops); /* freed as one plain hold until its members are made */
+    int rc = wl_handle_new(&l, c, names[0], name_lens[0], &group_ops, &wl_plain_lock_ops,
+                           WATCHLOCK_KIND_MULTI); /* freed as one plain hold until its members are made */
     if (rc != WATCHLOCK_OK)
         return rc;
     wl_multi *m = calloc(1, sizeof *m);

@@ -121,8 +121,20 @@ static inline size_t run_end(const wl_multi *m, size_t i, bool sharded)
     return j;
 }
 
+/* The multi-lock's acquire prologue (multi_io.c; its acquire and the
+ * quorum's, quorum_multi.c): a group held now is entered again
+ * (*reentered, no mutex held); otherwise the renew interval checked, an
+ * earlier hold's keys given back and the group UNLOCKED, OK with io_mu
+ * held (client->mu not); an error with neither. */
+int wl_multi_begin(watchlock_lock *l, bool *reentered);
 int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms);
 int wl_multi_release(watchlock_lock *l);
+/* The multi-release script's keys and arguments for the k sorted members
+ * idx[0..k) (multi_io.c; one server's and the quorum's release): their lock
+ * keys, then each one's token prefix (in prefix[j]) and channel, then the
+ * publish command; argv/lens hold 3k + 1. Takes client->mu. */
+void wl_multi_release_argv(watchlock_lock *l, const size_t *idx, size_t k, const char *publish,
+                           char (*prefix)[WL_IDENT_SIZE], const char **argv, size_t *lens);
 /* multi_io.c's release entry (one server, a run per slot). */
 int wl_multi_release_single(watchlock_lock *l, const bool *sel, int *results);
 /* With client->mu, at the end of an acquire: every member held, the group

@@ -22,6 +22,21 @@
  * i), one call per run of one slot; results[i] gets 1 released, 0 no key,
  * -1 another owner, RESULT_UNKNOWN when its call failed. Returns OK or the
  * first error. Without client->mu. */
+void wl_multi_release_argv(watchlock_lock *l, const size_t *idx, size_t k, const char *publish,
+                           char (*prefix)[WL_IDENT_SIZE], const char **argv, size_t *lens)
+{
+    watchlock_client *c = l->hold.client;
+    pthread_mutex_lock(&c->mu); /* the tokens */
+    for (size_t j = 0; j < k; j++) {
+        const wl_hold *h = &multi_of(l)->m[idx[j]].hold;
+        argv[j] = h->keys.lock, lens[j] = h->keys.lock_len;
+        argv[k + 2 * j] = prefix[j], lens[k + 2 * j] = wl_ident(h, -1, prefix[j]);
+        argv[k + 2 * j + 1] = h->keys.channel, lens[k + 2 * j + 1] = h->keys.channel_len;
+    }
+    pthread_mutex_unlock(&c->mu);
+    argv[3 * k] = publish, lens[3 * k] = strlen(publish);
+}
+
 int wl_multi_release_single(watchlock_lock *l, const bool *sel, int *results)
 {
     watchlock_client *c = l->hold.client;
@@ -47,15 +62,7 @@ int wl_multi_release_single(watchlock_lock *l, const bool *sel, int *results)
         from = to;
         if (k == 0)
             continue;
-        pthread_mutex_lock(&c->mu); /* the tokens */
-        for (size_t j = 0; j < k; j++) {
-            const wl_hold *h = &m->m[idx[j]].hold;
-            argv[j] = h->keys.lock, lens[j] = h->keys.lock_len;
-            argv[k + 2 * j] = prefix[j], lens[k + 2 * j] = wl_ident(h, -1, prefix[j]);
-            argv[k + 2 * j + 1] = h->keys.channel, lens[k + 2 * j + 1] = h->keys.channel_len;
-        }
-        pthread_mutex_unlock(&c->mu);
-        argv[3 * k] = publish, lens[3 * k] = strlen(publish);
+        wl_multi_release_argv(l, idx, k, publish, prefix, argv, lens);
         char what[160];
         wl_what(what, sizeof what, "release", l->hold.quoted);
         redisReply *r;
@@ -367,22 +374,12 @@ bool wl_multi_group_begin(watchlock_lock *l)
     return true;
 }
 
-int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
+int wl_multi_begin(watchlock_lock *l, bool *reentered)
 {
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
-    if (c->server.ep.min_replicas > 0)
-        return wl_fail(WATCHLOCK_EINVAL, "acquire %s: a multi-lock does not support min_replicas", l->hold.quoted);
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&c->mu);
-    if (wl_held_now(l)) { /* reentrant */
-        l->hold.hold_count++;
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
+    if ((*reentered = wl_attempt_enter(l))) /* release.c: io_mu, client->mu; reentrant */
         return WATCHLOCK_OK;
-    }
-    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing) /* past its deadline */
-        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
     int rc = wl_renew_check(&l->hold);
     bool old = false;
     for (size_t i = 0; i < m->n; i++)
@@ -397,6 +394,21 @@ int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
     pthread_mutex_lock(&c->mu);
     if (l->hold.state != WATCHLOCK_UNLOCKED)
         end_hold(c, &l->hold);
+    pthread_mutex_unlock(&c->mu);
+    return WATCHLOCK_OK;
+}
+
+int wl_multi_acquire(watchlock_lock *l, int64_t wait_ms)
+{
+    watchlock_client *c = l->hold.client;
+    wl_multi *m = multi_of(l);
+    if (c->server.ep.min_replicas > 0)
+        return wl_fail(WATCHLOCK_EINVAL, "acquire %s: a multi-lock does not support min_replicas", l->hold.quoted);
+    bool reentered;
+    int rc = wl_multi_begin(l, &reentered); /* io_mu held on OK */
+    if (rc != WATCHLOCK_OK || reentered)
+        return rc;
+    pthread_mutex_lock(&c->mu);
     int64_t lease = l->hold.lease_ms;
     /* A token of its own for each name's hold (the hold identity rule: a
      * hold of its own per name, as the renewals and releases name them).

@@ -219,28 +219,12 @@ static int attempt(watchlock_lock *l, tally *t, wl_qacquire_fn script)
     t->q = q;
     if (wl_quorum_distinct(q) != WATCHLOCK_OK) /* a member turned out to be another's server */
         return WATCHLOCK_EINVAL;
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&c->mu);
-    if (wl_held_now(l)) {
-        l->hold.hold_count++;
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return WATCHLOCK_OK;
-    }
-    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
-        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
-    bool drop_old = l->hold.state == WATCHLOCK_LOST && l->hold.lost_reason != WATCHLOCK_LOST_TAKEN && l->token_used;
     wl_release_args old, mine;
-    if (drop_old)
-        wl_release_args_make(&l->hold, &old);
+    bool drop_old, reentered;
+    int brc = wl_attempt_begin(l, true, &old, &drop_old, &reentered); /* wait.c: a new token every attempt */
+    if (brc != WATCHLOCK_OK || reentered)
+        return brc;
     int64_t lease = l->hold.lease_ms;
-    if (wl_random_token(l->hold.token) != 0) {
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
-    }
-    l->token_used = false;
-    l->token_lease_ms = lease;
     char ident[WL_IDENT_SIZE];
     size_t ident_len = wl_ident(&l->hold, 1, ident);
     wl_release_args_make(&l->hold, &mine);
@@ -474,20 +458,9 @@ int wl_quorum_extend(watchlock_lock *l, int64_t lease_ms)
 {
     watchlock_client *c = l->hold.client;
     wl_quorum *q = c->quorum;
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&c->mu);
-    if (!wl_held_now(l)) {
-        if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing)
-            wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), false);
-        const char *why = l->hold.state == WATCHLOCK_LOST   ? "the lock was lost"
-                          : l->hold.state == WATCHLOCK_HELD ? "the lock is being released"
-                                                            : "not held by this handle";
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return wl_fail(WATCHLOCK_ENOTOWNER, "extend %s: %s", l->hold.quoted, why);
-    }
-    if (lease_ms > 0)
-        l->hold.lease_ms = lease_ms;
+    int brc = wl_extend_begin(l, lease_ms); /* handle.c: io_mu, client->mu held on OK */
+    if (brc != WATCHLOCK_OK)
+        return brc;
     wl_quorum_note_lease(q, l->hold.lease_ms);
     wl_write w;
     wl_write_prepare(c, &l->hold, l->hold.lease_ms, wl_now_us(), &w);
@@ -632,16 +605,6 @@ int watchlock_lock_member_status(const watchlock_lock *l, size_t i)
         v = l->last_busy ? WATCHLOCK_MEMBER_HELD : WATCHLOCK_MEMBER_GRANTED;
     pthread_mutex_unlock(&c->mu);
     return v;
-}
-
-int wl_quorum_refuse(watchlock_client *c, const char *kind)
-{
-    if (c == NULL || c->quorum == NULL)
-        return WATCHLOCK_OK;
-    return wl_fail(WATCHLOCK_EINVAL,
-                   "%s locks are not available on a quorum client (%zu members) in this version: use a plain lock, "
-                   "or a client on one server",
-                   kind, c->quorum->n);
 }
 
 /* ---- the quorum client's plain lock: its table (locks.h) ---- */

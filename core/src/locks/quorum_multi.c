@@ -361,34 +361,15 @@ static int qm_acquire(watchlock_lock *l, int64_t wait_ms)
     watchlock_client *c = l->hold.client;
     wl_multi *m = multi_of(l);
     wl_quorum *q = c->quorum;
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&c->mu);
-    if (wl_held_now(l)) { /* reentrant */
-        l->hold.hold_count++;
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return WATCHLOCK_OK;
-    }
-    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing) /* past its deadline */
-        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
-    int rc = wl_renew_check(&l->hold);
-    bool old = false;
-    for (size_t i = 0; i < m->n; i++)
-        old = old || m->m[i].hold.state != WATCHLOCK_UNLOCKED;
-    pthread_mutex_unlock(&c->mu);
+    bool reentered;
+    int rc = wl_multi_begin(l, &reentered); /* multi_io.c: io_mu held on OK */
+    if (rc != WATCHLOCK_OK || reentered)
+        return rc;
     qm_args a;
-    if (rc == WATCHLOCK_OK)
-        rc = args_new(&a, m->n);
-    if (rc != WATCHLOCK_OK) {
+    if ((rc = args_new(&a, m->n)) != WATCHLOCK_OK) {
         pthread_mutex_unlock(&l->io_mu);
         return rc;
     }
-    if (old) /* an earlier hold's keys (lost, or a release not confirmed): delete what is still ours */
-        wl_multi_rollback(l);
-    pthread_mutex_lock(&c->mu);
-    if (l->hold.state != WATCHLOCK_UNLOCKED)
-        end_hold(c, &l->hold);
-    pthread_mutex_unlock(&c->mu);
 
     int64_t t0 = wl_now_us(), until = wl_deadline_after_ms(wait_ms), rtt_us = 0;
     size_t N = q->n;

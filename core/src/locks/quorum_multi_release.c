@@ -57,15 +57,7 @@ int wl_qmulti_release(watchlock_lock *l, const bool *sel, int *results)
             idx[k++] = i;
     int rc = WATCHLOCK_OK;
     if (k > 0) {
-        pthread_mutex_lock(&c->mu); /* the tokens */
-        for (size_t j = 0; j < k; j++) {
-            const wl_hold *h = &m->m[idx[j]].hold;
-            argv[j] = h->keys.lock, lens[j] = h->keys.lock_len;
-            argv[k + 2 * j] = prefix[j], lens[k + 2 * j] = wl_ident(h, -1, prefix[j]);
-            argv[k + 2 * j + 1] = h->keys.channel, lens[k + 2 * j + 1] = h->keys.channel_len;
-        }
-        pthread_mutex_unlock(&c->mu);
-        argv[3 * k] = publish, lens[3 * k] = strlen(publish);
+        wl_multi_release_argv(l, idx, k, publish, prefix, argv, lens); /* multi_io.c */
         wl_qcall call;
         memset(&call, 0, sizeof call);
         call.s = (wl_qscript){WL_SCRIPT_MULTI_RELEASE, NULL, (int)k, (int)(2 * k + 1), argv, lens};

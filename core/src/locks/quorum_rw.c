@@ -39,31 +39,6 @@ typedef struct qrw {
     const char *reader; /* "1" | "0" */
 } qrw;
 
-static void qrw_unref(wl_hold *h)
-{
-    wl_lock_unref(wl_lock_of(h));
-}
-
-static void qrw_abandoned_end(watchlock_client *c, wl_hold *h)
-{
-    wl_abandoned_end(c, wl_lock_of(h));
-}
-
-static int qrw_release_hold(wl_hold *h)
-{
-    return watchlock_lock_release(wl_lock_of(h));
-}
-
-static void *qrw_owner(wl_hold *h)
-{
-    return wl_lock_of(h);
-}
-
-/* No release_best_effort: the release script on the hold's key (every
- * member) also drops its holders entry (scripts.c). */
-static const wl_hold_ops qrw_hold_ops = {
-    .unref = qrw_unref, .abandoned_end = qrw_abandoned_end, .release = qrw_release_hold, .owner = qrw_owner};
-
 /* One attempt's script (wl_qacquire_fn): the queue's 6 keys, then
  * qrw_scripts.c's arguments. */
 static void qrw_script(watchlock_lock *l, const char *ident, size_t ident_len, const char *lease_s,
@@ -228,7 +203,10 @@ int wl_quorum_rwlock_new(watchlock_lock **out, watchlock_client *c, const void *
     wl_fmt_i64(x->k, write ? WL_RW_CAP : 1);
     wl_fmt_i64(x->cap, WL_RW_CAP);
     x->reader = write ? "0" : "1";
-    int rc = wl_handle_new(out, c, name, name_len, &qrw_hold_ops, &qrw_kind);
+    /* the one-hold ops, no release_best_effort: the release script on the
+     * hold's key (every member) also drops its holders entry (scripts.c) */
+    int rc = wl_handle_new(out, c, name, name_len, &wl_one_hold_ops, &qrw_kind,
+                           write ? WATCHLOCK_KIND_WRITE : WATCHLOCK_KIND_READ);
     if (rc != WATCHLOCK_OK) {
         free(x);
         return rc;

@@ -5,7 +5,8 @@
  * (the release script on a pooled connection, once more on a fresh one when
  * the first try could not be confirmed); a release left pending (the hold
  * is not renewed, and kept until confirmed or expired) that the next call
- * on the handle finishes; the one-hold kinds' acquire prologue.
+ * on the handle finishes; the one-hold kinds' acquire prologue (per call
+ * and per attempt) and their answers to the hold layer.
  */
 #include "locks/locks.h"
 
@@ -155,6 +156,81 @@ int wl_acquire_begin(watchlock_lock *l, bool *done)
         rc = wl_lock_finish_pending_release(l);
     return rc;
 }
+
+bool wl_attempt_enter(watchlock_lock *l)
+{
+    watchlock_client *c = l->hold.client;
+    pthread_mutex_lock(&l->io_mu);
+    pthread_mutex_lock(&c->mu);
+    if (wl_held_now(l)) { /* another thread got this handle meanwhile */
+        l->hold.hold_count++;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&l->io_mu);
+        return true;
+    }
+    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing) /* past its deadline, not yet marked */
+        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
+    return false;
+}
+
+int wl_attempt_begin(watchlock_lock *l, bool fresh, wl_release_args *old, bool *drop_old, bool *reentered)
+{
+    watchlock_client *c = l->hold.client;
+    if (drop_old != NULL)
+        *drop_old = false;
+    if ((*reentered = wl_attempt_enter(l)))
+        return WATCHLOCK_OK;
+    /* A hold lost by its local deadline may still have its key for the
+     * safety margin: the caller deletes it (checked, never someone else's)
+     * so that the new hold, which has a new token, need not wait for it. */
+    if (old != NULL && l->hold.state == WATCHLOCK_LOST && l->hold.lost_reason != WATCHLOCK_LOST_TAKEN &&
+        l->token_used) {
+        wl_release_args_make(&l->hold, old);
+        *drop_old = true;
+    }
+    int64_t lease = l->hold.lease_ms;
+    /* A new hold gets a new token. Failed attempts keep theirs, so that a
+     * retry after a lost reply finds its own key (a waiter: the queue knows
+     * it by it); a different lease gets a new one too, so that an old
+     * attempt landing late never sets a lease this hold does not count on. */
+    if (fresh || l->token_used || (l->token_lease_ms != lease && !l->hold.plain_value)) { /* (a token set: kept) */
+        if (wl_random_token(l->hold.token) != 0) {
+            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(&l->io_mu);
+            return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
+        }
+        l->token_used = false;
+        l->token_lease_ms = lease;
+    }
+    return WATCHLOCK_OK;
+}
+
+/* The one-hold kinds' answers to the hold layer (hold.h wl_hold_ops;
+ * locks.h wl_one_hold_ops): each finds the handle that embeds the hold. */
+void wl_one_hold_unref(wl_hold *h)
+{
+    wl_lock_unref(wl_lock_of(h));
+}
+
+void wl_one_hold_abandoned_end(watchlock_client *c, wl_hold *h)
+{
+    wl_abandoned_end(c, wl_lock_of(h));
+}
+
+int wl_one_hold_release(wl_hold *h)
+{
+    return watchlock_lock_release(wl_lock_of(h));
+}
+
+void *wl_one_hold_owner(wl_hold *h)
+{
+    return wl_lock_of(h);
+}
+
+const wl_hold_ops wl_one_hold_ops = {.unref = wl_one_hold_unref,
+                                     .abandoned_end = wl_one_hold_abandoned_end,
+                                     .release = wl_one_hold_release,
+                                     .owner = wl_one_hold_owner};
 
 int watchlock_lock_release(watchlock_lock *l)
 {

@@ -64,28 +64,12 @@ static int begin_hold(watchlock_client *c, watchlock_lock *l, int64_t fence, int
 static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
 {
     watchlock_client *c = l->hold.client;
-    pthread_mutex_lock(&l->io_mu);
-    pthread_mutex_lock(&c->mu);
-    if (wl_held_now(l)) { /* another thread got this handle meanwhile */
-        l->hold.hold_count++;
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&l->io_mu);
-        return WATCHLOCK_OK;
-    }
-    if (l->hold.state == WATCHLOCK_HELD && !l->hold.releasing) /* past its deadline, not yet marked */
-        wl_lose(c, &l->hold, wl_lock_expiry_reason(&l->hold), true);
+    /* a waiter keeps its token across its calls (the queue knows it by it) */
+    bool reentered;
+    int rc = wl_attempt_begin(l, false, NULL, NULL, &reentered); /* wait.c: io_mu, client->mu */
+    if (rc != WATCHLOCK_OK || reentered)
+        return rc;
     int64_t lease = l->hold.lease_ms;
-    /* A new hold gets a new token; a waiter keeps its token across its
-     * calls (the queue knows it by it), as a failed plain attempt does. */
-    if (l->token_used || l->token_lease_ms != lease) {
-        if (wl_random_token(l->hold.token) != 0) {
-            pthread_mutex_unlock(&c->mu);
-            pthread_mutex_unlock(&l->io_mu);
-            return wl_fail(WATCHLOCK_EINTERNAL, "acquire %s: getrandom failed", l->hold.quoted);
-        }
-        l->token_used = false;
-        l->token_lease_ms = lease;
-    }
     l->q->k = k;
     char ident[WL_IDENT_SIZE];
     size_t ident_len = wl_ident(&l->hold, 1, ident);
@@ -131,7 +115,7 @@ static int attempt(watchlock_lock *l, int64_t k, int64_t live_ms)
     wl_what(what, sizeof what, "acquire", l->hold.quoted);
     int64_t sent = wl_now_us();
     redisReply *r;
-    int rc = wl_run_script_keep(&c->server, WL_SCRIPT_Q_ACQUIRE, WL_QKEY_COUNT, 13, argv, lens, &r, what, NULL, NULL);
+    rc = wl_run_script_keep(&c->server, WL_SCRIPT_Q_ACQUIRE, WL_QKEY_COUNT, 13, argv, lens, &r, what, NULL, NULL);
     if (rc == WATCHLOCK_ESERVER && strstr(watchlock_last_error(), "WRONGTYPE") != NULL)
         rc = wl_fail(WATCHLOCK_EWRONGTYPE, "%s: a key of the name holds another type", what);
     if (rc != WATCHLOCK_OK) {

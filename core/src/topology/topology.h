@@ -96,6 +96,12 @@ wl_server *wl_server_any(wl_server *srv);
  * valid until the matching unpin. No-ops (0) for other URLs. Nest freely. */
 uint64_t wl_server_pin(wl_server *srv);
 void wl_server_unpin(wl_server *srv, uint64_t pin);
+/* The admin scripts on one server s (admin_scripts.c), a name's keys
+ * made by the caller: inspect (held, remaining lease: -1 no expiry, 0
+ * free; fence counter; any out may be NULL) and force-release (*released
+ * 1 when a key was deleted). */
+int wl_inspect_at(wl_server *s, const wl_keys *keys, int *held, int64_t *remaining_ms, int64_t *fence);
+int wl_force_release_at(wl_server *s, const wl_keys *keys, int *released);
 /* Runs one script on a pooled connection: EVALSHA, then EVAL on NOSCRIPT;
  * retries once on a fresh connection when a reused one turns out dead or
  * the server turned out to be a replica (READONLY: the script did not run).
