@@ -1480,20 +1480,34 @@ def test_job_control_on_a_terminal(cli, name, tmp_path, how):
         finally:
             os._exit(127)
     os.set_blocking(master, False)
+    out = []
 
     def drain():
         try:
-            os.read(master, 4096)
+            out.append(os.read(master, 4096))
         except OSError:
             pass
 
+    def seen() -> str:
+        """What a failure shows: the files the job and the shell wrote, the
+        terminal's output, and the state of every process of the session."""
+        files = {f.name: f.read_text()[:40] for f in tmp_path.iterdir()}
+        procs = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and os.getsid(int(d.name)) == pid:
+                    procs.append((d.name, proc_state(int(d.name)), (d / "cmdline").read_bytes()[:60]))
+            except OSError:
+                pass
+        return f"files {files}; terminal {b''.join(out)[-400:]!r}; processes {procs}"
+
     try:
-        wait_for(lambda: drain() or (tmp_path / "ready").exists(), "the command to start")
-        assert (tmp_path / "fg1").read_text() == "True"
+        assert wait_for(lambda: drain() or (tmp_path / "ready").exists(), 120), seen()
+        assert (tmp_path / "fg1").read_text() == "True", seen()
         job = int((tmp_path / "pid").read_text())
         os.write(master, b"\x1a")  # the terminal's SUSP character (Ctrl-Z)
-        wait_for(lambda: drain() or (tmp_path / "stopped").exists(), "watchlock to stop")
-        assert proc_state(job) == "T"
+        assert wait_for(lambda: drain() or (tmp_path / "stopped").exists(), 120), seen()
+        assert proc_state(job) == "T", seen()
         (tmp_path / "go").touch()
         (tmp_path / "fg").touch()
         status = None
@@ -1504,10 +1518,10 @@ def test_job_control_on_a_terminal(cli, name, tmp_path, how):
             if done:
                 break
             time.sleep(0.02)
-        assert status is not None and os.WIFEXITED(status), status
-        assert os.WEXITSTATUS(status) == 3
-        assert (tmp_path / "fg2").read_text() == "True"
-        assert (tmp_path / "back").read_text() == "True"
+        assert status is not None and os.WIFEXITED(status), (status, seen())
+        assert os.WEXITSTATUS(status) == 3, seen()
+        assert (tmp_path / "fg2").read_text() == "True", seen()
+        assert (tmp_path / "back").read_text() == "True", seen()
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
