@@ -190,18 +190,22 @@ int wl_quorum_probe_all(wl_quorum *q)
             if (ps->p[i].done && ps->p[i].rc != WATCHLOCK_OK && ps->p[i].rc != WATCHLOCK_ECONN && bad < 0)
                 bad = (int)i;
     }
-    for (size_t i = 0; i < q->n; i++)
-        if (!ps->p[i].done)
+    bool done[WL_QMAX]; /* which probes had ended at the decision (one still pending may end any time) */
+    for (size_t i = 0; i < q->n; i++) {
+        done[i] = ps->p[i].done;
+        if (!done[i])
             atomic_store(&q->m[i].unreachable, true); /* until its probe answers */
+    }
     pthread_mutex_unlock(&ps->mu);
-    /* the results read below are final: done probes write nothing more */
+    /* the results read below are final: probes that had ended write nothing
+     * more (those still pending are read through done[], never directly) */
     if (bad >= 0)
         return wl_fail(ps->p[bad].rc, "quorum member %d (%s): %s", bad + 1, q->m[bad].srv->ep.label, ps->p[bad].why);
     if (answered < q->majority) {
         char down[1024] = "";
         size_t len = 0;
         for (size_t i = 0; i < q->n; i++)
-            if (ps->p[i].done && ps->p[i].rc != WATCHLOCK_OK && len < sizeof down)
+            if (done[i] && ps->p[i].rc != WATCHLOCK_OK && len < sizeof down)
                 len += (size_t)snprintf(down + len, sizeof down - len, "%smember %zu (%s): %s", len > 0 ? "; " : "",
                                         i + 1, q->m[i].srv->ep.label, ps->p[i].why);
         return wl_fail(WATCHLOCK_ECONN,
