@@ -57,7 +57,10 @@ def test_readers_share_writers_exclude(quorum, qclient, other, name):
     assert r1.fencing_token > 0
     w = rw2.write_lock(ttl=2)
     assert w.acquire(blocking=False) is False  # no writer beside readers
-    assert w.members.count("held") == quorum.n
+    # refused at a majority held (a member slower than the decision may be
+    # "unknown": seen on a loaded machine), never granted anywhere
+    assert w.members.count("held") >= quorum.n // 2 + 1, w.members
+    assert set(w.members) <= {"held", "unknown", "unreachable"}, w.members
     r1.release()
     assert w.acquire(blocking=False) is False  # r2 still reads
     r2.release()
