@@ -606,12 +606,19 @@ static int run_locked(const struct run_opts *o, struct run_state *st)
     char **env = o->n_also > 0 && tokens == NULL ? NULL : run_child_environment(o->name, fence, tokens);
     free(tokens);
     pid_t pid = -1;
-    int spawn_err = env ? run_spawn_command(st, o->command, env, &pid) : ENOMEM;
+    int spawn_err = env ? run_spawn_command(st, lock, o->command, env, &pid) : ENOMEM;
     run_free_child_environment(env);
 
     int exit_code;
     struct supervision sup = {0};
-    if (spawn_err != 0) {
+    if (spawn_err == RUN_SPAWN_LOST) {
+        /* Held up past the lease between the grant and COMMAND's start. */
+        sup.lost = sup.reported = 1;
+        sup.lost_reason = watchlock_lock_lost_reason(lock);
+        cli_error("lock '%s' was lost (%s) before '%s' started; not running it", lost_name_of(o, lock),
+                  watchlock_lost_reason_str(sup.lost_reason), o->what);
+        exit_code = CLI_EXIT_LOCK_LOST;
+    } else if (spawn_err != 0) {
         cli_error("%s: %s", o->what, strerror(spawn_err));
         exit_code = (spawn_err == ENOENT || spawn_err == ENOTDIR) ? CLI_EXIT_NOT_FOUND
                     : (spawn_err == EAGAIN || spawn_err == ENOMEM) ? CLI_EXIT_OSERR

@@ -96,7 +96,10 @@ int run_setup_signals(struct run_state *st);
 int run_is_forwarded(const struct run_state *st, int sig);
 void run_free_child_environment(char **env);
 char **run_child_environment(const char *name, int64_t fence, const char *tokens);
-int run_spawn_command(struct run_state *st, char **command, char **env, pid_t *pid);
+/* Starts COMMAND (0, *pid set) unless the lock is no longer held when it
+ * is about to run (RUN_SPAWN_LOST: nothing of COMMAND ran), or an errno. */
+#define RUN_SPAWN_LOST (-1)
+int run_spawn_command(struct run_state *st, watchlock_lock *lock, char **command, char **env, pid_t *pid);
 void run_stop_guardian(struct run_state *st, int stand_down);
 void run_detect_job_control(struct run_state *st);
 void run_take_terminal_back(const struct run_state *st, pid_t pgid);

@@ -597,7 +597,7 @@ void run_on_command_stopped(const struct run_state *st, pid_t pgid)
  * main thread lives until watchlock exits. Returns 0 and sets *pid, or an
  * errno value (exec's, reported by the child on a close-on-exec pipe that
  * reads EOF once exec succeeded). */
-int run_spawn_command(struct run_state *st, char **command, char **env, pid_t *pid)
+int run_spawn_command(struct run_state *st, watchlock_lock *lock, char **command, char **env, pid_t *pid)
 {
     if (command[0][0] == '\0')
         return ENOENT;
@@ -675,6 +675,19 @@ int run_spawn_command(struct run_state *st, char **command, char **env, pid_t *p
     }
     if (st->job_control)
         set_foreground(st, child);
+    /* The last moment not to run COMMAND: since the grant, watchlock may
+     * have been held up past the lease (a stalled stderr, a stopped or
+     * starved process) and the next holder may be at work. state() reads
+     * the clock against the hold's deadline, not the loss timer's verdict.
+     * EOF instead of the byte: the child exits without exec. */
+    if (watchlock_lock_state(lock) != WATCHLOCK_HELD) {
+        close(gopipe[1]);
+        close(errpipe[0]);
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+            ;
+        run_take_terminal_back(st, child);
+        return RUN_SPAWN_LOST;
+    }
     unsigned char go = 1;
     ssize_t wn;
     do {

@@ -19,6 +19,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,6 +27,27 @@ sys.path.insert(0, HERE)
 from common import History, die_with_parent, iterations, start_fields  # noqa: E402
 
 stop = False
+
+
+def relay_stderr(proc, hist, hold: int) -> None:
+    """watchlock's -v lines (acquired, started, lost ..., released), each
+    recorded with the time it was read ("cli_said": when watchlock itself
+    got that far, give or take this thread's scheduling), and passed on to
+    this worker's stderr as before. Not tied to the hold's events (no "hold"
+    field): the checker does not read them; a person reading a failure does."""
+    stats = False
+    for raw in proc.stderr:
+        line = raw.decode(errors="replace").rstrip("\n")
+        stats = stats or line.endswith("stats of this run:")  # -v's closing table: not kept
+        if stats:
+            continue
+        hist.emit("cli_said", of_hold=hold, pid=proc.pid, line=line)
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+    proc.stderr.close()
 
 
 def main() -> int:
@@ -87,7 +109,7 @@ def main() -> int:
                    FAULTS_NAME=a.name, FAULTS_ITERS=str(iters),
                    FAULTS_IDLE=",".join(str(rng.randint(a.idle_min_ms, a.idle_max_ms)) for _ in range(iters)))
         urls = [x for u in a.url.split() for x in ("--url", u)]  # several: a Redlock quorum
-        cmd = [a.cli, "run", "--quiet", *urls, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",
+        cmd = [a.cli, "run", "-v", *urls, "--ttl", f"{a.lease_ms}ms", "--wait", f"{a.wait_ms}ms",
                "--kill-after", f"{a.kill_after_ms}ms"]
         if a.cli_kind == "fair":
             cmd.append("--fair")
@@ -110,19 +132,23 @@ def main() -> int:
             # FAULTS_SPAWNED_NS: the job's "acquired" event says its acquire was
             # called no earlier than this (t_call), so the checker can read the
             # grant time from the token instead of the job's own later start
-            proc = subprocess.Popen(cmd, env=dict(env, FAULTS_SPAWNED_NS=str(t)), start_new_session=True)
+            proc = subprocess.Popen(cmd, env=dict(env, FAULTS_SPAWNED_NS=str(t)), start_new_session=True,
+                                    stderr=subprocess.PIPE)
         except OSError as e:
             hist.emit("cli_spawn_failed", t=t, hold=hold, error=str(e))
             time.sleep(0.1)
             continue
         current["proc"] = proc
         hist.emit("cli_spawn", t=t, hold=hold, lock=a.name, pid=proc.pid)
+        said = threading.Thread(target=relay_stderr, args=(proc, hist, hold), daemon=True)
+        said.start()
         while True:
             try:
                 code = proc.wait()
                 break
             except InterruptedError:
                 continue
+        said.join()
         hist.emit("cli_exit", hold=hold, lock=a.name, pid=proc.pid, code=code)
         if code == 75:
             continue
