@@ -865,31 +865,36 @@ def test_no_renew_lets_the_lease_run_out(cli, name, tmp_path):
     assert r.returncode == 3, r.stderr
 
 
-class _StalledStderr:
-    """A pipe for watchlock's stderr, filled up before it starts: its first
-    write (`-v`'s "acquired" line, made after the acquire and before
-    COMMAND is started) blocks the main thread until `drain()`. A stalled
-    log pipe, or a process held up between the grant and COMMAND's start,
-    as a loaded machine does it."""
-
-    def __init__(self):
-        self.r, self.w = os.pipe()
-        os.set_blocking(self.w, False)
-        for chunk in (4096, 1):
-            try:
-                while True:
-                    os.write(self.w, b"x" * chunk)
-            except BlockingIOError:
-                pass
-        os.set_blocking(self.w, True)
-        self.text = b""
-
-    def drain(self) -> str:
-        """Reads to EOF (call once watchlock holds the only write end)."""
-        os.close(self.w)
-        with os.fdopen(self.r, "rb") as f:
-            self.text = f.read().lstrip(b"x")
-        return self.text.decode()
+def run_stalled(cli, name, args, while_stalled):
+    """`watchlock run -v ARGS` with its stderr a pipe filled up before it
+    starts: its first write (-v's "acquired" line, made after the acquire
+    and before COMMAND is started) blocks the main thread until the pipe is
+    read, which is after `while_stalled()` returned (it runs once the lock
+    is held). A stalled log pipe, or a process held up between the grant
+    and COMMAND's start, as a loaded machine does it. Returns (exit code,
+    what watchlock wrote)."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    for chunk in (4096, 1):
+        try:
+            while True:
+                os.write(w, b"x" * chunk)
+        except BlockingIOError:
+            pass
+    os.set_blocking(w, True)
+    proc = cli.popen("run", "-v", *args, stderr=w)
+    os.close(w)
+    try:
+        wait_for(lambda: cli.status(name)["held"] or proc.poll() is not None, "the grant")
+        while_stalled()
+        with os.fdopen(r, "rb") as f:
+            text = f.read().lstrip(b"x").decode()
+        proc.wait(timeout=LONG)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, text
 
 
 def test_command_is_not_started_on_a_lock_lost_before_its_start(cli, name, tmp_path):
@@ -898,20 +903,12 @@ def test_command_is_not_started_on_a_lock_lost_before_its_start(cli, name, tmp_p
     must not start on a lock already lost, where the next holder may be at
     work. Before the fix, COMMAND started and was sent SIGTERM only after
     it was running (a COMMAND ignoring it worked on without the lock)."""
-    err = _StalledStderr()
-    proc = cli.popen("run", "-v", "--no-renew", "--ttl", "1s", "--kill-after", "30s", name, "--",
-                     "env", "--ignore-signal=TERM", "touch", str(tmp_path / "ran"), stderr=err.w)
-    try:
-        wait_for(lambda: cli.status(name)["held"] or proc.poll() is not None, "the grant")
-        wait_for(lambda: not cli.status(name)["held"], "the lease to run out while watchlock is stalled",
-                 interval=0.05)
-        text = err.drain()
-        proc.wait(timeout=LONG)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == EX_LOCK_LOST, text
+    code, text = run_stalled(
+        cli, name, ["--no-renew", "--ttl", "1s", "--kill-after", "30s", name, "--",
+                    "env", "--ignore-signal=TERM", "touch", str(tmp_path / "ran")],
+        lambda: wait_for(lambda: not cli.status(name)["held"], "the lease to run out while watchlock is stalled",
+                         interval=0.05))
+    assert code == EX_LOCK_LOST, text
     # -v says when it starts COMMAND; a COMMAND started on a lost lock may
     # or may not get as far as ignoring the SIGTERM that follows it
     assert "started 'env'" not in text and not (tmp_path / "ran").exists(), text
@@ -924,23 +921,16 @@ def test_renewals_go_on_while_the_main_thread_is_stalled(cli, name, tmp_path):
     """The same stall with the watchdog on: the library's threads renew the
     lease while watchlock's main thread is blocked, so the lock is still
     held when COMMAND starts, two leases later."""
-    err = _StalledStderr()
-    proc = cli.popen("run", "-v", "--ttl", "1s", name, "--", "touch", str(tmp_path / "ran"),
-                     stderr=err.w)
-    try:
-        wait_for(lambda: cli.status(name)["held"] or proc.poll() is not None, "the grant")
-        t0 = time.monotonic()
+    def two_leases_held():
         # the stall itself is what is tested: two leases of it, the lock held throughout
+        t0 = time.monotonic()
         while time.monotonic() < t0 + 2.5:
             assert cli.status(name)["held"], "the lease ran out while only the main thread was stalled"
             time.sleep(0.1)
-        text = err.drain()
-        proc.wait(timeout=LONG)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, text
+
+    code, text = run_stalled(cli, name, ["--ttl", "1s", name, "--", "touch", str(tmp_path / "ran")],
+                             two_leases_held)
+    assert code == 0, text
     assert (tmp_path / "ran").exists(), text
     assert "lost lock" not in text and "was lost" not in text, text
 
