@@ -52,6 +52,19 @@ function Q.signal(sig, idx)
   end
 end
 
+-- lock:acquire(wait) with members stopped: one running member slower than
+-- the 400 ms command timeout (a loaded machine) leaves no majority for that
+-- attempt, a connection error rather than a wait; the next attempt is
+-- decided again. Up to 5 attempts; returns the last one's ok, err.
+function Q.acquire_past_slow_members(lock, wait)
+  local ok, err
+  for _ = 1, 5 do
+    ok, err = lock:acquire(wait)
+    if ok or not tostring(err):find("no majority", 1, true) then break end
+  end
+  return ok, err
+end
+
 -- Runs fn with members idx stopped; resumes them whatever fn does.
 function Q.paused(idx, fn)
   Q.signal("STOP", idx)
