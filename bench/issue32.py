@@ -138,6 +138,9 @@ def _handoffs(srv, ws: dict, status: dict, out: dict) -> None:
             h["ping_rtt_us"] = (rtt + rtt2) / 2  # before and after: the floor of this run
             h["p50_rtt"] = h["p50_ms"] * 1000 / h["ping_rtt_us"]
             h["p99_rtt"] = h["p99_ms"] * 1000 / h["ping_rtt_us"]
+            for side in ("to_grant_us", "after_grant_us"):
+                if f"p50_{side}" in h:
+                    h[f"p50_{side}_rtt"] = h[f"p50_{side}"] / h["ping_rtt_us"]
             out["handoff"][key] = h
         except Exception as e:  # noqa: BLE001
             out["errors"][f"handoff:{key}"] = str(e)
@@ -308,6 +311,12 @@ def table(res: dict) -> list:
                          f"PING RTT {h['ping_rtt_us']:.0f} us; {h['handoffs_per_s']:.0f} hand-offs/s; "
                          f"scripts/acquire {h.get('script_calls_per_acquire', 0):.2f}; "
                          f"in order {h['in_order_frac'] * 100:.1f}%; releaser share {h['releaser_share']:.3f}")
+            if "p50_to_grant_us" in h:
+                lines.append(f"    split at the grant (p50): release call to the grant {h['p50_to_grant_us']:.0f} us "
+                             f"({h['p50_to_grant_us_rtt']:.2f}x RTT), the grant to acquire() returning "
+                             f"{h['p50_after_grant_us']:.0f} us ({h['p50_after_grant_us_rtt']:.2f}x RTT); "
+                             f"the server's time in scripts {h.get('script_us_per_acquire', float('nan')):.0f} us "
+                             "per turn (INFO commandstats)")
     for key, r in sorted(s.get("watchdog", {}).items(), key=lambda kv: int(kv[0])):
         w = r.get("windows_renewals_per_interval", [])
         lines.append(f"  watchdog {int(key):>7,} locks (lease {r['lease_ms']} ms): renewals/lock/interval per "

@@ -147,13 +147,14 @@ def run_json(cmd: list, timeout: float, env: "dict | None" = None) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def commandstats(port: int) -> dict:
-    """cmdstat name -> calls, from INFO commandstats."""
+def commandstats(port: int, field: str = "calls") -> dict:
+    """cmdstat name -> calls (or usec: the server's time in it), from INFO commandstats."""
     import redis_server as rs
     with rs.connect(port) as sock:
         sock.sendall(rs._encode(("INFO", "commandstats")))
         raw = B._as_bytes(rs._read_reply(sock.makefile("rb"))).decode()
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"cmdstat_([a-z|_-]+):calls=(\d+)", raw)}
+    return {m.group(1): int(m.group(3) if field == "usec" else m.group(2))
+            for m in re.finditer(r"cmdstat_([a-z|_-]+):calls=(\d+),usec=(\d+)", raw)}
 
 
 # ---- processes that contend through the shared file ---------------------------------
@@ -222,9 +223,11 @@ def handoff(lib: str, urls: str, seconds: float, polite: bool, flush, kind: str 
     """CONTENDERS processes of `lib` contend for one name (bench.py's (b)
     hand-off); with `ports`, also the commands the servers ran per turn."""
     before = [commandstats(p) for p in ports]
+    before_us = [commandstats(p, "usec") for p in ports]
     g = run_group(lambda shm: [cmd_of(lib, "handoff", urls, shm, i, B.HOLD_US, 1 if polite else 0, kind=kind)
                                for i in range(CONTENDERS)], seconds, flush)
     after = [commandstats(p) for p in ports]
+    after_us = [commandstats(p, "usec") for p in ports]
     rs = g["results"]
     lat = sorted(x for r in rs for x in r["handoff_ns"])
     turns = sum(r["turns"] for r in rs)
@@ -239,6 +242,13 @@ def handoff(lib: str, urls: str, seconds: float, polite: bool, flush, kind: str 
         "max_ms": (lat[-1] / 1e6) if lat else float("nan"),
         "mutual_exclusion_violations": g["violations"], "latencies_ms": [x / 1e6 for x in lat],
     }
+    # The C worker splits each hand-off at the grant (its fencing token is the
+    # server's clock then; wlbench.c cmd_handoff): p50 of either side, in us
+    for side in ("to_grant_us", "after_grant_us"):
+        xs = sorted(x for r in rs for x in r.get(side, []))
+        if xs:
+            out[f"p50_{side}"] = B.pct(xs, 0.50)
+            out[f"p99_{side}"] = B.pct(xs, 0.99)
     if ports:
         delta: dict = {}
         for b, a in zip(before, after):
@@ -250,6 +260,9 @@ def handoff(lib: str, urls: str, seconds: float, polite: bool, flush, kind: str 
         out["script_calls_per_acquire"] = scripts / max(1, turns)
         out["commands_per_acquire"] = sum(delta.values()) / max(1, turns)
         out["script_calls_per_acquire_per_master"] = scripts / max(1, turns) / len(ports)
+        script_us = sum(a.get(k, 0) - b.get(k, 0) for b, a in zip(before_us, after_us)
+                        for k in ("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall"))
+        out["script_us_per_acquire"] = script_us / max(1, turns)  # the server's own time in scripts, per turn
     return out
 
 

@@ -54,6 +54,13 @@
 #include <time.h>
 #include <unistd.h>
 
+static int64_t realtime_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static int64_t now_ns(void)
 {
     struct timespec ts;
@@ -602,6 +609,7 @@ enum {
     SHM_START_NS = 6,   /* monotonic ns at which workers start; 0 = not yet */
     SHM_OUT_OF_ORDER = 7, /* grants while an earlier arrival was still waiting */
     SHM_READY = 8,      /* SHM_READY + id: 1 once worker id is connected (id <= 8) */
+    SHM_RELEASE_RT_US = 20, /* CLOCK_REALTIME us written just before a release (the C worker's split) */
     SHM_RW_READERS = 32,/* rwmix: readers inside */
     SHM_RW_WRITER = 33, /* rwmix: 1 while the writer is inside */
     SHM_ARRIVAL = 40,   /* SHM_ARRIVAL + id: monotonic ns when worker id called acquire; 0 = not waiting */
@@ -632,10 +640,17 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
         return fail_open("watchlock_lock_new", rc);
     watchlock_lock_set_lease(lock, 10000);
 
+    /* Each hand-off split at the grant: its fencing token is the server's
+     * clock (us) when the script that granted it ran, the clock the
+     * releaser and the acquirer read (one host). to_grant: the release
+     * call's start to the grant (the request's way there and the script
+     * up to the grant); after_grant: the grant to acquire() returning (the
+     * reply or message on its way back, the waiter's threads waking). */
     size_t cap = 1 << 16, n_lat = 0;
-    int64_t *lat = malloc(cap * sizeof *lat);
+    int64_t *lat = malloc(cap * sizeof *lat), *to_grant = malloc(cap * sizeof *lat),
+            *after_grant = malloc(cap * sizeof *lat);
     long turns = 0, same = 0;
-    if (lat == NULL)
+    if (lat == NULL || to_grant == NULL || after_grant == NULL)
         return 1;
 
     atomic_store(&shm[SHM_READY + id], 1);
@@ -648,7 +663,7 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
         atomic_store(&shm[SHM_ARRIVAL + id], arrived);
         if ((rc = watchlock_lock_acquire(lock, 30000)) != WATCHLOCK_OK)
             return fail("watchlock_lock_acquire", rc);
-        int64_t t_acq = now_ns();
+        int64_t t_acq = now_ns(), t_acq_rt = realtime_us(), fence = watchlock_lock_fencing_token(lock);
         atomic_store(&shm[SHM_ARRIVAL + id], 0);
         /* Granted while an earlier arrival still waits: not in arrival order. */
         for (int i = 0; i < 8; i++) {
@@ -666,11 +681,20 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
             if (prev != id + 1) {
                 if (n_lat == cap) {
                     cap *= 2;
-                    int64_t *grown = realloc(lat, cap * sizeof *lat);
-                    if (grown == NULL)
+                    int64_t *g1 = realloc(lat, cap * sizeof *lat);
+                    if (g1 != NULL)
+                        lat = g1;
+                    int64_t *g2 = realloc(to_grant, cap * sizeof *lat);
+                    if (g2 != NULL)
+                        to_grant = g2;
+                    int64_t *g3 = realloc(after_grant, cap * sizeof *lat);
+                    if (g3 != NULL)
+                        after_grant = g3;
+                    if (g1 == NULL || g2 == NULL || g3 == NULL)
                         return 1;
-                    lat = grown;
                 }
+                to_grant[n_lat] = fence - atomic_load(&shm[SHM_RELEASE_RT_US]);
+                after_grant[n_lat] = t_acq_rt - fence;
                 lat[n_lat++] = t_acq - rel;
             } else {
                 same++;
@@ -681,6 +705,7 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
         atomic_store(&shm[SHM_LAST_HOLDER], id + 1);
         sleep_ns(hold_us * 1000);
         atomic_store(&shm[SHM_IN_CS], 0);
+        atomic_store(&shm[SHM_RELEASE_RT_US], realtime_us());
         atomic_store(&shm[SHM_RELEASE_NS], now_ns());
         if ((rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
             return fail("watchlock_lock_release", rc);
@@ -691,8 +716,16 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
     printf("{\"turns\": %ld, \"same_holder\": %ld, \"handoff_ns\": [", turns, same);
     for (size_t i = 0; i < n_lat; i++)
         printf("%s%" PRId64, i ? "," : "", lat[i]);
+    printf("], \"to_grant_us\": [");
+    for (size_t i = 0; i < n_lat; i++)
+        printf("%s%" PRId64, i ? "," : "", to_grant[i]);
+    printf("], \"after_grant_us\": [");
+    for (size_t i = 0; i < n_lat; i++)
+        printf("%s%" PRId64, i ? "," : "", after_grant[i]);
     printf("]}\n");
     free(lat);
+    free(to_grant);
+    free(after_grant);
     watchlock_lock_free(lock);
     watchlock_client_close(client);
     return 0;
