@@ -594,9 +594,11 @@ void run_on_command_stopped(const struct run_state *st, pid_t pgid)
 
 /* Starts COMMAND from the calling thread, which must be the main thread:
  * PR_SET_PDEATHSIG fires when the *thread* that forked exits, and only the
- * main thread lives until watchlock exits. Returns 0 and sets *pid, or an
- * errno value (exec's, reported by the child on a close-on-exec pipe that
- * reads EOF once exec succeeded). */
+ * main thread lives until watchlock exits. Returns 0 and sets *pid;
+ * RUN_SPAWN_LOST when the lock was no longer held at the moment COMMAND
+ * would have been let go (the child exits without exec); or an errno value
+ * (exec's, reported by the child on a close-on-exec pipe that reads EOF
+ * once exec succeeded). */
 int run_spawn_command(struct run_state *st, watchlock_lock *lock, char **command, char **env, pid_t *pid)
 {
     if (command[0][0] == '\0')
