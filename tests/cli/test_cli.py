@@ -897,14 +897,18 @@ def run_stalled(cli, name, args, while_stalled):
     return proc.returncode, text
 
 
-def test_command_is_not_started_on_a_lock_lost_before_its_start(cli, name, tmp_path):
+@pytest.mark.parametrize("kind", [[], ["--fair"], ["--permits", "2"], ["--shared"], ["--also", "{name}:b"]],
+                         ids=["plain", "fair", "semaphore", "read", "multi"])
+def test_command_is_not_started_on_a_lock_lost_before_its_start(cli, name, tmp_path, kind):
     """watchlock held up between the grant and COMMAND's start for longer
     than the lease (here: its stderr pipe full, the watchdog off): COMMAND
     must not start on a lock already lost, where the next holder may be at
     work. Before the fix, COMMAND started and was sent SIGTERM only after
-    it was running (a COMMAND ignoring it worked on without the lock)."""
+    it was running (a COMMAND ignoring it worked on without the lock).
+    Every kind: the check reads the handle's state, whatever holds it."""
+    kind = [k.format(name=name) for k in kind]
     code, text = run_stalled(
-        cli, name, ["--no-renew", "--ttl", "1s", "--kill-after", "30s", name, "--",
+        cli, name, [*kind, "--no-renew", "--ttl", "1s", "--kill-after", "30s", name, "--",
                     "env", "--ignore-signal=TERM", "touch", str(tmp_path / "ran")],
         lambda: wait_for(lambda: not cli.status(name)["held"], "the lease to run out while watchlock is stalled",
                          interval=0.05))
