@@ -8,9 +8,12 @@
 #include "proxy_harness.h"
 #include "testing.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct lost_log {
     atomic_int count;
@@ -395,6 +398,30 @@ static void slow_on_lost(watchlock_lock *l, int reason, void *data)
     atomic_store(&slow_cb_done, 1);
 }
 
+/* Callback threads of this process now (their name, loss.c). */
+static int cb_threads_now(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "watchlock-cb", 12) == 0)
+            n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
 static void test_slow_callback_does_not_delay_other_losses(void)
 {
     watchlock_client *c = open_client(test_url(""));
@@ -418,6 +445,12 @@ static void test_slow_callback_does_not_delay_other_losses(void)
     int64_t expires = asked + pttl;
     WAIT_FOR(atomic_load(&slow_cb_started), 5000);
     CHECK_EQ(watchlock_lock_state(second), WATCHLOCK_HELD);
+    /* While a callback runs, a spare thread waits for the next loss, so
+     * that telling it costs a wake-up, not a thread start at the deadline
+     * (a TSan clean-clone run: the second callback came 1 ms after the
+     * key's expiry, its thread started only then). */
+    WAIT_FOR(cb_threads_now() == 2, 5000);
+    CHECK_EQ(cb_threads_now(), 2);
     WAIT_FOR(atomic_load(&log.count) == 1, 5000);
     int64_t told = atomic_load(&log.at_ms) - t0;
     testing_note("second lock (lease 800) reported lost after %lld ms, first callback still running: %s",
@@ -441,8 +474,11 @@ static void test_slow_callback_does_not_delay_other_losses(void)
      * held it in between and the token stays; never lower. */
     CHECK_INT(watchlock_lock_fencing_token(second), >=, old_fence);
     CHECK_OK(watchlock_lock_release(second));
-    watchlock_lock_free(first);
+    watchlock_lock_free(first); /* waits for the slow callback */
     watchlock_lock_free(second);
+    /* no callback running: the spares are gone */
+    WAIT_FOR(cb_threads_now() == 0, 5000);
+    CHECK_EQ(cb_threads_now(), 0);
     watchlock_client_close(c);
 }
 

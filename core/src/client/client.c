@@ -35,6 +35,7 @@ static void client_free(watchlock_client *c)
     pthread_cond_destroy(&c->wd_cond);
     pthread_cond_destroy(&c->tm_cond);
     pthread_cond_destroy(&c->cb_cond);
+    pthread_cond_destroy(&c->cb_job_cond);
     pthread_cond_destroy(&c->ev_cond);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -94,7 +95,7 @@ static int client_open(watchlock_client **out, const char *url, bool ping)
     wl_heap_init(&c->renew_heap, offsetof(wl_hold, wake_us), offsetof(wl_hold, heap_idx));
     wl_heap_init(&c->deadline_heap, offsetof(wl_hold, deadline_us), offsetof(wl_hold, dl_idx));
     if (pthread_mutex_init(&c->mu, NULL) != 0 || wl_cond_init(&c->wd_cond) != 0 || wl_cond_init(&c->ev_cond) != 0 ||
-        wl_cond_init(&c->tm_cond) != 0 || wl_cond_init(&c->cb_cond) != 0) {
+        wl_cond_init(&c->tm_cond) != 0 || wl_cond_init(&c->cb_cond) != 0 || wl_cond_init(&c->cb_job_cond) != 0) {
         wl_server_destroy(&c->server);
         free(c);
         return wl_fail(WATCHLOCK_EINTERNAL, "cannot initialise mutexes");

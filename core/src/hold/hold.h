@@ -72,7 +72,9 @@ struct watchlock_client {
     int cb_queued;  /* jobs in the queue */
     int cb_threads; /* callback threads alive */
     int cb_running; /* callbacks started and not yet returned */
+    int cb_idle;    /* the spare thread waiting on cb_job_cond (0 or 1) */
     pthread_cond_t cb_cond;
+    pthread_cond_t cb_job_cond; /* a job for the spare, or no callback running */
     /* lost events */
     bool events_on;
     wl_lost_event *ev_head, *ev_tail;

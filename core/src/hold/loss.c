@@ -15,7 +15,11 @@
  * queued and every live callback thread is inside a callback, up to
  * WATCHLOCK_CALLBACK_THREADS per client: below that, a slow callback delays
  * no other; beyond it, the jobs wait in the queue, in order, for a thread
- * to come free. A thread that finds the queue empty exits. (One thread per
+ * to come free. A thread that finds the queue empty exits, but for one
+ * spare: while any callback runs, one more thread (started when the last
+ * free one entered a callback) waits idle for the next job, so that a loss
+ * during a slow callback is told after a wake-up, not after a thread start
+ * at its deadline, whose margin may be a few milliseconds. (One thread per
  * loss, as before, made a mass loss start a thread for each of hundreds of
  * thousands of losses: thread creation under client->mu stalled the
  * watchdog, so more holds were lost, and the threads took every free
@@ -84,14 +88,28 @@ static callback_job *pop_job(watchlock_client *c)
     return job;
 }
 
+static bool start_thread(watchlock_client *c);
+
 static void *callback_main(void *arg)
 {
     watchlock_client *c = arg; /* counted reference, taken by start_thread */
     wl_thread_start("watchlock-cb");
 
     pthread_mutex_lock(&c->mu);
-    callback_job *job;
-    while ((job = pop_job(c)) != NULL) {
+    for (;;) {
+        callback_job *job = pop_job(c);
+        if (job == NULL) {
+            /* The spare: while a callback runs on another thread, one idle
+             * thread waits here, so that the next loss is told at once
+             * rather than after a thread start. */
+            if (c->cb_running > 0 && c->cb_idle == 0 && !atomic_load(&c->closed)) {
+                c->cb_idle++;
+                pthread_cond_wait(&c->cb_job_cond, &c->mu);
+                c->cb_idle--;
+                continue;
+            }
+            break;
+        }
         wl_hold *h = job->hold;
         watchlock_lost_fn fn = h->on_lost;
         void *data = h->on_lost_data;
@@ -99,6 +117,8 @@ static void *callback_main(void *arg)
         if (run) {
             h->cb_running++;
             c->cb_running++;
+            if (c->cb_threads == c->cb_running && c->cb_threads < WATCHLOCK_CALLBACK_THREADS)
+                start_thread(c); /* every thread is in a callback now: a spare, best effort */
         }
         pthread_mutex_unlock(&c->mu);
         if (run) {
@@ -109,6 +129,8 @@ static void *callback_main(void *arg)
             h->cb_running--;
             c->cb_running--;
             pthread_cond_broadcast(&c->cb_cond);
+            if (c->cb_running == 0)
+                pthread_cond_broadcast(&c->cb_job_cond); /* the spare goes */
             pthread_mutex_unlock(&c->mu);
         }
         free(job);
@@ -155,6 +177,8 @@ static void start_callback(watchlock_client *c, wl_hold *h, int reason)
         c->cb_head = job;
     c->cb_tail = job;
     c->cb_queued++;
+    if (c->cb_idle > 0)
+        pthread_cond_signal(&c->cb_job_cond); /* the spare takes it */
     /* Threads not inside a callback take queued jobs on their own. */
     if (c->cb_queued <= c->cb_threads - c->cb_running || c->cb_threads >= WATCHLOCK_CALLBACK_THREADS)
         return;
