@@ -146,6 +146,7 @@ void watchlock_client_close(watchlock_client *c)
     pthread_cond_broadcast(&c->wd_cond);
     pthread_cond_broadcast(&c->tm_cond);
     pthread_cond_broadcast(&c->ev_cond);
+    pthread_cond_broadcast(&c->cb_job_cond); /* the spare callback thread goes (loss.c) */
     size_t n = 0;
     for (wl_hold *h = c->holds; h; h = h->next)
         if (h->state == WATCHLOCK_HELD)

@@ -383,6 +383,9 @@ void wl_timer_stop(watchlock_client *c); /* without mu: joins */
  * on-lost callback (off every timing path). A hold that was being released
  * ends UNLOCKED instead, silently. */
 void wl_lose(watchlock_client *c, wl_hold *h, int reason, bool fire);
+/* client->mu held: makes sure a callback thread is waiting for the next
+ * loss (loss.c); best effort. */
+void wl_callbacks_arm(watchlock_client *c);
 /* Takes a hold out of both heaps (release, loss, free, close). */
 void wl_unschedule_all(watchlock_client *c, wl_hold *h);
 /* Waits until no callback of `h` (or, h NULL, of the client) runs, except

@@ -16,10 +16,13 @@
  * WATCHLOCK_CALLBACK_THREADS per client: below that, a slow callback delays
  * no other; beyond it, the jobs wait in the queue, in order, for a thread
  * to come free. A thread that finds the queue empty exits, but for one
- * spare: while any callback runs, one more thread (started when the last
- * free one entered a callback) waits idle for the next job, so that a loss
- * during a slow callback is told after a wake-up, not after a thread start
- * at its deadline, whose margin may be a few milliseconds. (One thread per
+ * spare: while a lock is held or any callback runs, one thread waits idle
+ * for the next job (started when a hold with a callback begins, and when
+ * the last free thread enters a callback), so that a loss is told after a
+ * wake-up, not after a thread start at its deadline, whose margin may be a
+ * few milliseconds (a TSan run: 10 ms of a 1 s lease, used up). The spare
+ * leaves once no lock is held and no callback runs, at the next job or at
+ * close. (One thread per
  * loss, as before, made a mass loss start a thread for each of hundreds of
  * thousands of losses: thread creation under client->mu stalled the
  * watchdog, so more holds were lost, and the threads took every free
@@ -99,10 +102,10 @@ static void *callback_main(void *arg)
     for (;;) {
         callback_job *job = pop_job(c);
         if (job == NULL) {
-            /* The spare: while a callback runs on another thread, one idle
-             * thread waits here, so that the next loss is told at once
-             * rather than after a thread start. */
-            if (c->cb_running > 0 && c->cb_idle == 0 && !atomic_load(&c->closed)) {
+            /* The spare: while a lock is held or a callback runs on
+             * another thread, one idle thread waits here, so that the next
+             * loss is told at once rather than after a thread start. */
+            if ((c->cb_running > 0 || c->held > 0) && c->cb_idle == 0 && !atomic_load(&c->closed)) {
                 c->cb_idle++;
                 pthread_cond_wait(&c->cb_job_cond, &c->mu);
                 c->cb_idle--;
@@ -160,6 +163,13 @@ static bool start_thread(watchlock_client *c)
     else
         atomic_fetch_sub(&c->refs, 1); /* never the last: the caller's lock holds one */
     return started;
+}
+
+void wl_callbacks_arm(watchlock_client *c)
+{
+    if (c->cb_threads > c->cb_running || c->cb_threads >= WATCHLOCK_CALLBACK_THREADS || atomic_load(&c->closed))
+        return; /* a free thread is there (or can never be) */
+    start_thread(c);
 }
 
 /* With mu held: queues the lock's callback, and starts a thread for it if

@@ -440,7 +440,8 @@ void wl_watchdog_stop(watchlock_client *c)
 /* A hold begins (client->mu held): what every kind's acquire does once the
  * server granted it — the first epoch with this fence, confirmed at `sent`,
  * LOST at `deadline_us` unless renewed; scheduled for renewal, and the
- * watchdog and the loss timer started. */
+ * watchdog and the loss timer started (and, for a hold with an on-lost
+ * callback, a callback thread waiting: loss.c). */
 int wl_hold_begin(watchlock_client *c, wl_hold *h, int64_t fence, int64_t sent, int64_t lease_ms, int64_t deadline_us)
 {
     h->state = WATCHLOCK_HELD;
@@ -460,6 +461,8 @@ int wl_hold_begin(watchlock_client *c, wl_hold *h, int64_t fence, int64_t sent, 
     wl_set_deadline(c, h, deadline_us);
     if (h->state == WATCHLOCK_HELD)
         wl_watchdog_schedule(c, h);
+    if (h->on_lost != NULL)
+        wl_callbacks_arm(c); /* its loss is told by a waiting thread, not one started at the deadline */
     int rc = wl_watchdog_ensure_started(c);
     return rc == WATCHLOCK_OK ? wl_timer_ensure_started(c) : rc;
 }
