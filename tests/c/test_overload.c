@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,6 +285,23 @@ static void test_beyond_capacity_sheds_not_collapses(void)
      * of 4,000 replies delivered late loses those holds (12,000 -> 8,000 and
      * 12,000 -> 4,000 in clean-clone runs, reason not "expired"); the share
      * one watchdog keeps is measured in bench (g), not asserted here. */
+    bool collapsed = false;
+    for (int s = 0; s < 4; s++)
+        collapsed = collapsed || r.held_at[s] == 0;
+    if (collapsed) {
+        /* The machine may have lost its speed since the first probe (a
+         * clean-clone run: the ASan and TSan lanes ran this test at the same
+         * time; ASan kept 7,297 of 30,000 for 4.5 s, then none, and TSan
+         * none at all). A probe again, now: if the machine still keeps most
+         * of a quarter of the holds, the overload's collapse is the
+         * watchdog's, and fails; if not, this moment cannot judge it. */
+        shed_result again = shed_run(probe_n, "shed-probe-after", 2);
+        if (again.held_at[1] < (int64_t)probe_n * 3 / 4) {
+            testing_note("the probe after the overload kept %lld of %d holds: the machine slowed down during the "
+                         "run; the overload of %d holds is not judged", (long long)again.held_at[1], probe_n, n);
+            return;
+        }
+    }
     for (int s = 0; s < 4; s++)
         CHECK_INT(r.held_at[s], >, 0);
 }
