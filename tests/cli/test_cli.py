@@ -882,7 +882,7 @@ def run_stalled(cli, name, args, while_stalled):
         except BlockingIOError:
             pass
     os.set_blocking(w, True)
-    proc = cli.popen("run", "-v", *args, stderr=w)
+    proc = cli.popen("run", "-v", *args, stdout=subprocess.DEVNULL, stderr=w)
     os.close(w)
     try:
         wait_for(lambda: cli.status(name)["held"] or proc.poll() is not None, "the grant")
