@@ -1496,7 +1496,10 @@ if pid == 0:
     os.tcsetpgrp(0, os.getpid())
     signal.signal(signal.SIGTTOU, signal.SIG_DFL)
     os.execv(argv[0], argv)
-os.setpgid(pid, pid)
+try:
+    os.setpgid(pid, pid)
+except PermissionError:
+    pass  # EACCES: the child made the call itself and has exec'd already (as shells ignore it)
 os.tcsetpgrp(0, pid)
 while True:
     _, status = os.waitpid(pid, os.WUNTRACED)
