@@ -427,10 +427,17 @@ static int cb_threads_now(void)
  * drift margin (a TSan clean-clone run: test_safety's callback ran at the
  * key's expiry, 10 ms of margin spent starting its thread). The thread goes
  * with the client. */
-static void test_callback_thread_waits_while_held(void)
+static void armed_case(int multi)
 {
     watchlock_client *c = open_client(test_url(""));
-    watchlock_lock *l = new_lock(c, "armed-cb");
+    watchlock_lock *l = NULL;
+    if (multi) {
+        const void *names[2] = {"armed-m1", "armed-m2"};
+        const size_t lens[2] = {8, 8};
+        CHECK_OK(watchlock_multi_lock_new(&l, c, names, lens, 2));
+    } else {
+        l = new_lock(c, "armed-cb");
+    }
     lost_log log = {0};
     CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
     CHECK_EQ(cb_threads_now(), 0);
@@ -443,6 +450,12 @@ static void test_callback_thread_waits_while_held(void)
     WAIT_FOR(cb_threads_now() == 0, 5000);
     CHECK_EQ(cb_threads_now(), 0);
     CHECK_EQ(atomic_load(&log.count), 0);
+}
+
+static void test_callback_thread_waits_while_held(void)
+{
+    armed_case(0);
+    armed_case(1); /* a multi-lock: its group hold begins in multi_io.c, not wl_hold_begin */
 }
 
 static void test_slow_callback_does_not_delay_other_losses(void)

@@ -371,6 +371,8 @@ bool wl_multi_group_begin(watchlock_lock *l)
     m->lost = -1;
     c->held++;
     group_deadline(l);
+    if (l->hold.on_lost != NULL)
+        wl_callbacks_arm(c); /* the group's loss is told as a single hold's is (loss.c) */
     return true;
 }
 
