@@ -35,6 +35,23 @@ static inline int64_t q_info(watchlock_client *c, const char *name, int which)
 #define Q_WRITER 4
 #define Q_OLDEST 5
 
+/* The Redis commands the queue's scripts run (INFO commandstats counts the
+ * commands inside scripts too), summed: what a script call costs the
+ * server, command by command (test_fair.c, test_handoff.c). */
+static inline long long q_commands(void)
+{
+    static const char *const cmds[] = {"cmdstat_exists", "cmdstat_type", "cmdstat_del", "cmdstat_time",
+                                       "cmdstat_incr", "cmdstat_get", "cmdstat_set", "cmdstat_zadd",
+                                       "cmdstat_hset", "cmdstat_pexpire", "cmdstat_hmget", "cmdstat_hget",
+                                       "cmdstat_hdel", "cmdstat_zrem", "cmdstat_zcard", "cmdstat_zscore",
+                                       "cmdstat_zrangebyscore", "cmdstat_zrange", "cmdstat_pttl",
+                                       "cmdstat_hincrby", "cmdstat_zrank", "cmdstat_publish"};
+    long long n = 0;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        n += rh_info(test_server(), "commandstats", cmds[i]);
+    return n;
+}
+
 static inline void q_wait_child(pid_t pid, const char *what)
 {
     int st = 0;

@@ -519,22 +519,8 @@ static void test_waiters_batched_liveness(void)
 /* Issue 22.7: the uncontended cycle (acquire + release of a name nobody
  * else uses) takes fast paths in the queue's scripts: the Redis commands
  * they run per cycle, counted with INFO commandstats (script calls
- * included), stay within 16 (before: 20, the acquire script's 11 and the
- * release script's 9 with its purge and hand-off look-ups). */
-static long long all_calls(void)
-{
-    static const char *const cmds[] = {"cmdstat_exists", "cmdstat_type", "cmdstat_del", "cmdstat_time",
-                                       "cmdstat_incr", "cmdstat_get", "cmdstat_set", "cmdstat_zadd",
-                                       "cmdstat_hset", "cmdstat_pexpire", "cmdstat_hmget", "cmdstat_hget",
-                                       "cmdstat_hdel", "cmdstat_zrem", "cmdstat_zcard", "cmdstat_zscore",
-                                       "cmdstat_zrangebyscore", "cmdstat_zrange", "cmdstat_pttl",
-                                       "cmdstat_hincrby", "cmdstat_zrank", "cmdstat_publish"};
-    long long n = 0;
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        n += rh_info(test_server(), "commandstats", cmds[i]);
-    return n;
-}
-
+ * included: q_commands), stay within 16 (before: 20, the acquire script's
+ * 11 and the release script's 9 with its purge and hand-off look-ups). */
 static void test_uncontended_cycle_cost(void)
 {
     watchlock_client *c = open_client(test_url(""));
@@ -542,12 +528,12 @@ static void test_uncontended_cycle_cost(void)
     CHECK_OK(watchlock_lock_acquire(l, 0));
     CHECK_OK(watchlock_lock_release(l));
     enum { N = 100 };
-    long long before = all_calls(), scripts = script_calls();
+    long long before = q_commands(), scripts = script_calls();
     for (int i = 0; i < N; i++) {
         CHECK_OK(watchlock_lock_acquire(l, 0));
         CHECK_OK(watchlock_lock_release(l));
     }
-    long long per = (all_calls() - before) / N, calls = (script_calls() - scripts) / N;
+    long long per = (q_commands() - before) / N, calls = (script_calls() - scripts) / N;
     printf("    uncontended fair cycle: %lld script calls, %lld commands inside them\n", calls, per);
     CHECK_EQ(calls, 2);
     CHECK_INT(per, <=, 17); /* 16 before issue 29.3: the clock-monotone fence sets its counter (SET KEEPTTL) */

@@ -5,6 +5,12 @@
  *   scripts_per_turn_*   a turn (the waiter's enqueue, the holder's
  *                        release, the waiter holding) costs the server 2
  *                        script calls (INFO commandstats), not 3;
+ *   contended_turn_commands_*
+ *                        a turn with the queue never empty costs the
+ *                        server at most 52 commands inside its 2 scripts
+ *                        (72 before the contended paths were trimmed),
+ *                        and leaves no structure key with a TTL under
+ *                        the lease;
  *   forged_grant_*       grant messages the waiter must not hold on (its
  *                        validity gone, another identity, unparsable, older
  *                        than its latest queued call): it asks the server;
@@ -43,14 +49,19 @@ static long long scripts(void)
            rh_info(test_server(), "commandstats", "cmdstat_eval");
 }
 
+/* ZCARDs queue_len sent (INFO commandstats counts them with the scripts'). */
+static long long zcards_sent;
+
 /* The length of the name's queue, read without a script (name_info is one). */
 static long long queue_len(void)
 {
     redisReply *r = rh_command(test_server(), "KEYS *:q:q");
     CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY);
     long long n = 0;
-    if (r->elements == 1)
+    if (r->elements == 1) {
         n = rh_int(test_server(), "ZCARD %b", r->element[0]->str, r->element[0]->len);
+        zcards_sent++;
+    }
     freeReplyObject(r);
     return n;
 }
@@ -177,6 +188,99 @@ static void test_scripts_per_turn_semaphore(void)
 static void test_scripts_per_turn_write(void)
 {
     scripts_per_turn(WRITE);
+}
+
+/* Issue 32 item 2's profile: a contended turn's cost on the server. The
+ * queue never empties (a holder and two waiters on three clients; the
+ * holder releases, the head is granted, the releaser queues again at the
+ * tail), as in bench's greedy hand-off. The commands inside the turn's two
+ * scripts (the release that grants, the enqueue), counted with INFO
+ * commandstats over turns in which no liveness round fell (exactly 2
+ * script calls), the fewest: at most CONTENDED_TURN_COMMANDS. Before the
+ * contended paths were trimmed a turn took 72: the release script
+ * read the next head again after its grant (nothing can be granted while
+ * every permit is in use), read the name's state twice and the hold key
+ * twice, refreshed every structure key's TTL on every call (PEXPIRE after
+ * each PTTL: the TTL had always shrunk since the last call) and re-read
+ * the enqueued waiter's key and rank after the grant look-up. */
+enum { CONTENDED_TURN_COMMANDS = 52 };
+
+static void contended_turn_commands(int kind)
+{
+    watchlock_client *c[3];
+    watchlock_lock *l[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = open_client(test_url(""));
+        l[i] = make(c[i], kind, "ho-contended", 10000);
+    }
+    acquirer w[3];
+    CHECK_OK(watchlock_lock_acquire(l[0], 0));
+    start(&w[1], l[1], 60000);
+    WAIT_FOR(queue_len() == 1, 20000);
+    start(&w[2], l[2], 60000);
+    WAIT_FOR(queue_len() == 2, 20000);
+    CHECK_EQ(queue_len(), 2);
+    long long fewest = 999, turns = 0;
+    int holder = 0;
+    for (int trial = 0; trial < 12; trial++) {
+        int next = (holder + 1) % 3;
+        long long s0 = scripts(), n0 = q_commands(), z0 = zcards_sent;
+        CHECK_OK(watchlock_lock_release(l[holder])); /* grants the head: next */
+        CHECK(pthread_join(w[next].t, NULL) == 0);
+        CHECK_OK(w[next].rc);
+        start(&w[holder], l[holder], 60000); /* the releaser queues again, at the tail */
+        WAIT_FOR(queue_len() == 2, 20000);
+        CHECK_EQ(queue_len(), 2);
+        long long calls = scripts() - s0, n = q_commands() - n0 - (zcards_sent - z0);
+        printf("  turn %d: %lld script calls, %lld commands inside them\n", trial, calls, n);
+        if (calls == 2) {
+            turns++;
+            if (n < fewest)
+                fewest = n;
+        }
+        CHECK_EQ(watchlock_lock_state(l[next]), WATCHLOCK_HELD);
+        holder = next;
+    }
+    testing_note("contended turn: %lld commands (the fewest of %lld turns of 2 script calls)", fewest, turns);
+    CHECK_INT(turns, >, 0);
+    CHECK_INT(fewest, <=, CONTENDED_TURN_COMMANDS);
+    /* fewer re-expires, same floor: every structure key the turns left has
+     * a TTL of at least twice the 10 s lease after each call (so more than
+     * one lease now, whatever the machine's speed), none is left without */
+    static const char *const structure[] = {"", ":q:h", ":q:q", ":q:l", ":q:d"};
+    for (size_t i = 0; i < sizeof structure / sizeof structure[0]; i++) {
+        long long ttl = rh_int(test_server(), "PTTL watchlock:{ho-contended}%s", structure[i]);
+        testing_note("watchlock:{ho-contended}%s: PTTL %lld ms", structure[i], ttl);
+        CHECK(ttl == -2 || ttl > 10000);
+    }
+    CHECK_OK(watchlock_lock_release(l[holder]));
+    for (int i = 0; i < 3; i++) {
+        if (i != holder) {
+            CHECK(pthread_join(w[i].t, NULL) == 0);
+            CHECK_OK(w[i].rc);
+            CHECK_OK(watchlock_lock_release(l[i]));
+        }
+    }
+    CHECK_EQ(queue_len(), 0);
+    for (int i = 0; i < 3; i++) {
+        watchlock_lock_free(l[i]);
+        watchlock_client_close(c[i]);
+    }
+}
+
+static void test_contended_turn_commands_fair(void)
+{
+    contended_turn_commands(FAIR);
+}
+
+static void test_contended_turn_commands_semaphore(void)
+{
+    contended_turn_commands(SEM);
+}
+
+static void test_contended_turn_commands_write(void)
+{
+    contended_turn_commands(WRITE);
 }
 
 /* H holds; W (400 ms lease: its grant's TTL is 400 ms) queues through the
@@ -308,6 +412,9 @@ static const test_case tests[] = {
     {"scripts_per_turn_fair", test_scripts_per_turn_fair, 0},
     {"scripts_per_turn_semaphore", test_scripts_per_turn_semaphore, 0},
     {"scripts_per_turn_write", test_scripts_per_turn_write, 0},
+    {"contended_turn_commands_fair", test_contended_turn_commands_fair, 0},
+    {"contended_turn_commands_semaphore", test_contended_turn_commands_semaphore, 0},
+    {"contended_turn_commands_write", test_contended_turn_commands_write, 0},
     {"forged_grant_fair", test_forged_grant_fair, 0},
     {"forged_grant_semaphore", test_forged_grant_semaphore, 0},
     {"late_wakeup_fair", test_late_wakeup_fair, 0},

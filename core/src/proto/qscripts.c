@@ -45,9 +45,14 @@
  * the count (set_permits lowered it) is dropped and woken: its next call
  * is refused (k > cap, EINVAL), and the waiters behind it are served.
  * Server time only.
- * The structure keys carry a TTL of twice the longest lease or liveness
- * that touched them (never shortened; the renew script extends it with every
- * renewal of a queued hold), so a name whose users all died disappears.
+ * The structure keys carry a TTL of at least twice the longest lease or
+ * liveness that touched them (never shortened: finish sets it to that
+ * + 1 s when it has fallen below that, so a busy name's keys are not
+ * re-expired on every call; the renew script extends it with every renewal
+ * of a queued hold), so a name whose users all died disappears.
+ * While every permit is in use grant_head looks at no head (nothing can be
+ * granted): a head whose k exceeds the count is told by the first call
+ * after a permit frees.
  */
 #include "proto/proto.h"
 #include "proto/qscripts.h"
@@ -59,7 +64,8 @@
  * state's: dropped; the hold is granted at once and the keys get their TTL.
  * Another type in the state key goes on to the full script (its errors). */
 #define Q_FAST_ACQUIRE                                                                                          \
-    "if redis.call('EXISTS', KEYS[1]) == 0 then\n"                                                              \
+    "local ty = redis.call('TYPE', KEYS[1])['ok']\n"                                                            \
+    "if ty == 'none' then\n"                                                                                    \
     "  if ARGV[2] == '0' then return {-4} end\n"                                                                \
     "  local h, lease = ARGV[3], tonumber(ARGV[6])\n"                                                           \
     "  if tonumber(ARGV[4]) > tonumber(ARGV[2]) then return {-5, tonumber(ARGV[2])} end\n"                      \
@@ -85,10 +91,11 @@
  * Its key holding its identity means it is that one holder: a holders
  * entry is dropped only once its key is gone. */
 #define Q_FAST_RELEASE                                                                                          \
-    "if ARGV[1] == 'release' then\n"                                                                            \
-    "  local v = redis.call('GET', ARGV[4] .. ARGV[2])\n"                                                       \
-    "  if v and string.sub(v, 1, #ARGV[3]) == ARGV[3] and redis.call('ZCARD', KEYS[3]) == 1\n"                  \
-    "     and redis.call('ZCARD', KEYS[4]) == 0 then\n"                                                         \
+    "local v\n"                                                                                                 \
+    "if ARGV[1] ~= 'purge' then\n"                                                                              \
+    "  v = redis.call('GET', ARGV[4] .. ARGV[2])\n"                                                             \
+    "  if ARGV[1] == 'release' and v and string.sub(v, 1, #ARGV[3]) == ARGV[3]\n"                              \
+    "     and redis.call('ZCARD', KEYS[4]) == 0 and redis.call('ZCARD', KEYS[3]) == 1 then\n"                  \
     "    local st = redis.pcall('HMGET', KEYS[1], 'kind', 'fixed')\n"                                           \
     "    if type(st) == 'table' and not st.err and st[1] and st[2] ~= '1' then\n"                               \
     "      redis.call('DEL', ARGV[4] .. ARGV[2], KEYS[1], KEYS[3], KEYS[5], KEYS[6])\n"                        \
@@ -114,35 +121,20 @@ const char wl_q_acquire_lua[] =
     Q_COMMON
     "HP, CP, PUB, FTTL = ARGV[8], ARGV[9], ARGV[10], ARGV[11]\n"
     "tick()\n"
-    "local ty = redis.call('TYPE', KEYS[1])['ok']\n"
+    /* the fast part returned on a name not in use (ty 'none') */
     "if ty == 'string' then return {-3, 'plain', '1'} end\n"
-    "if ty == 'hash' then\n"
-    "  local st = redis.call('HMGET', KEYS[1], 'kind', 'cap')\n"
-    "  if st[1] ~= ARGV[1] or (ARGV[2] ~= '0' and st[2] ~= ARGV[2]) then return {-3, st[1] or '?', st[2] or '0'} end\n"
-    "elseif ty == 'none' then\n"
-    "  if ARGV[2] == '0' then return {-4} end\n"
-    "  if tonumber(ARGV[4]) > tonumber(ARGV[2]) then return {-5, tonumber(ARGV[2])} end\n"
-    /* A name not in use (the common, uncontended acquire): nobody holds or
-     * waits (the state outlives every live holder and waiter: they keep it
-     * alive), so whatever keys are left are a dead state's: dropped; the
-     * hold is granted at once and the new keys get their TTL. */
-    "  local h, k, lease = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[6])\n"
-    "  local want = 2 * math.max(lease, tonumber(ARGV[7])) + 1000\n"
-    "  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])\n"
-    "  local f = grant(h, k, ARGV[5], ARGV[6], ARGV[12], ARGV[13])\n"
-    "  redis.call('HSET', KEYS[1], 'kind', ARGV[1], 'cap', ARGV[2], 'used', k, 'seq', 0)\n"
-    "  redis.call('PEXPIRE', KEYS[1], want)\n"
-    "  redis.call('PEXPIRE', KEYS[3], want)\n"
-    "  redis.call('PEXPIRE', KEYS[6], want)\n"
-    "  return {1, f}\n"
-    "else return {-3, ty, '0'} end\n"
-    "load_state()\n"
+    "if ty ~= 'hash' then return {-3, ty, '0'} end\n"
+    "local st = redis.call('HMGET', KEYS[1], 'kind', 'cap', 'used')\n"
+    "if st[1] ~= ARGV[1] or (ARGV[2] ~= '0' and st[2] ~= ARGV[2]) then return {-3, st[1] or '?', st[2] or '0'} end\n"
+    "cap, used = tonumber(st[2] or '0'), tonumber(st[3] or '0')\n"
+    "used0 = used\n"
     "local h, k, ident, lease, live = ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])\n"
     "if k > cap then return {-5, cap} end\n"
     "local want = 2 * math.max(lease, live) + 1000\n"
     "purge()\n"
     "local mine = redis.call('GET', HP .. h)\n"
-    "if mine == ident and redis.call('ZSCORE', KEYS[3], h) then\n"
+    "local held = redis.call('ZSCORE', KEYS[3], h)\n"
+    "if mine == ident and held then\n"
     "  redis.call('PEXPIRE', HP .. h, lease)\n"
     "  redis.call('ZADD', KEYS[3], now + lease, h)\n"
     "  drop_waiter(h)\n"
@@ -150,11 +142,12 @@ const char wl_q_acquire_lua[] =
     "  finish(want)\n"
     "  return {1, tonumber(f)}\n"
     "end\n"
-    "if redis.call('ZSCORE', KEYS[3], h) then drop_holder(h) end\n"
+    "if held then drop_holder(h) end\n"
     "if mine then redis.call('DEL', HP .. h) end\n"
     "local pos = redis.call('ZRANK', KEYS[4], h)\n"
     "if not pos then\n"
-    "  if redis.call('ZCARD', KEYS[4]) == 0 and used + k <= cap then\n"
+    "  pos = redis.call('ZCARD', KEYS[4])\n"
+    "  if pos == 0 and used + k <= cap then\n"
     "    local f = grant(h, k, ident, ARGV[6], ARGV[12], ARGV[13])\n"
     "    finish(want)\n"
     "    return {1, f}\n"
@@ -172,12 +165,15 @@ const char wl_q_acquire_lua[] =
     "redis.call('ZADD', KEYS[5], now + live, h)\n"
     "grant_head()\n"
     "finish(want)\n"
-    "if redis.call('GET', HP .. h) == ident then\n"
+    /* granted by this very call (grant_head took it off the head): its key
+     * holds its identity for the grant's TTL; the full lease now */
+    "if granted[h] then\n"
     "  redis.call('PEXPIRE', HP .. h, lease)\n"
     "  redis.call('ZADD', KEYS[3], now + lease, h)\n"
-    "  return {1, tonumber(redis.call('HGET', KEYS[6], 'g:' .. h))}\n"
+    "  return {1, granted[h]}\n"
     "end\n"
-    "return {0, (redis.call('ZRANK', KEYS[4], h) or 0) + 1, now_us}\n";
+    /* still queued: behind the heads this call took off the queue fewer */
+    "return {0, math.max(pos - removed, 0) + 1, now_us}\n";
 
 /* Release of a hold, a waiter giving up, or a downgrade (write -> read).
  * ARGV: 1 op ("release" | "leave" | "downgrade"), 2 id, 3 the hold's
@@ -199,13 +195,12 @@ const char wl_q_release_lua[] =
     "HP, CP, PUB, FTTL = ARGV[4], ARGV[5], ARGV[6], ARGV[7]\n"
     "local st = redis.pcall('HMGET', KEYS[1], 'kind', 'cap', 'used', 'fixed')\n"
     "if type(st) ~= 'table' or st.err or not st[1] then\n" /* no queue state (or another type) */
-    "  local v = redis.call('GET', ARGV[4] .. ARGV[2])\n"
-    "  if ARGV[1] ~= 'purge' and v and string.sub(v, 1, #ARGV[3]) == ARGV[3] then redis.call('DEL', ARGV[4] .. ARGV[2]) end\n"
+    "  if v and string.sub(v, 1, #ARGV[3]) == ARGV[3] then redis.call('DEL', ARGV[4] .. ARGV[2]) end\n"
     "  return 0\n"
     "end\n"
     "cap, used = tonumber(st[2] or '0'), tonumber(st[3] or '0')\n"
+    "used0 = used\n"
     "local op, h, p = ARGV[1], ARGV[2], ARGV[3]\n"
-    "local v = redis.call('GET', HP .. h)\n"
     "local ours = v and string.sub(v, 1, #p) == p\n"
     "local r = 0\n"
     "if op == 'leave' then\n"
@@ -218,7 +213,7 @@ const char wl_q_release_lua[] =
     /* the last holder leaves a name nobody waits for: the state goes (as
      * finish would do) without looking for expired entries (there are none:
      * no holder, no waiter) */
-    "  if used <= 0 and st[4] ~= '1' and redis.call('ZCARD', KEYS[3]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then\n"
+    "  if used <= 0 and st[4] ~= '1' and redis.call('ZCARD', KEYS[4]) == 0 and redis.call('ZCARD', KEYS[3]) == 0 then\n"
     "    redis.call('DEL', KEYS[1], KEYS[5], KEYS[6])\n"
     "    return r\n"
     "  end\n"
