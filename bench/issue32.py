@@ -119,19 +119,28 @@ def _ping_rtt_us(srv) -> float:
     return r["seconds"] / r["ops"] * 1e6
 
 
+# The machine's hand-off floor (wlbench relay: a minimal fair lock in raw hiredis,
+# the grant in the wake-up, no watchlock), timed as the kinds are: its waiter reads
+# its subscription in its one thread (1t: any design's floor) or through a reader
+# thread that wakes it (2t: the structure of watchlock's waiter)
+RELAYS = [("relay-1t", "relay-1t"), ("relay-2t", "relay-2t")]
+
+
 def _handoffs(srv, ws: dict, status: dict, out: dict) -> None:
-    """Item 2: greedy hand-off of each kind, with a PING floor just before."""
+    """Item 2: greedy hand-off of each kind and of the relay floors, each
+    with a PING floor just before and after."""
     if "watchlock-c" in status:
         return
     flush = lambda: srv.command("FLUSHALL")  # noqa: E731
-    for kind, wkind in HANDOFF_KINDS:
+    for kind, wkind in HANDOFF_KINDS + RELAYS:
         key = f"c:{kind}"
         try:
             rtt = _ping_rtt_us(srv)
             # greedy (each contends again at once); the plain lock in queue mode (a holder
             # waits for another to take it before contending again): greedy, its releaser
             # takes it back every time and there is no release-to-acquire to time
-            h = B.wave_scenarios.handoff("watchlock-c", srv.url, ws["handoff_s"], kind == "plain", flush,
+            lib = kind if kind.startswith("relay") else "watchlock-c"
+            h = B.wave_scenarios.handoff(lib, srv.url, ws["handoff_s"], kind == "plain", flush,
                                          kind=wkind, ports=(srv.port,))
             rtt2 = _ping_rtt_us(srv)
             h.pop("latencies_ms", None)
@@ -255,10 +264,23 @@ def targets(res: dict) -> list:
         t.append((f"C {kind} {what} p99 <= {HANDOFF_P99_RTT}x PING RTT",
                   f"{h['p99_ms'] * 1000:.0f} us = {h['p99_rtt']:.2f}x RTT",
                   B.verdict(h["p99_rtt"] <= HANDOFF_P99_RTT)))
+        floor = s.get("handoff", {}).get("c:relay-2t")
+        if kind != "plain" and floor:
+            # the same hand-off on this machine with no watchlock and the waiter's two
+            # threads: what the kind adds to it (info: the target reads the RTT)
+            t.append((f"C {kind} hand-off p50 vs the machine's floor (relay, 2 threads)",
+                      f"{h['p50_ms'] * 1000:.0f} vs {floor['p50_ms'] * 1000:.0f} us = "
+                      f"{h['p50_ms'] / floor['p50_ms']:.2f}x", "info"))
         if kind != "plain":
             t.append((f"C {kind} hand-off: arrival order >= 99%, releaser share 0",
                       f"{h['in_order_frac'] * 100:.1f}% in order, releaser share {h['releaser_share']:.3f}",
                       B.verdict(h["in_order_frac"] >= 0.99 and h["same_holder_turns"] == 0)))
+    for kind, _ in RELAYS:
+        h = s.get("handoff", {}).get(f"c:{kind}")
+        if h:
+            t.append((f"the machine's hand-off floor, {kind} (no watchlock; info)",
+                      f"p50 {h['p50_ms'] * 1000:.0f} us = {h['p50_rtt']:.2f}x RTT, p99 {h['p99_ms'] * 1000:.0f} us = "
+                      f"{h['p99_rtt']:.2f}x RTT {h['ping_rtt_us']:.0f} us", "info"))
     for key, r in sorted(s.get("watchdog", {}).items(), key=lambda kv: int(kv[0])):
         if int(key) <= 1:
             continue
@@ -303,7 +325,7 @@ def table(res: dict) -> list:
         lines.append(f"  {'C' if lang == 'c' else 'Python'} cycle, pinned: " + "; ".join(row))
     lines.append("  (script calls per cycle from INFO commandstats; the plain lock's acquire is a MULTI/EXEC, not a "
                  "script: both take 2 round trips per cycle)")
-    for kind, _ in HANDOFF_KINDS:
+    for kind, _ in HANDOFF_KINDS + RELAYS:
         h = s.get("handoff", {}).get(f"c:{kind}")
         if h:
             lines.append(f"  C {kind} hand-off (8 x 1 ms, {'queue' if kind == 'plain' else 'greedy'}): p50 {h['p50_ms'] * 1000:.0f} us "

@@ -115,6 +115,8 @@ def cmd_of(lib: str, mode: str, *args, kind: str = "plain") -> list:
     if lib == "watchlock-c":
         env = [] if kind == "plain" else ["env", f"WLBENCH_KIND={kind}"]
         return env + [B.WLBENCH, mode, *a]
+    if lib in ("relay-1t", "relay-2t"):  # the machine's hand-off floor (wlbench.c cmd_relay): no watchlock
+        return ["env", f"WLBENCH_RELAY_THREADS={lib[6]}", B.WLBENCH, "relay" if mode == "handoff" else mode, *a]
     if lib == "watchlock-py":
         pylib = {"plain": "watchlock", "fair": "watchlock-fair", "sem": "watchlock-sem"}[kind]
         return [B.VPY, B.PY_WORKER, mode, pylib, *a]

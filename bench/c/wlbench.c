@@ -10,6 +10,9 @@
  *   wlbench threads  URL THREADS N MAX_S        THREADS threads share one client, each
  *                                               cycling its own lock; total cycles/s
  *   wlbench handoff  URL SHM ID HOLD_US POLITE  one of the contending processes
+ *   wlbench relay    URL SHM ID HOLD_US POLITE  the same with a minimal fair lock in raw
+ *                                               hiredis (no watchlock): the hand-off floor of
+ *                                               this machine; WLBENCH_RELAY_THREADS 1 or 2
  *   wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S [--probe N] [--sample-ms MS]
  *                                               one client holding many locks: renewals,
  *                                               the smallest remaining lease seen, RSS;
@@ -616,21 +619,144 @@ enum {
     SHM_SLOTS = 64
 };
 
-static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_us, int polite)
+/* The shared slots of a hand-off group (bench/handoff_shm.md), mapped. */
+static _Atomic int64_t *shm_map(const char *shm_path)
 {
     int fd = open(shm_path, O_RDWR);
     if (fd < 0) {
         perror("wlbench: open shm");
-        return 1;
+        return NULL;
     }
-    _Atomic int64_t *shm =
-        mmap(NULL, SHM_SLOTS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    _Atomic int64_t *shm = mmap(NULL, SHM_SLOTS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
     if (shm == MAP_FAILED) {
         perror("wlbench: mmap");
-        return 1;
+        return NULL;
     }
-    close(fd);
+    return shm;
+}
 
+/* One contender's record of a hand-off run: each hand-off's latency (the
+ * release call's start to acquire() returning in another process) and,
+ * where the grant's server time is known, its split at the grant. */
+typedef struct handoff_log {
+    _Atomic int64_t *shm;
+    int id;
+    size_t cap, n;
+    int64_t *lat, *to_grant, *after_grant;
+    long turns, same;
+    int64_t arrived;
+} handoff_log;
+
+static int hl_init(handoff_log *hl, _Atomic int64_t *shm, int id)
+{
+    memset(hl, 0, sizeof *hl);
+    hl->shm = shm;
+    hl->id = id;
+    hl->cap = 1 << 16;
+    hl->lat = malloc(hl->cap * sizeof(int64_t));
+    hl->to_grant = malloc(hl->cap * sizeof(int64_t));
+    hl->after_grant = malloc(hl->cap * sizeof(int64_t));
+    if (hl->lat == NULL || hl->to_grant == NULL || hl->after_grant == NULL)
+        return 1;
+    atomic_store(&shm[SHM_READY + id], 1);
+    while (atomic_load(&shm[SHM_START_NS]) == 0)
+        sleep_ns(200000);
+    return 0;
+}
+
+/* About to call acquire: the arrival that orders the grants. */
+static void hl_arrive(handoff_log *hl)
+{
+    hl->arrived = now_ns();
+    atomic_store(&hl->shm[SHM_ARRIVAL + hl->id], hl->arrived);
+}
+
+/* acquire() returned at t_acq (CLOCK_REALTIME t_acq_rt; fence_us: the
+ * grant's server time, 0 unknown). Checks order and exclusion, records the
+ * hand-off; the caller holds, then calls hl_release. 1: out of memory. */
+static int hl_acquired(handoff_log *hl, int64_t t_acq, int64_t t_acq_rt, int64_t fence_us, int64_t stop)
+{
+    _Atomic int64_t *shm = hl->shm;
+    atomic_store(&shm[SHM_ARRIVAL + hl->id], 0);
+    /* Granted while an earlier arrival still waits: not in arrival order. */
+    for (int i = 0; i < 8; i++) {
+        int64_t other = atomic_load(&shm[SHM_ARRIVAL + i]);
+        if (i != hl->id && other != 0 && other < hl->arrived) {
+            atomic_fetch_add(&shm[SHM_OUT_OF_ORDER], 1);
+            break;
+        }
+    }
+    if (atomic_exchange(&shm[SHM_IN_CS], 1) != 0)
+        atomic_fetch_add(&shm[SHM_VIOLATIONS], 1);
+    int64_t rel = atomic_load(&shm[SHM_RELEASE_NS]);
+    int64_t prev = atomic_load(&shm[SHM_LAST_HOLDER]);
+    if (rel != 0 && t_acq < stop) {
+        if (prev != hl->id + 1) {
+            if (hl->n == hl->cap) {
+                hl->cap *= 2;
+                int64_t *g1 = realloc(hl->lat, hl->cap * sizeof(int64_t));
+                if (g1 != NULL)
+                    hl->lat = g1;
+                int64_t *g2 = realloc(hl->to_grant, hl->cap * sizeof(int64_t));
+                if (g2 != NULL)
+                    hl->to_grant = g2;
+                int64_t *g3 = realloc(hl->after_grant, hl->cap * sizeof(int64_t));
+                if (g3 != NULL)
+                    hl->after_grant = g3;
+                if (g1 == NULL || g2 == NULL || g3 == NULL)
+                    return 1;
+            }
+            hl->to_grant[hl->n] = fence_us - atomic_load(&shm[SHM_RELEASE_RT_US]);
+            hl->after_grant[hl->n] = t_acq_rt - fence_us;
+            hl->lat[hl->n++] = t_acq - rel;
+        } else {
+            hl->same++;
+        }
+    }
+    hl->turns++;
+    return 0;
+}
+
+/* Holds hold_us, then marks the release about to be called; returns the
+ * turn's number (polite contenders wait for it to move). */
+static int64_t hl_hold_and_release(handoff_log *hl, long hold_us)
+{
+    _Atomic int64_t *shm = hl->shm;
+    int64_t my_turn = atomic_fetch_add(&shm[SHM_TURNS], 1) + 1;
+    atomic_store(&shm[SHM_LAST_HOLDER], hl->id + 1);
+    sleep_ns(hold_us * 1000);
+    atomic_store(&shm[SHM_IN_CS], 0);
+    atomic_store(&shm[SHM_RELEASE_RT_US], realtime_us());
+    atomic_store(&shm[SHM_RELEASE_NS], now_ns());
+    return my_turn;
+}
+
+/* The run's JSON (with the split at the grant when split) and frees it. */
+static void hl_print(handoff_log *hl, bool split)
+{
+    printf("{\"turns\": %ld, \"same_holder\": %ld, \"handoff_ns\": [", hl->turns, hl->same);
+    for (size_t i = 0; i < hl->n; i++)
+        printf("%s%" PRId64, i ? "," : "", hl->lat[i]);
+    if (split) {
+        printf("], \"to_grant_us\": [");
+        for (size_t i = 0; i < hl->n; i++)
+            printf("%s%" PRId64, i ? "," : "", hl->to_grant[i]);
+        printf("], \"after_grant_us\": [");
+        for (size_t i = 0; i < hl->n; i++)
+            printf("%s%" PRId64, i ? "," : "", hl->after_grant[i]);
+    }
+    printf("]}\n");
+    free(hl->lat);
+    free(hl->to_grant);
+    free(hl->after_grant);
+}
+
+static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_us, int polite)
+{
+    _Atomic int64_t *shm = shm_map(shm_path);
+    if (shm == NULL)
+        return 1;
     watchlock_client *client = NULL;
     watchlock_lock *lock = NULL;
     int rc = open_client(&client, url);
@@ -646,89 +772,195 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
      * call's start to the grant (the request's way there and the script
      * up to the grant); after_grant: the grant to acquire() returning (the
      * reply or message on its way back, the waiter's threads waking). */
-    size_t cap = 1 << 16, n_lat = 0;
-    int64_t *lat = malloc(cap * sizeof *lat), *to_grant = malloc(cap * sizeof *lat),
-            *after_grant = malloc(cap * sizeof *lat);
-    long turns = 0, same = 0;
-    if (lat == NULL || to_grant == NULL || after_grant == NULL)
+    handoff_log hl;
+    if (hl_init(&hl, shm, id) != 0)
         return 1;
-
-    atomic_store(&shm[SHM_READY + id], 1);
-    while (atomic_load(&shm[SHM_START_NS]) == 0)
-        sleep_ns(200000);
     int64_t stop = atomic_load(&shm[SHM_STOP_NS]);
-
     while (now_ns() < stop) {
-        int64_t arrived = now_ns();
-        atomic_store(&shm[SHM_ARRIVAL + id], arrived);
+        hl_arrive(&hl);
         if ((rc = watchlock_lock_acquire(lock, 30000)) != WATCHLOCK_OK)
             return fail("watchlock_lock_acquire", rc);
-        int64_t t_acq = now_ns(), t_acq_rt = realtime_us(), fence = watchlock_lock_fencing_token(lock);
-        atomic_store(&shm[SHM_ARRIVAL + id], 0);
-        /* Granted while an earlier arrival still waits: not in arrival order. */
-        for (int i = 0; i < 8; i++) {
-            int64_t other = atomic_load(&shm[SHM_ARRIVAL + i]);
-            if (i != id && other != 0 && other < arrived) {
-                atomic_fetch_add(&shm[SHM_OUT_OF_ORDER], 1);
-                break;
-            }
-        }
-        if (atomic_exchange(&shm[SHM_IN_CS], 1) != 0)
-            atomic_fetch_add(&shm[SHM_VIOLATIONS], 1);
-        int64_t rel = atomic_load(&shm[SHM_RELEASE_NS]);
-        int64_t prev = atomic_load(&shm[SHM_LAST_HOLDER]);
-        if (rel != 0 && t_acq < stop) {
-            if (prev != id + 1) {
-                if (n_lat == cap) {
-                    cap *= 2;
-                    int64_t *g1 = realloc(lat, cap * sizeof *lat);
-                    if (g1 != NULL)
-                        lat = g1;
-                    int64_t *g2 = realloc(to_grant, cap * sizeof *lat);
-                    if (g2 != NULL)
-                        to_grant = g2;
-                    int64_t *g3 = realloc(after_grant, cap * sizeof *lat);
-                    if (g3 != NULL)
-                        after_grant = g3;
-                    if (g1 == NULL || g2 == NULL || g3 == NULL)
-                        return 1;
-                }
-                to_grant[n_lat] = fence - atomic_load(&shm[SHM_RELEASE_RT_US]);
-                after_grant[n_lat] = t_acq_rt - fence;
-                lat[n_lat++] = t_acq - rel;
-            } else {
-                same++;
-            }
-        }
-        turns++;
-        int64_t my_turn = atomic_fetch_add(&shm[SHM_TURNS], 1) + 1;
-        atomic_store(&shm[SHM_LAST_HOLDER], id + 1);
-        sleep_ns(hold_us * 1000);
-        atomic_store(&shm[SHM_IN_CS], 0);
-        atomic_store(&shm[SHM_RELEASE_RT_US], realtime_us());
-        atomic_store(&shm[SHM_RELEASE_NS], now_ns());
+        int64_t t_acq = now_ns(), t_acq_rt = realtime_us();
+        if (hl_acquired(&hl, t_acq, t_acq_rt, watchlock_lock_fencing_token(lock), stop) != 0)
+            return 1;
+        int64_t my_turn = hl_hold_and_release(&hl, hold_us);
         if ((rc = watchlock_lock_release(lock)) != WATCHLOCK_OK)
             return fail("watchlock_lock_release", rc);
         /* Polite: let another process take a turn before contending again. */
         while (polite && atomic_load(&shm[SHM_TURNS]) == my_turn && now_ns() < stop)
             sleep_ns(50000);
     }
-    printf("{\"turns\": %ld, \"same_holder\": %ld, \"handoff_ns\": [", turns, same);
-    for (size_t i = 0; i < n_lat; i++)
-        printf("%s%" PRId64, i ? "," : "", lat[i]);
-    printf("], \"to_grant_us\": [");
-    for (size_t i = 0; i < n_lat; i++)
-        printf("%s%" PRId64, i ? "," : "", to_grant[i]);
-    printf("], \"after_grant_us\": [");
-    for (size_t i = 0; i < n_lat; i++)
-        printf("%s%" PRId64, i ? "," : "", after_grant[i]);
-    printf("]}\n");
-    free(lat);
-    free(to_grant);
-    free(after_grant);
+    hl_print(&hl, true);
     watchlock_lock_free(lock);
     watchlock_client_close(client);
     return 0;
+}
+
+/* ---- relay: the hand-off floor of this machine (no watchlock) ---------- */
+
+/* A minimal fair lock in two scripts, raw hiredis, timed like `handoff`:
+ * what any queued lock's hand-off costs on this machine with the same
+ * contenders, hold and greed, so the kinds' hand-off can be read against
+ * it and not only against one idle PING. The acquire takes the name or
+ * queues the contender; the release pops the head, makes it the owner and
+ * publishes to its own channel (the grant in the wake-up, as qscripts.c
+ * does, with none of the queue's bookkeeping: no liveness, purge, fence,
+ * TTLs or kinds). WLBENCH_RELAY_THREADS: 1, the contender's one thread
+ * reads its subscription itself (the floor of any design); 2, a reader
+ * thread reads it and wakes the waiting thread through a condition
+ * variable (the structure of watchlock's waiter: its client's subscriber
+ * thread, then the waiting thread). */
+static const char relay_acquire_lua[] = "if redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 1 end\n"
+                                        "redis.call('RPUSH', KEYS[2], ARGV[1])\n"
+                                        "return 0\n";
+static const char relay_release_lua[] = "local h = redis.call('LPOP', KEYS[2])\n"
+                                        "if h then\n"
+                                        "  redis.call('SET', KEYS[1], h)\n"
+                                        "  redis.call('PUBLISH', 'bench:relay:c:' .. h, 'go')\n"
+                                        "else redis.call('DEL', KEYS[1]) end\n"
+                                        "return 1\n";
+
+typedef struct relay_sub {
+    redisContext *c;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    uint64_t gen; /* messages read */
+    bool dead;
+} relay_sub;
+
+static void *relay_reader(void *arg)
+{
+    relay_sub *rs = arg;
+    for (;;) {
+        void *r = NULL;
+        int ok = redisGetReply(rs->c, &r);
+        pthread_mutex_lock(&rs->mu);
+        if (ok != REDIS_OK)
+            rs->dead = true;
+        else
+            rs->gen++;
+        pthread_cond_signal(&rs->cond);
+        pthread_mutex_unlock(&rs->mu);
+        if (r != NULL)
+            freeReplyObject(r);
+        if (ok != REDIS_OK)
+            return NULL;
+    }
+}
+
+/* host:port of a redis:// URL (the bench's servers: plain TCP). */
+static int relay_addr(const char *url, char *host, size_t host_size, int *port)
+{
+    const char *p = strncmp(url, "redis://", 8) == 0 ? url + 8 : url;
+    const char *at = strchr(p, '@');
+    if (at != NULL)
+        p = at + 1;
+    const char *colon = strrchr(p, ':');
+    if (colon == NULL || (size_t)(colon - p) >= host_size)
+        return 1;
+    memcpy(host, p, (size_t)(colon - p));
+    host[colon - p] = '\0';
+    *port = atoi(colon + 1);
+    return *port > 0 ? 0 : 1;
+}
+
+static redisReply *relay_eval(redisContext *c, const char *sha, const char *me)
+{
+    return redisCommand(c, "EVALSHA %s 2 bench:relay:owner bench:relay:queue %s", sha, me);
+}
+
+static int cmd_relay(const char *url, const char *shm_path, int id, long hold_us, int polite)
+{
+    const char *th = getenv("WLBENCH_RELAY_THREADS");
+    int threads = th != NULL && atoi(th) == 2 ? 2 : 1;
+    char host[256];
+    int port;
+    if (relay_addr(url, host, sizeof host, &port) != 0) {
+        fprintf(stderr, "wlbench relay: not host:port: %s\n", url);
+        return 1;
+    }
+    _Atomic int64_t *shm = shm_map(shm_path);
+    if (shm == NULL)
+        return 1;
+    redisContext *c = redisConnect(host, port);
+    relay_sub rs = {.c = redisConnect(host, port)};
+    if (c == NULL || c->err || rs.c == NULL || rs.c->err) {
+        fprintf(stderr, "wlbench relay: connect %s:%d failed\n", host, port);
+        return 1;
+    }
+    char me[32], sha[2][41];
+    snprintf(me, sizeof me, "%d-%d", id, (int)getpid());
+    const char *bodies[2] = {relay_acquire_lua, relay_release_lua};
+    for (int i = 0; i < 2; i++) {
+        redisReply *r = redisCommand(c, "SCRIPT LOAD %s", bodies[i]);
+        if (r == NULL || r->type != REDIS_REPLY_STRING) {
+            fprintf(stderr, "wlbench relay: SCRIPT LOAD failed\n");
+            return 1;
+        }
+        snprintf(sha[i], sizeof sha[i], "%s", r->str);
+        freeReplyObject(r);
+    }
+    redisReply *r = redisCommand(rs.c, "SUBSCRIBE bench:relay:c:%s", me);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "wlbench relay: SUBSCRIBE failed\n");
+        return 1;
+    }
+    freeReplyObject(r);
+    pthread_t reader;
+    pthread_mutex_init(&rs.mu, NULL);
+    pthread_cond_init(&rs.cond, NULL);
+    if (threads == 2 && pthread_create(&reader, NULL, relay_reader, &rs) != 0)
+        return 1;
+
+    handoff_log hl;
+    if (hl_init(&hl, shm, id) != 0)
+        return 1;
+    int64_t stop = atomic_load(&shm[SHM_STOP_NS]);
+    while (now_ns() < stop) {
+        hl_arrive(&hl);
+        pthread_mutex_lock(&rs.mu);
+        uint64_t gen = rs.gen;
+        pthread_mutex_unlock(&rs.mu);
+        if ((r = relay_eval(c, sha[0], me)) == NULL || r->type != REDIS_REPLY_INTEGER) {
+            fprintf(stderr, "wlbench relay: acquire failed\n");
+            return 1;
+        }
+        bool queued = r->integer == 0;
+        freeReplyObject(r);
+        if (queued && threads == 1) {
+            void *m = NULL;
+            if (redisGetReply(rs.c, &m) != REDIS_OK) {
+                fprintf(stderr, "wlbench relay: subscription lost\n");
+                return 1;
+            }
+            freeReplyObject(m);
+        } else if (queued) {
+            pthread_mutex_lock(&rs.mu);
+            while (rs.gen == gen && !rs.dead)
+                pthread_cond_wait(&rs.cond, &rs.mu);
+            bool dead = rs.dead;
+            pthread_mutex_unlock(&rs.mu);
+            if (dead) {
+                fprintf(stderr, "wlbench relay: subscription lost\n");
+                return 1;
+            }
+        }
+        if (hl_acquired(&hl, now_ns(), realtime_us(), 0, stop) != 0)
+            return 1;
+        int64_t my_turn = hl_hold_and_release(&hl, hold_us);
+        if ((r = relay_eval(c, sha[1], me)) == NULL || r->type != REDIS_REPLY_INTEGER) {
+            fprintf(stderr, "wlbench relay: release failed\n");
+            return 1;
+        }
+        freeReplyObject(r);
+        while (polite && atomic_load(&shm[SHM_TURNS]) == my_turn && now_ns() < stop)
+            sleep_ns(50000);
+    }
+    hl_print(&hl, false);
+    fflush(stdout);
+    /* the reader thread blocks in its read: the process ends without
+     * joining it (nothing of it is shared any more) */
+    _exit(0);
 }
 
 /* ---- rwmix: readers and a writer on one read-write lock ------------------ */
@@ -1173,6 +1405,7 @@ static void usage(void)
                     "       wlbench threads URL THREADS N MAX_S\n"
                     "       wlbench multi URL N MAX_S NAMES\n"
                     "       wlbench handoff URL SHM ID HOLD_US POLITE\n"
+                    "       wlbench relay URL SHM ID HOLD_US POLITE   (WLBENCH_RELAY_THREADS=1|2)\n"
                     "       wlbench rwmix URL SHM ID HOLD_US WRITE\n"
                     "       wlbench queuecost URL HOST PORT WAITERS CYCLES\n"
                     "       wlbench watchdog URL HOST PORT LOCKS LEASE_MS HOLD_S [--probe N] "
@@ -1195,6 +1428,8 @@ int main(int argc, char **argv)
         return cmd_threads(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
     if (argc == 7 && strcmp(argv[1], "handoff") == 0)
         return cmd_handoff(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
+    if (argc == 7 && strcmp(argv[1], "relay") == 0)
+        return cmd_relay(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
     if (argc == 7 && strcmp(argv[1], "queuecost") == 0)
         return cmd_queuecost(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atol(argv[6]));
     if (argc == 7 && strcmp(argv[1], "rwmix") == 0)
