@@ -648,7 +648,8 @@ typedef struct handoff_log {
     int64_t arrived;
 } handoff_log;
 
-static int hl_init(handoff_log *hl, _Atomic int64_t *shm, int id)
+/* Ready, then waits for the group's start: the stop time, or 0 (out of memory). */
+static int64_t hl_init(handoff_log *hl, _Atomic int64_t *shm, int id)
 {
     memset(hl, 0, sizeof *hl);
     hl->shm = shm;
@@ -658,18 +659,22 @@ static int hl_init(handoff_log *hl, _Atomic int64_t *shm, int id)
     hl->to_grant = malloc(hl->cap * sizeof(int64_t));
     hl->after_grant = malloc(hl->cap * sizeof(int64_t));
     if (hl->lat == NULL || hl->to_grant == NULL || hl->after_grant == NULL)
-        return 1;
+        return 0;
     atomic_store(&shm[SHM_READY + id], 1);
     while (atomic_load(&shm[SHM_START_NS]) == 0)
         sleep_ns(200000);
-    return 0;
+    return atomic_load(&shm[SHM_STOP_NS]);
 }
 
-/* About to call acquire: the arrival that orders the grants. */
-static void hl_arrive(handoff_log *hl)
+/* Another turn before stop? Then about to call acquire: the arrival that
+ * orders the grants. */
+static bool hl_next(handoff_log *hl, int64_t stop)
 {
     hl->arrived = now_ns();
+    if (hl->arrived >= stop)
+        return false;
     atomic_store(&hl->shm[SHM_ARRIVAL + hl->id], hl->arrived);
+    return true;
 }
 
 /* acquire() returned at t_acq (CLOCK_REALTIME t_acq_rt; fence_us: the
@@ -773,11 +778,10 @@ static int cmd_handoff(const char *url, const char *shm_path, int id, long hold_
      * up to the grant); after_grant: the grant to acquire() returning (the
      * reply or message on its way back, the waiter's threads waking). */
     handoff_log hl;
-    if (hl_init(&hl, shm, id) != 0)
+    int64_t stop = hl_init(&hl, shm, id);
+    if (stop == 0)
         return 1;
-    int64_t stop = atomic_load(&shm[SHM_STOP_NS]);
-    while (now_ns() < stop) {
-        hl_arrive(&hl);
+    while (hl_next(&hl, stop)) {
         if ((rc = watchlock_lock_acquire(lock, 30000)) != WATCHLOCK_OK)
             return fail("watchlock_lock_acquire", rc);
         int64_t t_acq = now_ns(), t_acq_rt = realtime_us();
@@ -913,11 +917,10 @@ static int cmd_relay(const char *url, const char *shm_path, int id, long hold_us
         return 1;
 
     handoff_log hl;
-    if (hl_init(&hl, shm, id) != 0)
+    int64_t stop = hl_init(&hl, shm, id);
+    if (stop == 0)
         return 1;
-    int64_t stop = atomic_load(&shm[SHM_STOP_NS]);
-    while (now_ns() < stop) {
-        hl_arrive(&hl);
+    while (hl_next(&hl, stop)) {
         pthread_mutex_lock(&rs.mu);
         uint64_t gen = rs.gen;
         pthread_mutex_unlock(&rs.mu);
