@@ -9,7 +9,9 @@ between runs, so an absolute time decides nothing).
    cycle's server work goes).
 2. Fair lock, semaphore and plain hand-off (8 processes, 1 ms holds,
    greedy): p50/p99 in us and as multiples of the PING round trip measured
-   just before each hand-off run (unpinned, like the hand-off).
+   just before each hand-off run (unpinned, like the hand-off), and
+   against the machine's floor: the same group on a minimal fair lock in
+   raw hiredis (wlbench relay, its waiter in 1 or 2 threads).
 3. Renewals per lock per interval in 5-second windows from the first one
    after acquisition (wlbench watchdog's trace), at 10,000 / 100,000 /
    300,000 locks (quick: 10,000 / 100,000), and acquisitions/s while
