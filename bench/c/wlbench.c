@@ -7,6 +7,10 @@
  *   wlbench cycle    URL N MAX_S --names A,B,.. the same, one handle per name, taken in
  *                                               turn (names whose Cluster slots are on
  *                                               different masters)
+ *   wlbench multi    URL N MAX_S NAMES [--names A,B,..]
+ *                                               the plain lock's cycle and a multi-lock's over
+ *                                               NAMES names, interleaved: the ratio; --names:
+ *                                               those names (Cluster: one per master)
  *   wlbench threads  URL THREADS N MAX_S        THREADS threads share one client, each
  *                                               cycling its own lock; total cycles/s
  *   wlbench handoff  URL SHM ID HOLD_US POLITE  one of the contending processes
@@ -466,7 +470,7 @@ static int time_cycles(watchlock_lock *lock, long n, int64_t until_ns, long *don
  * slot by a common hash tag in the names) against a plain cycle on one
  * name, on one client, in alternating slices so that both see the same
  * machine. Prints both rates and their ratio (multi / plain time per cycle). */
-static int cmd_multi(const char *url, long n, double max_s, int k)
+static int cmd_multi(const char *url, long n, double max_s, int k, const char *given)
 {
     if (k < 1 || k > 64) {
         fprintf(stderr, "wlbench: multi: 1 to 64 names\n");
@@ -481,8 +485,23 @@ static int cmd_multi(const char *url, long n, double max_s, int k)
     const void *names[64];
     size_t lens[64];
     snprintf(plain_name, sizeof plain_name, "bench:multi:plain:%d", (int)getpid());
+    /* given: "A,B,..." (k of them; under Cluster, names whose slots are on
+     * different masters: the multi-lock over several slots), else names of
+     * this process (one server: one slot, the names' shared hash tag) */
     for (int i = 0; i < k; i++) {
-        lens[i] = (size_t)snprintf(names_buf[i], sizeof names_buf[i], "bench:multi:%d:%d", (int)getpid(), i);
+        if (given != NULL) {
+            size_t len = strcspn(given, ",");
+            if (len == 0 || len >= sizeof names_buf[i]) {
+                fprintf(stderr, "wlbench: multi --names: %d names of 1 to 63 bytes\n", k);
+                return 2;
+            }
+            memcpy(names_buf[i], given, len);
+            names_buf[i][len] = '\0';
+            lens[i] = len;
+            given += len + (given[len] == ',');
+        } else {
+            lens[i] = (size_t)snprintf(names_buf[i], sizeof names_buf[i], "bench:multi:%d:%d", (int)getpid(), i);
+        }
         names[i] = names_buf[i];
     }
     if ((rc = watchlock_lock_new(&plain, client, plain_name, strlen(plain_name))) != WATCHLOCK_OK)
@@ -1406,7 +1425,7 @@ static void usage(void)
     fprintf(stderr, "usage: wlbench ping HOST PORT N MAX_S\n"
                     "       wlbench cycle URL N MAX_S [NAME_LEN | --names A,B,...]\n"
                     "       wlbench threads URL THREADS N MAX_S\n"
-                    "       wlbench multi URL N MAX_S NAMES\n"
+                    "       wlbench multi URL N MAX_S NAMES [--names A,B,...]\n"
                     "       wlbench handoff URL SHM ID HOLD_US POLITE\n"
                     "       wlbench relay URL SHM ID HOLD_US POLITE   (WLBENCH_RELAY_THREADS=1|2)\n"
                     "       wlbench rwmix URL SHM ID HOLD_US WRITE\n"
@@ -1426,7 +1445,9 @@ int main(int argc, char **argv)
         return cmd_cycle(argv[2], atol(argv[3]), atof(argv[4]),
                          argc == 6 ? (size_t)atol(argv[5]) : 0, NULL);
     if (argc == 6 && strcmp(argv[1], "multi") == 0)
-        return cmd_multi(argv[2], atol(argv[3]), atof(argv[4]), atoi(argv[5]));
+        return cmd_multi(argv[2], atol(argv[3]), atof(argv[4]), atoi(argv[5]), NULL);
+    if (argc == 8 && strcmp(argv[1], "multi") == 0 && strcmp(argv[6], "--names") == 0)
+        return cmd_multi(argv[2], atol(argv[3]), atof(argv[4]), atoi(argv[5]), argv[7]);
     if (argc == 6 && strcmp(argv[1], "threads") == 0)
         return cmd_threads(argv[2], atoi(argv[3]), atol(argv[4]), atof(argv[5]));
     if (argc == 7 && strcmp(argv[1], "handoff") == 0)
