@@ -45,6 +45,9 @@ What it reports, per lock name:
   - let go: it was told, then released, and the next hold got the key
     because that release deleted it (from the server-side audit when
     given, else judged by the times): not a takeover, no margin counted.
+  - released late: not told before the takeover, but its owner had called
+    release before it and made no access after that call; the lease ran out
+    while the release was on its way: nobody to tell, no margin counted.
 
 Usage as a program: ``checker.py DIR`` reads DIR/*.jsonl and DIR/resource.json
 (written by tests/faults/run), and the audit's logs when kept there, and
@@ -407,6 +410,14 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
             elif stops:
                 loss["class"] = "frozen"
                 loss["told_after_resume_ms"] = ms(h1.told - stops[0]["t1"]) if h1.told is not None else None
+            elif (h1.release_call is not None and h1.release_call <= takeover
+                  and (h1.end is None or h1.end <= h1.release_call) and (h1.told is None or h1.told >= takeover)):
+                # its owner had stopped using it and asked for the release before the takeover,
+                # and the lease ran out while the release was on its way (a `watchlock run`
+                # whose COMMAND had exited, its release held up on a loaded machine): nobody was
+                # left to tell, and any access after its release call would be judged above
+                loss["class"] = "released late"
+                loss["release_call_before_ms"] = ms(takeover - h1.release_call)
             else:
                 loss["class"] = "running"
                 if h1.told is None:
@@ -453,6 +464,7 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
         "losses_frozen": sum(1 for x in report["losses"] if x.get("class") == "frozen"),
         "losses_killed": sum(1 for x in report["losses"] if x.get("class") == "killed"),
         "losses_let_go": sum(1 for x in report["losses"] if x.get("class") == "let go"),
+        "losses_released_late": sum(1 for x in report["losses"] if x.get("class") == "released late"),
         "anomalies": len(report["anomalies"]),
     }
     return report

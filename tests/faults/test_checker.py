@@ -263,6 +263,34 @@ def test_cli_exit_79_counts_as_told():
     assert loss["how"] == "exit79" and loss["told_before"] and abs(loss["margin_ms"] - 40) < 0.01
 
 
+def test_a_release_held_up_past_the_lease_is_no_late_telling():
+    """A clean-clone run beside a CPU hog (scenario b): `watchlock run`'s COMMAND
+    made its last access at 9418 ms and exited (release_call 9476); watchlock
+    was held up, the lease ran out, py1 took over at 10223 and watchlock said
+    exit 79 at 11561. Its owner had asked for the release before the takeover
+    and did nothing after: released late, not a loss told late. The same
+    history with an access after the release call still fails."""
+    def history(last_op_ms):
+        c = H("cli1", "cli")
+        c.ev("cli_spawn", 8079, hold=1, lock=LOCK, pid=50)
+        h1, f1 = c.acquire(9214)
+        c.rmw(h1, last_op_ms, 0, f1)
+        c.ev("release_call", 9476, hold=h1, lock=LOCK)
+        c.ev("cli_exit", 11561, hold=h1, lock=LOCK, code=79)
+        b = H("py1", "python")
+        h2, f2 = b.acquire(10224, srv_ms=10223)
+        b.rmw(h2, 10230, 1, f2)
+        b.release(h2, 10300)
+        return run(c, b, counter=2, fence_log=log((f1, True, "cli1:1"), (f2, True, "py1:1")))
+    r = history(9416)
+    assert checker.failures(r) == [], r
+    (loss,) = r["losses"]
+    assert loss["class"] == "released late" and abs(loss["release_call_before_ms"] - 747) < 0.01
+    assert r["summary"]["losses_running"] == 0 and r["summary"]["losses_released_late"] == 1
+    r = history(9500)  # an access after its own release call: judged as a running holder's
+    assert r["losses"][0]["class"] == "running" and checker.failures(r), r
+
+
 def test_a_token_a_few_numbers_above_a_seed_is_no_clock():
     """Without an audit, a token is read as the server's clock only where it
     seeded the counter. A waiter that called at 50 ms and got in at 300 ms,
