@@ -56,7 +56,13 @@ def fetch_upstream() -> Path:
     """The redis sdist's lock tests, unpacked into WORK/redispy_tests."""
     pkg = WORK / "redispy_tests"
     if (pkg / "test_lock.py").is_file():
-        (pkg / "conftest.py").write_text(SHIM)  # this file's, also over one an older version wrote
+        # this file's, also over one an older version wrote; only when it differs, and by a
+        # rename: another xdist worker may be importing it right now (a clean-clone run: one
+        # worker rewrote it in place while another imported it, and read it truncated)
+        conf = pkg / "conftest.py"
+        if not conf.is_file() or conf.read_text() != SHIM:
+            (pkg / "conftest.py.tmp").write_text(SHIM)
+            os.replace(pkg / "conftest.py.tmp", conf)
         return pkg
     WORK.mkdir(parents=True, exist_ok=True)
     sdists = list(WORK.glob("redis-*.tar.gz"))
@@ -88,7 +94,7 @@ WORK.mkdir(parents=True, exist_ok=True)
 with open(WORK / "fetch.lock", "w") as _fetch_lock:  # pytest-xdist's workers all collect this file at once
     fcntl.flock(_fetch_lock, fcntl.LOCK_EX)
     sys.path.insert(0, str(fetch_upstream().parent))
-upstream = importlib.import_module("redispy_tests.test_lock")
+    upstream = importlib.import_module("redispy_tests.test_lock")
 
 #: upstream test -> why it cannot pass against another lock implementation
 _CLOCK = ("patches redis-py's module internals (redis.lock.mod_time / redis.asyncio.lock.asyncio) to count its "
