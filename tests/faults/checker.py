@@ -215,6 +215,11 @@ def build_holds(events: List[dict], grants: Optional[Dict[int, int]] = None
     return holds, workers
 
 
+def _granted_at(h: "Hold") -> int:
+    """When the server granted h (monotonic ns) where known, else its start (later)."""
+    return h.srv_start if h.srv_start is not None else h.start
+
+
 def token_as_clock(fence: int, t_call: Optional[int], t: int, off: int, fences: Iterable[int]) -> Optional[int]:
     """The server's grant time (CLOCK_MONOTONIC ns; off = realtime - monotonic)
     read from a fencing token returned at t by an acquire called at t_call,
@@ -360,18 +365,22 @@ def check(events: List[dict], resource: Dict[str, dict], faults: Optional[List[d
         report["stale_accepted"] += stale_acc
         report["stale_rejected"] += rej
         lr.update({"fenced_accepted": acc, "fenced_rejected": rej, "stale_accepted": stale_acc})
-        # -- fencing tokens increase with the holds' start
+        # -- fencing tokens increase with the holds' grants on the server: ordered by the
+        # grant where it is known (the audit, a token read as the clock), else by the start.
+        # A start is when the holder recorded it: a `watchlock run` whose COMMAND started
+        # 1.4 s after its grant (a stalled machine) recorded its start after a later hold's
+        gs = sorted(hs, key=lambda h: (_granted_at(h), h.key))
         prev = None
-        for h in hs:
+        for h in gs:
             if h.fence is None:
                 continue
             if prev is not None and h.fence <= prev.fence:
                 report["fence_order_errors"].append({"lock": lock, "earlier": prev.key, "later": h.key,
                                                      "earlier_fence": prev.fence, "later_fence": h.fence})
             prev = h
-        # -- losses
-        for i, h1 in enumerate(hs):
-            h2 = next((h for h in hs[i + 1:] if h.start > h1.start), None)
+        # -- losses: each hold against the next one granted
+        for i, h1 in enumerate(gs):
+            h2 = next((h for h in gs[i + 1:] if _granted_at(h) > _granted_at(h1)), None)
             taken_over = h2 is not None and (h1.release_call is None or
                                              (h2.srv_start or h2.start) < h1.release_call)
             lost = h1.told is not None or h1.release_result in ("lost",) or taken_over

@@ -291,6 +291,31 @@ def test_a_release_held_up_past_the_lease_is_no_late_telling():
     assert r["losses"][0]["class"] == "running" and checker.failures(r), r
 
 
+def test_holds_are_ordered_by_their_grants_not_by_late_starts():
+    """A clean-clone run (h-tree): a `watchlock run` was granted at 1000 ms, its
+    COMMAND recorded its start only at 2400 (a stalled machine), after py1's hold
+    granted at 2000 once the first lease ran out. By the server's grants (the
+    audit) the tokens increase and py1's hold is nobody's takeover; ordered by
+    the starts, the first hold's token came out of order and py1's hold looked
+    taken over by it (before the checker ordered by grants)."""
+    c, b = H("cli1", "cli"), H("py1", "python")
+    c.ev("cli_spawn", 900, hold=1, lock=LOCK, pid=50)
+    h1, f1 = c.acquire(2400, srv_ms=1000)
+    c.told(h1, 1990, how="sigterm", reason="sigterm")
+    c.ev("release_call", 2450, hold=h1, lock=LOCK)
+    c.ev("cli_exit", 2500, hold=h1, lock=LOCK, code=79)
+    h2, f2 = b.acquire(2001, srv_ms=2000)
+    b.rmw(h2, 2010, 0, f2)
+    b.release(h2, 2100)
+    grants = {f1: int(1000 * MS) + RT_OFF, f2: int(2000 * MS) + RT_OFF}
+    r = checker.check(c.events + b.events, {LOCK: {"counter": 1, "fence_log": log((f2, True, "py1:1"))}},
+                      grants=grants)
+    assert checker.failures(r) == [], r
+    assert r["fence_order_errors"] == []
+    (loss,) = r["losses"]
+    assert loss["hold"] == "cli1:1" and loss["next"] == "py1:1" and loss["told_before"], loss
+
+
 def test_a_token_a_few_numbers_above_a_seed_is_no_clock():
     """Without an audit, a token is read as the server's clock only where it
     seeded the counter. A waiter that called at 50 ms and got in at 300 ms,
