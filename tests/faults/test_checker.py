@@ -246,18 +246,24 @@ def test_fence_out_of_order_is_found():
     assert any("out of order" in f for f in checker.failures(r))
 
 
-def test_cli_exit_79_counts_as_told():
+def cli_exit79_then_py1(spawn_ms, start_ms, op_ms, release_call_ms, exit_ms, next_ms, next_srv_ms):
+    """cli1's hold (watchlock spawned, its job's start, one access, the job's
+    release call, watchlock's exit 79), then py1's, granted at next_srv_ms."""
     c = H("cli1", "cli")
-    c.ev("cli_spawn", 90, hold=1, lock=LOCK, pid=50)
-    h1, f1 = c.acquire(100)
-    c.rmw(h1, 110, 0, f1)
-    c.ev("release_call", 150, hold=h1, lock=LOCK)
-    c.ev("cli_exit", 1000, hold=h1, lock=LOCK, code=79)
+    c.ev("cli_spawn", spawn_ms, hold=1, lock=LOCK, pid=50)
+    h1, f1 = c.acquire(start_ms)
+    c.rmw(h1, op_ms, 0, f1)
+    c.ev("release_call", release_call_ms, hold=h1, lock=LOCK)
+    c.ev("cli_exit", exit_ms, hold=h1, lock=LOCK, code=79)
     b = H("py1", "python")
-    h2, f2 = b.acquire(1050, srv_ms=1040)
-    b.rmw(h2, 1060, 1, f2)
-    b.release(h2, 1100)
-    r = run(c, b, counter=2, fence_log=log((f1, True, "cli1:1"), (f2, True, "py1:1")))
+    h2, f2 = b.acquire(next_ms, srv_ms=next_srv_ms)
+    b.rmw(h2, next_ms + 10, 1, f2)
+    b.release(h2, next_ms + 50)
+    return run(c, b, counter=2, fence_log=log((f1, True, "cli1:1"), (f2, True, "py1:1")))
+
+
+def test_cli_exit_79_counts_as_told():
+    r = cli_exit79_then_py1(90, 100, 110, 150, 1000, 1050, 1040)
     assert checker.failures(r) == [], r
     (loss,) = r["losses"]
     assert loss["how"] == "exit79" and loss["told_before"] and abs(loss["margin_ms"] - 40) < 0.01
@@ -271,17 +277,7 @@ def test_a_release_held_up_past_the_lease_is_no_late_telling():
     and did nothing after: released late, not a loss told late. The same
     history with an access after the release call still fails."""
     def history(last_op_ms):
-        c = H("cli1", "cli")
-        c.ev("cli_spawn", 8079, hold=1, lock=LOCK, pid=50)
-        h1, f1 = c.acquire(9214)
-        c.rmw(h1, last_op_ms, 0, f1)
-        c.ev("release_call", 9476, hold=h1, lock=LOCK)
-        c.ev("cli_exit", 11561, hold=h1, lock=LOCK, code=79)
-        b = H("py1", "python")
-        h2, f2 = b.acquire(10224, srv_ms=10223)
-        b.rmw(h2, 10230, 1, f2)
-        b.release(h2, 10300)
-        return run(c, b, counter=2, fence_log=log((f1, True, "cli1:1"), (f2, True, "py1:1")))
+        return cli_exit79_then_py1(8079, 9214, last_op_ms, 9476, 11561, 10224, 10223)
     r = history(9416)
     assert checker.failures(r) == [], r
     (loss,) = r["losses"]
