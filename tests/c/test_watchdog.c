@@ -427,7 +427,7 @@ static int cb_threads_now(void)
  * drift margin (a TSan clean-clone run: test_safety's callback ran at the
  * key's expiry, 10 ms of margin spent starting its thread). The thread goes
  * with the client. */
-static void armed_case(int multi)
+static void armed_case(int multi, int set_when_held)
 {
     watchlock_client *c = open_client(test_url(""));
     watchlock_lock *l = NULL;
@@ -439,9 +439,14 @@ static void armed_case(int multi)
         l = new_lock(c, "armed-cb");
     }
     lost_log log = {0};
-    CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    if (!set_when_held)
+        CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
     CHECK_EQ(cb_threads_now(), 0);
     CHECK_OK(watchlock_lock_acquire(l, 0));
+    if (set_when_held) {
+        CHECK_EQ(cb_threads_now(), 0); /* no callback yet: no thread */
+        CHECK_OK(watchlock_lock_set_on_lost(l, on_lost, &log));
+    }
     WAIT_FOR(cb_threads_now() == 1, 5000);
     CHECK_EQ(cb_threads_now(), 1);
     CHECK_OK(watchlock_lock_release(l));
@@ -454,8 +459,10 @@ static void armed_case(int multi)
 
 static void test_callback_thread_waits_while_held(void)
 {
-    armed_case(0);
-    armed_case(1); /* a multi-lock: its group hold begins in multi_io.c, not wl_hold_begin */
+    armed_case(0, 0);
+    armed_case(1, 0); /* a multi-lock: its group hold begins in multi_io.c, not wl_hold_begin */
+    armed_case(0, 1); /* the callback set on a held lock (before: a thread started only at its loss) */
+    armed_case(1, 1);
 }
 
 static void test_slow_callback_does_not_delay_other_losses(void)

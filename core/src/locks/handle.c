@@ -348,6 +348,8 @@ int watchlock_lock_set_on_lost(watchlock_lock *l, watchlock_lost_fn fn, void *us
         return rc;
     l->hold.on_lost = fn;
     l->hold.on_lost_data = userdata;
+    if (fn != NULL && l->hold.state == WATCHLOCK_HELD)
+        wl_callbacks_arm(l->hold.client); /* set on a held lock: armed as a hold that began with it (loss.c) */
     return wl_set_end(l);
 }
 
