@@ -313,6 +313,18 @@ static void dead_crowd_go(dead_crowd *d, watchlock_client *c, const char *name)
     CHECK_EQ(queued, d->n);
 }
 
+/* The crowd dies to the server at once: SIGSTOP ends its renewals without
+ * waiting for the kernel to tear down hundreds of threads (a SIGKILL of
+ * the crowd took longer than the 1 s between its liveness and the live
+ * waiter's under TSan, and the live one's ran out too). The live waiter is
+ * stopped after it, right after a renewal of its own: its 2 s then end at
+ * least 1 s after every dead one's, whatever the kill costs. */
+static void dead_crowd_stop(dead_crowd *d)
+{
+    for (int64_t i = 0; i < d->children; i++)
+        CHECK(kill(d->child[i].pid, SIGSTOP) == 0);
+}
+
 static void dead_crowd_kill(dead_crowd *d)
 {
     for (int64_t i = 0; i < d->children; i++)
@@ -374,10 +386,10 @@ static void dead_waiters(const char *name, int64_t dead)
     q_go(&lc);
     WAIT_FOR(q_info(c, name, Q_LEN) == dead + 1, 20000);
     CHECK_EQ(q_info(c, name, Q_LEN), dead + 1);
+    dead_crowd_stop(&dc);
     /* the live waiter (liveness 2 s) right after a renewal: stopped */
     WAIT_FOR(live_latest_left(name) > 1800, 20000);
     CHECK(kill(lc.pid, SIGSTOP) == 0);
-    dead_crowd_kill(&dc);
     /* every dead waiter's liveness lease has passed, the live one's not */
     WAIT_FOR(live_alive(name) == 1, 20000);
     long long alive, left;
@@ -391,6 +403,7 @@ static void dead_waiters(const char *name, int64_t dead)
     testing_note("%lld queued at the release (%lld killed): %lld left right after it, %lld holding", queued,
                  (long long)dead, after, holders);
     CHECK(kill(lc.pid, SIGCONT) == 0);
+    dead_crowd_kill(&dc);
     CHECK_EQ(after, 0);
     CHECK_EQ(holders, 1);
     q_wait_child(lc.pid, "live waiter");
@@ -496,10 +509,10 @@ static void test_dead_waiters_on_expiry(void)
     CHECK(s2 != s1);
     long long period_ms = s2 - s1;
     /* stopped right after a renewal: 2 s of liveness ahead of it, 1 s more than the dead ones' */
+    dead_crowd_stop(&dc);
+    q_kill_child(hc.pid);
     WAIT_FOR(live_latest_left(name) > 1800, 20000);
     CHECK(kill(lc.pid, SIGSTOP) == 0);
-    dead_crowd_kill(&dc);
-    q_kill_child(hc.pid);
     char key[96];
     snprintf(key, sizeof key, "watchlock:{%s}:q:h:%s", name, holder);
     WAIT_FOR(rh_int(test_server(), "EXISTS %s", key) == 0 && live_alive(name) == 1, 20000);
@@ -526,6 +539,7 @@ static void test_dead_waiters_on_expiry(void)
     testing_note("%lld dead waiters, holder expired: granted %lld ms after the live waiter's first call "
                  "(its round period %lld ms)",
                  (long long)dead, (long long)(t_grant - t_first), period_ms);
+    dead_crowd_kill(&dc);
     CHECK_INT(t_grant - t_first, <, period_ms / 2);
     q_wait_child(lc.pid, "live waiter");
     watchlock_client_close(c);
